@@ -1,0 +1,84 @@
+package mpa
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
+
+// FPDU layout (RFC 5044 section 4.1):
+//
+//	ULPDU_Length (16 bits, big-endian) | ULPDU | PAD (0-3 zero octets) | CRC (32 bits)
+//
+// ULPDU_Length counts the ULPDU only. PAD makes 2+ULPDU_Length+PAD a multiple
+// of four. The CRC is CRC32c over everything from the length field through the
+// pad, including any markers in that range, and travels least significant
+// octet first: the byte order of RFC 3720 B.4 and of Linux siw, which
+// Wireshark calls "Good CRC32".
+const (
+	LenFieldLen = 2
+	CRCLen      = 4
+	MarkerLen   = 4
+	// MarkerInterval is the marker spacing in octets of the TCP stream
+	// (RFC 5044 section 5).
+	MarkerInterval = 512
+	// MinFPDU is the smallest FPDU on the wire: length field, pad, CRC.
+	MinFPDU = 8
+	// MaxULPDU is the largest ULPDU the 16-bit length field can describe.
+	MaxULPDU = 0xffff
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC32c returns the CRC32c (Castagnoli) of b.
+func CRC32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+func crcUpdate(c uint32, b []byte) uint32 { return crc32.Update(c, castagnoli, b) }
+
+// PadLen returns the number of pad octets after a ULPDU of n octets.
+func PadLen(n int) int { return (4 - (n+LenFieldLen)%4) % 4 }
+
+// FPDULen returns the length of an FPDU carrying n ULPDU octets, without
+// markers.
+func FPDULen(n int) int { return LenFieldLen + n + PadLen(n) + CRCLen }
+
+// AppendFPDU appends one marker-less FPDU carrying ulpdu to b. With crc false
+// the CRC field is zero, as RFC 5044 section 6.1 requires when CRC was not
+// negotiated. It is the simple path for tests and scripted peers; Writer is
+// the data path.
+func AppendFPDU(b []byte, ulpdu []byte, crc bool) []byte {
+	start := len(b)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(ulpdu)))
+	b = append(b, ulpdu...)
+	b = append(b, zeros[:PadLen(len(ulpdu))]...)
+	var c uint32
+	if crc {
+		c = CRC32c(b[start:])
+	}
+	return binary.LittleEndian.AppendUint32(b, c)
+}
+
+var zeros [4]byte
+
+// MULPDU returns the largest ULPDU that fits, with its FPDU, in one TCP
+// segment of emss octets (RFC 5044 section 4.1: each FPDU fits one segment,
+// which hardware peers require). With markers it leaves room for the most
+// markers an FPDU of that size can contain. The result is at most MaxULPDU.
+func MULPDU(emss int, markers bool) int {
+	room := emss &^ 3 // FPDUs are a whole number of words
+	if room > MaxULPDU+LenFieldLen+3+CRCLen {
+		room = (MaxULPDU + LenFieldLen + 3 + CRCLen) &^ 3
+	}
+	over := LenFieldLen + CRCLen
+	if markers {
+		over += MarkerLen * ((room + MarkerInterval - 1) / MarkerInterval)
+	}
+	n := room - over
+	// With markers the FPDU pointer of the last marker must fit 16 bits too.
+	if n > MaxULPDU {
+		n = MaxULPDU
+	}
+	if n < 0 {
+		return 0
+	}
+	return n
+}

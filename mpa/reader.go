@@ -1,0 +1,270 @@
+package mpa
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Reader takes FPDUs off one direction of a TCP stream. It owns its receive
+// buffer, strips markers (checking each FPDU pointer), folds every octet into
+// the CRC and checks it at the end of each FPDU. The caller reads a ULPDU in
+// pieces: Header for the DDP/RDMAP header, then ReadFull straight into the
+// memory the payload belongs in (a registered region or a posted receive
+// buffer), so payload octets are copied at most once; large payloads go from
+// the socket into that memory with no copy at all.
+//
+// Payload is placed before the CRC at the end of the FPDU is checked, as
+// hardware RNICs and siw do; a CRC error then tears the connection down
+// (RFC 5044 section 8) before the message it belongs to can complete.
+//
+// A Reader is owned by one goroutine (the QP's receive loop).
+type Reader struct {
+	r       io.Reader
+	crc     bool
+	markers bool
+	max     int // largest ULPDU accepted
+
+	buf        []byte
+	head, tail int // buffered stream octets are buf[head:tail]
+
+	pos   uint64 // stream offset of buf[head], counted from the first FPDU
+	start uint64 // stream offset of the current FPDU's length field
+	ulen  int    // ULPDU length of the current FPDU
+	left  int    // ULPDU octets not yet consumed
+	in    bool   // between Next and Finish
+	c     uint32 // running CRC
+
+	hdr [MaxHeader]byte
+}
+
+// DefaultReadBuffer is the receive buffer size of a Reader.
+const DefaultReadBuffer = 64 << 10
+
+// directMin is the piece size from which ReadFull reads from the socket
+// straight into the caller's memory instead of through the buffer.
+const directMin = 8 << 10
+
+// NewReader returns a Reader on r with a buffer of size octets (at least
+// 1 KiB). pre holds stream octets already read from r past the MPA
+// start-up frames (normally none: the start-up reads exactly its frames).
+func NewReader(r io.Reader, crc, markers bool, size int, pre []byte) *Reader {
+	size = max(size, 1<<10, len(pre))
+	rd := &Reader{r: r, crc: crc, markers: markers, max: MaxULPDU, buf: make([]byte, size)}
+	rd.tail = copy(rd.buf, pre)
+	return rd
+}
+
+// SetMaxULPDU sets the largest ULPDU length accepted; a longer one is an
+// error (CodeMarker: the length field does not describe an FPDU we accept).
+func (r *Reader) SetMaxULPDU(n int) { r.max = min(n, MaxULPDU) }
+
+// ErrShortULPDU is returned when the caller asks for more ULPDU octets than
+// the FPDU has left.
+var ErrShortULPDU = errors.New("mpa: ULPDU shorter than its header")
+
+// Next starts the next FPDU and returns its ULPDU length. At a clean end of
+// stream between FPDUs it returns io.EOF.
+func (r *Reader) Next() (int, error) {
+	if r.in {
+		return 0, errors.New("mpa: Next called before Finish")
+	}
+	r.c = 0
+	if r.tail == r.head {
+		if err := r.fill(1); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return 0, io.EOF
+			}
+			return 0, err
+		}
+	}
+	if r.markers && toNextMarker(r.pos) == 0 {
+		if err := r.marker(true); err != nil {
+			return 0, err
+		}
+	}
+	r.start = r.pos
+	if err := r.fill(LenFieldLen); err != nil {
+		return 0, err
+	}
+	// The length field is never split by a marker: FPDUs and markers are
+	// 4-aligned in the stream.
+	b := r.take(LenFieldLen)
+	if r.crc {
+		r.c = crcUpdate(r.c, b)
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	if n > r.max {
+		return 0, errorf(CodeMarker, "ULPDU length %d exceeds %d", n, r.max)
+	}
+	r.ulen, r.left, r.in = n, n, true
+	return n, nil
+}
+
+// Left returns the ULPDU octets of the current FPDU not yet consumed.
+func (r *Reader) Left() int { return r.left }
+
+// Header returns the next n octets of the ULPDU (n <= MaxHeader) as one
+// slice, valid until the next call to Header or Next.
+func (r *Reader) Header(n int) ([]byte, error) {
+	if n > MaxHeader {
+		return nil, fmt.Errorf("mpa: header of %d octets exceeds %d", n, MaxHeader)
+	}
+	if n > r.left {
+		return nil, ErrShortULPDU
+	}
+	if err := r.ReadFull(r.hdr[:n]); err != nil {
+		return nil, err
+	}
+	return r.hdr[:n], nil
+}
+
+// ReadFull reads the next len(dst) octets of the ULPDU into dst.
+func (r *Reader) ReadFull(dst []byte) error {
+	if len(dst) > r.left {
+		return ErrShortULPDU
+	}
+	for len(dst) > 0 {
+		n := len(dst)
+		if r.markers {
+			d := toNextMarker(r.pos)
+			if d == 0 {
+				if err := r.marker(false); err != nil {
+					return err
+				}
+				continue
+			}
+			n = min(n, d)
+		}
+		switch {
+		case r.tail > r.head:
+			n = copy(dst[:n], r.buf[r.head:r.tail])
+			r.head += n
+		case n >= directMin:
+			m, err := r.r.Read(dst[:n])
+			if m == 0 {
+				if err == nil {
+					continue
+				}
+				return r.lost(err)
+			}
+			n = m
+		default:
+			if err := r.fill(1); err != nil {
+				return err
+			}
+			continue
+		}
+		if r.crc {
+			r.c = crcUpdate(r.c, dst[:n])
+		}
+		r.pos += uint64(n)
+		r.left -= n
+		dst = dst[n:]
+	}
+	return nil
+}
+
+// Skip consumes the next n octets of the ULPDU without placing them.
+func (r *Reader) Skip(n int) error {
+	for n > 0 {
+		k := min(n, len(r.hdr))
+		if err := r.ReadFull(r.hdr[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// Finish consumes the rest of the FPDU (pad, any marker, CRC) and checks the
+// CRC when it was negotiated. The whole ULPDU must have been consumed.
+func (r *Reader) Finish() error {
+	if !r.in {
+		return errors.New("mpa: Finish without Next")
+	}
+	if r.left != 0 {
+		return fmt.Errorf("mpa: Finish with %d ULPDU octets unread", r.left)
+	}
+	r.left = PadLen(r.ulen)
+	var pad [3]byte
+	if err := r.ReadFull(pad[:r.left]); err != nil {
+		return err
+	}
+	if r.markers && toNextMarker(r.pos) == 0 {
+		if err := r.marker(false); err != nil { // between pad and CRC
+			return err
+		}
+	}
+	if err := r.fill(CRCLen); err != nil {
+		return err
+	}
+	got := binary.LittleEndian.Uint32(r.take(CRCLen))
+	r.in = false
+	if r.crc && got != r.c {
+		return errorf(CodeCRC, "received %#08x, computed %#08x", got, r.c)
+	}
+	return nil
+}
+
+// marker consumes the marker due at r.pos and checks its FPDU pointer.
+func (r *Reader) marker(atStart bool) error {
+	if err := r.fill(MarkerLen); err != nil {
+		return err
+	}
+	m := r.take(MarkerLen)
+	if r.crc {
+		r.c = crcUpdate(r.c, m)
+	}
+	want := uint16(0)
+	if !atStart {
+		want = uint16(r.pos - MarkerLen - r.start)
+	}
+	// RFC 5044 section 5: FPDUPTR is the distance from the FPDU's length
+	// field back to the marker; 0 for a marker that precedes the FPDU.
+	if got := binary.BigEndian.Uint16(m[2:]); got != want {
+		return errorf(CodeMarker, "marker at stream offset %d points %d back, want %d", r.pos-MarkerLen, got, want)
+	}
+	return nil
+}
+
+// take consumes n buffered stream octets (the caller made sure they are
+// there and that no marker lies among them).
+func (r *Reader) take(n int) []byte {
+	b := r.buf[r.head : r.head+n]
+	r.head += n
+	r.pos += uint64(n)
+	return b
+}
+
+// fill makes at least n stream octets available in the buffer.
+func (r *Reader) fill(n int) error {
+	if r.tail-r.head >= n {
+		return nil
+	}
+	if r.head > 0 {
+		r.tail = copy(r.buf, r.buf[r.head:r.tail])
+		r.head = 0
+	}
+	for r.tail < n {
+		m, err := r.r.Read(r.buf[r.tail:])
+		r.tail += m
+		if r.tail >= n {
+			break
+		}
+		if err != nil {
+			return r.lost(err)
+		}
+	}
+	return nil
+}
+
+// lost turns an I/O error inside an FPDU into the LLP error "TCP connection
+// lost", keeping the cause.
+func (r *Reader) lost(err error) error {
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return &Error{Code: CodeStreamLost, Msg: "stream ended inside an FPDU", Err: err}
+}

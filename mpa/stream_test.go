@@ -1,0 +1,282 @@
+package mpa
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"testing/iotest"
+
+	"github.com/stretchr/testify/require"
+)
+
+// refParse is an independent, slow reading of a marker-bearing stream: every
+// 4 octets at a multiple of 512 are a marker. It returns the ULPDUs and fails
+// the test if any marker pointer or CRC is wrong.
+func refParse(t *testing.T, raw []byte, markers bool) [][]byte {
+	t.Helper()
+	var out [][]byte
+	p := 0 // raw offset
+	// next reads n logical octets starting at raw offset p, skipping markers;
+	// it returns them and the raw octets spanned.
+	isMarker := func(q int) bool { return markers && q%MarkerInterval == 0 }
+	type mk struct{ at, ptr int }
+	for p < len(raw) {
+		fpduRaw := p
+		var seen []mk
+		if isMarker(p) {
+			seen = append(seen, mk{p, int(binary.BigEndian.Uint16(raw[p+2:]))})
+			p += 4
+		}
+		hdrAt := p
+		var logical []byte
+		read := func(n int) []byte {
+			start := len(logical)
+			for len(logical)-start < n {
+				if isMarker(p) {
+					seen = append(seen, mk{p, int(binary.BigEndian.Uint16(raw[p+2:]))})
+					p += 4
+					continue
+				}
+				logical = append(logical, raw[p])
+				p++
+			}
+			return logical[start:]
+		}
+		n := int(binary.BigEndian.Uint16(read(2)))
+		ulpdu := append([]byte(nil), read(n)...)
+		read(PadLen(n))
+		if isMarker(p) {
+			seen = append(seen, mk{p, int(binary.BigEndian.Uint16(raw[p+2:]))})
+			p += 4
+		}
+		crc := binary.LittleEndian.Uint32(raw[p:])
+		require.Equal(t, CRC32c(raw[fpduRaw:p]), crc, "CRC of FPDU at %d", fpduRaw)
+		p += 4
+		for _, m := range seen {
+			want := m.at - hdrAt
+			if m.at+4 == hdrAt {
+				want = 0
+			}
+			require.Equal(t, want, m.ptr, "marker at %d (FPDU header at %d)", m.at, hdrAt)
+		}
+		out = append(out, ulpdu)
+	}
+	return out
+}
+
+func randMsgs(rng *rand.Rand, count, maxLen int) [][2][]byte {
+	msgs := make([][2][]byte, count)
+	for i := range msgs {
+		h := make([]byte, rng.IntN(MaxHeader+1))
+		p := make([]byte, rng.IntN(maxLen+1))
+		for j := range h {
+			h[j] = byte(rng.Uint32())
+		}
+		for j := range p {
+			p[j] = byte(rng.Uint32())
+		}
+		msgs[i] = [2][]byte{h, p}
+	}
+	return msgs
+}
+
+func TestMarkersMatchReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, crc := range []bool{false, true} {
+		msgs := randMsgs(rng, 300, 3000)
+		var out bytes.Buffer
+		w := NewWriter(&out, true, true)
+		w.crc = crc
+		for i, m := range msgs {
+			require.NoError(t, w.Append(m[0], m[1]))
+			if i%7 == 0 {
+				require.NoError(t, w.Flush())
+			}
+		}
+		require.NoError(t, w.Flush())
+		if crc {
+			got := refParse(t, out.Bytes(), true)
+			require.Len(t, got, len(msgs))
+			for i, m := range msgs {
+				require.Equal(t, append(append([]byte{}, m[0]...), m[1]...), got[i])
+			}
+		}
+	}
+}
+
+// Every FPDU size class lands markers in every place: before the header,
+// inside the header, inside payload, and between pad and CRC.
+func TestMarkerPlacementCases(t *testing.T) {
+	var out bytes.Buffer
+	w := NewWriter(&out, true, true)
+	// First FPDU starts with a marker (pointer 0).
+	require.NoError(t, w.Append(make([]byte, 18), nil))
+	require.NoError(t, w.Flush())
+	raw := out.Bytes()
+	require.Equal(t, []byte{0, 0, 0, 0, 0, 18}, raw[:6])
+	// Fill so that the next marker position falls exactly after a pad.
+	out.Reset()
+	w = NewWriter(&out, true, true)
+	// 4 (marker) + 2 + 506 + 0 pad = 512: the marker at 512 falls between pad and CRC.
+	require.NoError(t, w.Append(make([]byte, 50), make([]byte, 456)))
+	require.NoError(t, w.Flush())
+	raw = out.Bytes()
+	require.Equal(t, 4+2+506+4+4, len(raw))
+	require.Equal(t, uint16(508), binary.BigEndian.Uint16(raw[514:516]), "pointer from header at 4 to marker at 512")
+	refParse(t, raw, true)
+}
+
+type chunkReader struct {
+	r   io.Reader
+	rng *rand.Rand
+	max int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	n := 1 + c.rng.IntN(c.max)
+	if n < len(p) {
+		p = p[:n]
+	}
+	return c.r.Read(p)
+}
+
+func TestReaderRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		crc, markers bool
+		maxLen       int
+		chunk        int
+	}{
+		{"plain", false, false, 3000, 1 << 20},
+		{"crc", true, false, 3000, 1 << 20},
+		{"markers", false, true, 3000, 1 << 20},
+		{"crc+markers", true, true, 3000, 1 << 20},
+		{"crc+markers small reads", true, true, 3000, 7},
+		{"crc+markers large direct", true, true, 60000, 1 << 20},
+		{"crc large direct", true, false, 65000, 1 << 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(3, 4))
+			msgs := randMsgs(rng, 200, tc.maxLen)
+			var out bytes.Buffer
+			w := NewWriter(&out, tc.crc, tc.markers)
+			for _, m := range msgs {
+				require.NoError(t, w.Append(m[0], m[1]))
+			}
+			require.NoError(t, w.Flush())
+			r := NewReader(&chunkReader{bytes.NewReader(out.Bytes()), rng, tc.chunk}, tc.crc, tc.markers, 4096, nil)
+			for i, m := range msgs {
+				n, err := r.Next()
+				require.NoError(t, err, "FPDU %d", i)
+				require.Equal(t, len(m[0])+len(m[1]), n)
+				h, err := r.Header(len(m[0]))
+				require.NoError(t, err)
+				require.Equal(t, m[0], h)
+				p := make([]byte, len(m[1]))
+				require.NoError(t, r.ReadFull(p))
+				require.Equal(t, m[1], p)
+				require.NoError(t, r.Finish())
+			}
+			_, err := r.Next()
+			require.ErrorIs(t, err, io.EOF)
+		})
+	}
+}
+
+func TestReaderOneByte(t *testing.T) {
+	var out bytes.Buffer
+	w := NewWriter(&out, true, true)
+	msgs := randMsgs(rand.New(rand.NewPCG(5, 6)), 20, 1500)
+	for _, m := range msgs {
+		require.NoError(t, w.Append(m[0], m[1]))
+	}
+	require.NoError(t, w.Flush())
+	r := NewReader(iotest.OneByteReader(bytes.NewReader(out.Bytes())), true, true, 1024, nil)
+	for _, m := range msgs {
+		_, err := r.Next()
+		require.NoError(t, err)
+		require.NoError(t, r.Skip(len(m[0])+len(m[1])))
+		require.NoError(t, r.Finish())
+	}
+}
+
+func writeStream(t *testing.T, crc, markers bool, ulpdus ...[]byte) []byte {
+	var out bytes.Buffer
+	w := NewWriter(&out, crc, markers)
+	for _, u := range ulpdus {
+		require.NoError(t, w.Append(nil, u))
+	}
+	require.NoError(t, w.Flush())
+	return out.Bytes()
+}
+
+func readAll(r *Reader) error {
+	for {
+		n, err := r.Next()
+		if err != nil {
+			return err
+		}
+		if err := r.Skip(n); err != nil {
+			return err
+		}
+		if err := r.Finish(); err != nil {
+			return err
+		}
+	}
+}
+
+func TestReaderErrors(t *testing.T) {
+	good := writeStream(t, true, true, make([]byte, 700), []byte("second"))
+
+	t.Run("bad CRC", func(t *testing.T) {
+		b := bytes.Clone(good)
+		b[100] ^= 1
+		err := readAll(NewReader(bytes.NewReader(b), true, true, 0, nil))
+		require.ErrorIs(t, err, ErrCRC)
+		var e *Error
+		require.ErrorAs(t, err, &e)
+		require.Equal(t, CodeCRC, e.Code)
+	})
+	t.Run("CRC not checked when off", func(t *testing.T) {
+		b := writeStream(t, false, false, []byte("x"))
+		b[len(b)-1] = 0xee
+		require.ErrorIs(t, readAll(NewReader(bytes.NewReader(b), false, false, 0, nil)), io.EOF)
+	})
+	t.Run("marker pointer wrong", func(t *testing.T) {
+		b := bytes.Clone(good)
+		b[512+3] += 4
+		require.ErrorIs(t, readAll(NewReader(bytes.NewReader(b), true, true, 0, nil)), ErrMarker)
+	})
+	t.Run("leading marker not zero", func(t *testing.T) {
+		b := bytes.Clone(good)
+		b[3] = 8
+		require.ErrorIs(t, readAll(NewReader(bytes.NewReader(b), true, true, 0, nil)), ErrMarker)
+	})
+	t.Run("length over maximum", func(t *testing.T) {
+		r := NewReader(bytes.NewReader(good), true, true, 0, nil)
+		r.SetMaxULPDU(600)
+		require.ErrorIs(t, readAll(r), ErrMarker)
+	})
+	t.Run("every truncation", func(t *testing.T) {
+		for i := 1; i < len(good); i++ {
+			err := readAll(NewReader(bytes.NewReader(good[:i]), true, true, 0, nil))
+			require.Error(t, err, "prefix %d", i)
+			if i == 4+2+700+4 || i == len(good) {
+				continue
+			}
+			if !errors.Is(err, io.EOF) {
+				require.ErrorIs(t, err, ErrStreamLost, "prefix %d", i)
+			}
+		}
+	})
+	t.Run("short ULPDU", func(t *testing.T) {
+		r := NewReader(bytes.NewReader(writeStream(t, true, false, []byte("abc"))), true, false, 0, nil)
+		_, err := r.Next()
+		require.NoError(t, err)
+		_, err = r.Header(4)
+		require.ErrorIs(t, err, ErrShortULPDU)
+	})
+}

@@ -1,0 +1,179 @@
+package mpa
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+)
+
+// Writer frames ULPDUs into FPDUs on one direction of a TCP stream and hands
+// many of them to the kernel in one gather write (writev), like siw_tx_hdt:
+// header octets, the payload slice of the caller's memory (never copied when
+// it is large), pad and CRC, with markers spliced in where the stream offset
+// crosses a 512-octet boundary.
+//
+// A Writer is owned by one goroutine (the QP's transmit loop).
+type Writer struct {
+	w       io.Writer
+	crc     bool
+	markers bool
+
+	pos   uint64 // stream octets queued since the first FPDU
+	start uint64 // stream offset of the current FPDU's length field
+	c     uint32 // running CRC of the current FPDU
+
+	vecs      [][]byte    // queued iovecs
+	bufs      net.Buffers // handed to WriteTo; shares vecs' backing array
+	arena     []byte      // header, small payload, marker and trailer octets
+	lastArena bool        // the last iovec ends at len(arena) and can grow
+	queued    int
+}
+
+// Sizes of the Writer's staging memory.
+const (
+	arenaSize = 32 << 10
+	// MaxHeader is the largest ULPDU header Append copies: the DDP and RDMAP
+	// headers of any message, a Terminate with both headers included among
+	// them.
+	MaxHeader = 128
+	// copyMax is the payload size up to which Append copies the payload next
+	// to the header: one iovec is cheaper than two for small messages.
+	copyMax = 256
+)
+
+// NewWriter returns a Writer on w. crc says whether CRC32c was negotiated;
+// markers whether the peer asked to receive markers.
+func NewWriter(w io.Writer, crc, markers bool) *Writer {
+	return &Writer{
+		w:       w,
+		crc:     crc,
+		markers: markers,
+		arena:   make([]byte, 0, arenaSize),
+		vecs:    make([][]byte, 0, 64),
+	}
+}
+
+// ErrTooLong is returned by Append for a ULPDU that does not fit one FPDU.
+var ErrTooLong = errors.New("mpa: ULPDU too long for one FPDU")
+
+// Append queues one FPDU whose ULPDU is hdr followed by payload. hdr is copied;
+// payload is referenced until the next Flush returns and must not change
+// before then. Append flushes first when its staging memory is full.
+func (w *Writer) Append(hdr, payload []byte) error {
+	n := len(hdr) + len(payload)
+	if len(hdr) > MaxHeader {
+		return fmt.Errorf("mpa: header of %d octets exceeds %d", len(hdr), MaxHeader)
+	}
+	total := FPDULen(n)
+	if w.markers {
+		total += MarkerLen * (total/MarkerInterval + 2)
+	}
+	// With markers the FPDU pointer of the last marker must fit 16 bits.
+	if n > MaxULPDU || (w.markers && total > 0xffff) {
+		return ErrTooLong
+	}
+	need := LenFieldLen + MaxHeader + copyMax + 8 + MarkerLen*(total/MarkerInterval+2)
+	if cap(w.arena)-len(w.arena) < need || len(w.vecs) >= 1024 {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+
+	p0 := w.pos
+	w.c = 0
+	if w.markers && toNextMarker(w.pos) == 0 {
+		w.putMarker(0) // a marker at an FPDU boundary precedes the length field
+	}
+	w.start = w.pos
+
+	var l [LenFieldLen]byte
+	binary.BigEndian.PutUint16(l[:], uint16(n))
+	w.emit(l[:], true)
+	w.emit(hdr, true)
+	w.emit(payload, len(payload) <= copyMax)
+	w.emit(zeros[:PadLen(n)], true)
+	if w.markers && toNextMarker(w.pos) == 0 {
+		w.putMarker(uint16(w.pos - w.start)) // between pad and CRC
+	}
+	var t [CRCLen]byte
+	if w.crc {
+		binary.LittleEndian.PutUint32(t[:], w.c)
+	}
+	w.copyIn(t[:])
+	w.pos += CRCLen
+	w.queued += int(w.pos - p0)
+	return nil
+}
+
+// emit queues b as FPDU octets, splitting it where markers are due and
+// folding it into the running CRC.
+func (w *Writer) emit(b []byte, copied bool) {
+	for len(b) > 0 {
+		n := len(b)
+		if w.markers {
+			d := toNextMarker(w.pos)
+			if d == 0 {
+				w.putMarker(uint16(w.pos - w.start))
+				continue
+			}
+			n = min(n, d)
+		}
+		piece := b[:n]
+		b = b[n:]
+		if w.crc {
+			w.c = crcUpdate(w.c, piece)
+		}
+		if copied {
+			w.copyIn(piece)
+		} else {
+			w.vecs = append(w.vecs, piece)
+			w.lastArena = false
+		}
+		w.pos += uint64(n)
+	}
+}
+
+func (w *Writer) putMarker(ptr uint16) {
+	var m [MarkerLen]byte
+	markerBytes(&m, ptr)
+	if w.crc {
+		w.c = crcUpdate(w.c, m[:])
+	}
+	w.copyIn(m[:])
+	w.pos += MarkerLen
+}
+
+// copyIn appends b to the arena, growing the last iovec when it is the
+// arena's tail.
+func (w *Writer) copyIn(b []byte) {
+	a := len(w.arena)
+	w.arena = append(w.arena, b...)
+	if w.lastArena {
+		last := &w.vecs[len(w.vecs)-1]
+		*last = (*last)[:len(*last)+len(b)]
+		return
+	}
+	w.vecs = append(w.vecs, w.arena[a:len(w.arena)])
+	w.lastArena = true
+}
+
+// Buffered returns the number of stream octets queued and not yet written.
+func (w *Writer) Buffered() int { return w.queued }
+
+// Flush writes every queued FPDU with as few system calls as the kernel
+// allows (one writev when the socket buffer has room).
+func (w *Writer) Flush() error {
+	if len(w.vecs) == 0 {
+		return nil
+	}
+	w.bufs = w.vecs
+	_, err := w.bufs.WriteTo(w.w)
+	clear(w.vecs) // drop references to caller memory
+	w.vecs = w.vecs[:0]
+	w.arena = w.arena[:0]
+	w.lastArena = false
+	w.queued = 0
+	return err
+}
