@@ -188,8 +188,7 @@ func (r *Reader) Finish() error {
 		return fmt.Errorf("mpa: Finish with %d ULPDU octets unread", r.left)
 	}
 	r.left = PadLen(r.ulen)
-	var pad [3]byte
-	if err := r.ReadFull(pad[:r.left]); err != nil {
+	if err := r.ReadFull(r.hdr[:r.left]); err != nil { // pad octets are not checked: the CRC covers them
 		return err
 	}
 	if r.markers && toNextMarker(r.pos) == 0 {

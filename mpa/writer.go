@@ -29,6 +29,7 @@ type Writer struct {
 	arena     []byte      // header, small payload, marker and trailer octets
 	lastArena bool        // the last iovec ends at len(arena) and can grow
 	queued    int
+	scratch   [8]byte // length field, marker and trailer octets on their way into the arena
 }
 
 // Sizes of the Writer's staging memory.
@@ -88,20 +89,21 @@ func (w *Writer) Append(hdr, payload []byte) error {
 	}
 	w.start = w.pos
 
-	var l [LenFieldLen]byte
-	binary.BigEndian.PutUint16(l[:], uint16(n))
-	w.emit(l[:], true)
+	// Local arrays would escape through crc32.Update; the scratch field does not allocate.
+	binary.BigEndian.PutUint16(w.scratch[:2], uint16(n))
+	w.emit(w.scratch[:2], true)
 	w.emit(hdr, true)
 	w.emit(payload, len(payload) <= copyMax)
 	w.emit(zeros[:PadLen(n)], true)
 	if w.markers && toNextMarker(w.pos) == 0 {
 		w.putMarker(uint16(w.pos - w.start)) // between pad and CRC
 	}
-	var t [CRCLen]byte
+	t := w.scratch[:CRCLen]
+	binary.LittleEndian.PutUint32(t, 0)
 	if w.crc {
-		binary.LittleEndian.PutUint32(t[:], w.c)
+		binary.LittleEndian.PutUint32(t, w.c)
 	}
-	w.copyIn(t[:])
+	w.copyIn(t)
 	w.pos += CRCLen
 	w.queued += int(w.pos - p0)
 	return nil
@@ -136,8 +138,8 @@ func (w *Writer) emit(b []byte, copied bool) {
 }
 
 func (w *Writer) putMarker(ptr uint16) {
-	var m [MarkerLen]byte
-	markerBytes(&m, ptr)
+	m := (*[MarkerLen]byte)(w.scratch[4:8])
+	markerBytes(m, ptr)
 	if w.crc {
 		w.c = crcUpdate(w.c, m[:])
 	}
