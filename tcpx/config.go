@@ -1,0 +1,81 @@
+package tcpx
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"time"
+)
+
+// Config holds the TCP options of an iWARP connection. The zero value is
+// sensible: TCP_NODELAY on, keep-alive on with the net package's defaults, and
+// everything else left to the kernel.
+type Config struct {
+	// Nagle turns Nagle's algorithm on (TCP_NODELAY off). Leave it false:
+	// iWARP sends every FPDU as soon as it is framed, and a small FPDU held
+	// back waiting for an ACK stalls a Read Response or a Send for up to a
+	// delayed-ACK timeout. Linux siw sets TCP_NODELAY for the same reason.
+	Nagle bool
+
+	// SendBuffer and RecvBuffer set SO_SNDBUF and SO_RCVBUF in bytes. Zero
+	// leaves the kernel's autotuning on, which grows the buffers up to the
+	// maxima of net.ipv4.tcp_wmem and net.ipv4.tcp_rmem; that is the right
+	// choice unless those maxima are too small for the path.
+	//
+	// On a long fat pipe the buffers must hold a bandwidth-delay product,
+	// for example 10 Gbit/s × 40 ms = 50 MB, or the window, not the link,
+	// limits throughput (Stats.RwndLimited and Stats.SndbufLimited show
+	// this). Setting a size turns Linux autotuning off for that buffer for
+	// good. Linux doubles the value to leave room for its bookkeeping
+	// (getsockopt returns the doubled figure) and silently caps the request
+	// at net.core.wmem_max or net.core.rmem_max, so raise those first.
+	//
+	// The receive buffer is set before the handshake because the window
+	// scale factor is fixed in the SYN: Dial sets both on the socket before
+	// connecting, and Listen sets them on the listening socket, from which
+	// accepted sockets inherit them. Apply on an established connection
+	// cannot change the window scale.
+	SendBuffer int
+	RecvBuffer int
+
+	// KeepAlive tunes TCP keep-alive probes, which find a dead peer on an
+	// idle connection. Zero fields take the net package's defaults (15 s
+	// idle, 15 s between probes, 9 probes) and negative fields leave the
+	// system's value. KeepAlive.Enable is ignored: probes are on unless
+	// NoKeepAlive is set.
+	KeepAlive   net.KeepAliveConfig
+	NoKeepAlive bool
+
+	// UserTimeout sets TCP_USER_TIMEOUT: how long transmitted data may stay
+	// unacknowledged before the kernel drops the connection with ETIMEDOUT.
+	// It is the way to find a dead peer on a WAN while data is in flight,
+	// when keep-alive probes are not sent; it also bounds keep-alive
+	// probing. Zero leaves the kernel default, which is retransmission with
+	// backoff for about 15 minutes (net.ipv4.tcp_retries2). It has
+	// millisecond resolution; a value below a millisecond is rounded up.
+	UserTimeout time.Duration
+
+	// AbortOnClose sets SO_LINGER to zero, so that Close discards unsent
+	// data and sends an RST, as Abort does, instead of a FIN.
+	AbortOnClose bool
+}
+
+var errConfig = errors.New("tcpx: invalid Config")
+
+func (cfg *Config) validate() error {
+	switch {
+	case cfg.SendBuffer < 0 || cfg.SendBuffer > math.MaxInt32:
+		return fmt.Errorf("%w: SendBuffer %d out of range", errConfig, cfg.SendBuffer)
+	case cfg.RecvBuffer < 0 || cfg.RecvBuffer > math.MaxInt32:
+		return fmt.Errorf("%w: RecvBuffer %d out of range", errConfig, cfg.RecvBuffer)
+	case cfg.UserTimeout < 0 || cfg.UserTimeout > math.MaxInt32*time.Millisecond:
+		return fmt.Errorf("%w: UserTimeout %v out of range", errConfig, cfg.UserTimeout)
+	}
+	return nil
+}
+
+// userTimeoutMillis is the TCP_USER_TIMEOUT value for d, rounded up.
+func userTimeoutMillis(d time.Duration) int {
+	return int((d + time.Millisecond - 1) / time.Millisecond)
+}

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package tcpx
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"syscall"
+)
+
+var errUnsupported = fmt.Errorf("tcpx: socket options on %s: %w", runtime.GOOS, errors.ErrUnsupported)
+
+func setSockopts(syscall.RawConn, *Config, bool) error { return errUnsupported }
+
+func emss(syscall.RawConn) (int, error) { return 0, errUnsupported }
+
+func info(syscall.RawConn) (Stats, error) { return Stats{}, errUnsupported }
