@@ -102,6 +102,9 @@ func (r *Reader) Next() (int, error) {
 	return n, nil
 }
 
+// ULPDULen returns the length of the current (or last) FPDU's ULPDU.
+func (r *Reader) ULPDULen() int { return r.ulen }
+
 // Left returns the ULPDU octets of the current FPDU not yet consumed.
 func (r *Reader) Left() int { return r.left }
 

@@ -30,6 +30,7 @@ type Writer struct {
 	lastArena bool        // the last iovec ends at len(arena) and can grow
 	queued    int
 	scratch   [8]byte // length field, marker and trailer octets on their way into the arena
+	one       [1][]byte
 }
 
 // Sizes of the Writer's staging memory.
@@ -42,6 +43,8 @@ const (
 	// copyMax is the payload size up to which Append copies the payload next
 	// to the header: one iovec is cheaper than two for small messages.
 	copyMax = 256
+	// maxVecs bounds the iovecs of one flush (Linux's IOV_MAX is 1024).
+	maxVecs = 1024
 )
 
 // NewWriter returns a Writer on w. crc says whether CRC32c was negotiated;
@@ -63,7 +66,19 @@ var ErrTooLong = errors.New("mpa: ULPDU too long for one FPDU")
 // payload is referenced until the next Flush returns and must not change
 // before then. Append flushes first when its staging memory is full.
 func (w *Writer) Append(hdr, payload []byte) error {
-	n := len(hdr) + len(payload)
+	w.one[0] = payload
+	err := w.AppendV(hdr, w.one[:])
+	w.one[0] = nil
+	return err
+}
+
+// AppendV is Append with the payload gathered from several slices (the
+// scatter/gather list of a work request).
+func (w *Writer) AppendV(hdr []byte, payload [][]byte) error {
+	n := len(hdr)
+	for _, p := range payload {
+		n += len(p)
+	}
 	if len(hdr) > MaxHeader {
 		return fmt.Errorf("mpa: header of %d octets exceeds %d", len(hdr), MaxHeader)
 	}
@@ -75,8 +90,8 @@ func (w *Writer) Append(hdr, payload []byte) error {
 	if n > MaxULPDU || (w.markers && total > 0xffff) {
 		return ErrTooLong
 	}
-	need := LenFieldLen + MaxHeader + copyMax + 8 + MarkerLen*(total/MarkerInterval+2)
-	if cap(w.arena)-len(w.arena) < need || len(w.vecs) >= 1024 {
+	need := LenFieldLen + MaxHeader + copyMax*len(payload) + 8 + MarkerLen*(total/MarkerInterval+2)
+	if cap(w.arena)-len(w.arena) < need || len(w.vecs)+2*len(payload)+4 > maxVecs {
 		if err := w.Flush(); err != nil {
 			return err
 		}
@@ -93,7 +108,9 @@ func (w *Writer) Append(hdr, payload []byte) error {
 	binary.BigEndian.PutUint16(w.scratch[:2], uint16(n))
 	w.emit(w.scratch[:2], true)
 	w.emit(hdr, true)
-	w.emit(payload, len(payload) <= copyMax)
+	for _, p := range payload {
+		w.emit(p, len(p) <= copyMax)
+	}
 	w.emit(zeros[:PadLen(n)], true)
 	if w.markers && toNextMarker(w.pos) == 0 {
 		w.putMarker(uint16(w.pos - w.start)) // between pad and CRC
