@@ -96,3 +96,35 @@ func CodeString(t EType, code uint8) string {
 	}
 	return fmt.Sprintf("DDP error type %d code %#02x", t, code)
 }
+
+var etypeNames = [...]string{
+	ETypeCatastrophic: "local catastrophic error",
+	ETypeTagged:       "tagged buffer error",
+	ETypeUntagged:     "untagged buffer error",
+	3:                 "reserved for the LLP",
+}
+
+// String names the error type as RFC 5041 section 7.2 does.
+func (t EType) String() string {
+	if int(t) < len(etypeNames) {
+		return etypeNames[t]
+	}
+	return fmt.Sprintf("DDP error type %d", uint8(t))
+}
+
+// Sentinel values for errors.Is: each matches any *Error with its type and
+// code, whatever its Msg.
+var (
+	ErrCatastrophic    = &Error{EType: ETypeCatastrophic, Code: 0}
+	ErrInvalidSTag     = &Error{EType: ETypeTagged, Code: CodeInvalidSTag}
+	ErrBaseBounds      = &Error{EType: ETypeTagged, Code: CodeBaseBounds}
+	ErrSTagNotAssoc    = &Error{EType: ETypeTagged, Code: CodeSTagNotAssoc}
+	ErrTOWrap          = &Error{EType: ETypeTagged, Code: CodeTOWrap}
+	ErrTaggedVersion   = &Error{EType: ETypeTagged, Code: CodeTaggedVersion}
+	ErrInvalidQN       = &Error{EType: ETypeUntagged, Code: CodeInvalidQN}
+	ErrMSNNoBuffer     = &Error{EType: ETypeUntagged, Code: CodeMSNNoBuffer}
+	ErrMSNRange        = &Error{EType: ETypeUntagged, Code: CodeMSNRange}
+	ErrInvalidMO       = &Error{EType: ETypeUntagged, Code: CodeInvalidMO}
+	ErrMsgTooLong      = &Error{EType: ETypeUntagged, Code: CodeMsgTooLong}
+	ErrUntaggedVersion = &Error{EType: ETypeUntagged, Code: CodeUntaggedVersion}
+)

@@ -1,0 +1,14 @@
+// Package ddp implements the Direct Data Placement protocol over reliable
+// transports (RFC 5041): the tagged and untagged segment headers, message
+// segmentation, and the receive-side checks of RFC 5041 section 7.1 with their
+// error numbers (section 7.2).
+//
+// Headers are views over byte slices (Tagged, Untagged): Parse checks the
+// control octet and the length once, then the getters read fields in place.
+// Encoders append to a caller's buffer (AppendTagged, AppendUntagged). Nothing
+// here allocates unless it returns an error.
+//
+// DDP leaves the RsvdULP octets to its upper layer; RDMAP (package rdmap) puts
+// its control octet in the first one (ULPCtrl) and the Invalidate STag in the
+// untagged header's other four (ULPWord).
+package ddp

@@ -1,0 +1,141 @@
+package verbs
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/goiwarp/iwarp/ddp"
+	"github.com/goiwarp/iwarp/mpa"
+	"github.com/goiwarp/iwarp/rdmap"
+	"github.com/goiwarp/iwarp/tcpx"
+)
+
+// rtrSTag is the STag of zero-length RTR Writes and Reads: never 0, which
+// Chelsio rejects; siw uses 1 as well.
+const rtrSTag = 1
+
+// start moves an IDLE QP to RTS on an established MPA connection and starts
+// its loops. initiator says which side of the start-up we were.
+func (qp *QP) start(conn *net.TCPConn, p mpa.Params, cfg ConnConfig, initiator bool) error {
+	if !qp.state.CompareAndSwap(int32(StateIdle), int32(StateRTS)) {
+		return fmt.Errorf("%w: QP in %s", ErrQPState, qp.State())
+	}
+	qp.conn = conn
+	qp.params = p
+	emss, err := tcpx.EMSS(conn)
+	if err != nil || emss <= 0 {
+		emss = 1460
+	}
+	qp.mulpdu = mpa.MULPDU(emss, p.MarkersTx)
+	if cfg.MaxFPDU > 0 {
+		qp.mulpdu = min(qp.mulpdu, mpa.MULPDU(cfg.MaxFPDU, p.MarkersTx))
+	}
+	// An FPDU must carry the largest header and some payload.
+	qp.mulpdu = max(qp.mulpdu, 128)
+	qp.ird, qp.ord = int(p.IRD), int(p.ORD)
+	qp.irdq.init(qp.ird)
+	qp.ordq.init(qp.ord + 1) // one more for a Read RTR
+	qp.tx.w = mpa.NewWriter(conn, p.CRC, p.MarkersTx)
+	qp.rx.r = mpa.NewReader(conn, p.CRC, p.MarkersRx, cfg.ReadBuffer, nil)
+	qp.rx.sendMSN, qp.rx.readMSN = 1, 1
+	qp.rtrDone = make(chan struct{})
+	if p.P2P && !initiator {
+		qp.rx.expectRTR = p.RTR
+	} else {
+		close(qp.rtrDone)
+	}
+	if p.P2P && initiator {
+		if err := qp.sendRTR(p.RTR); err != nil {
+			return err
+		}
+	}
+	qp.loopsLeft.Store(2)
+	qp.wg.Add(1)
+	go qp.txLoop()
+	go qp.rxLoop()
+	return nil
+}
+
+// sendRTR sends the initiator's RTR message, the first FPDU of a
+// peer-to-peer connection (RFC 6581 section 9.2).
+func (qp *QP) sendRTR(r mpa.RTR) error {
+	t := &qp.tx
+	var h []byte
+	switch r {
+	case mpa.RTRSend:
+		t.sendMSN = 1
+		h = ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpSend), 0, rdmap.QNSend, 1, 0)
+	case mpa.RTRWrite:
+		h = ddp.AppendTagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpWrite), rtrSTag, 0)
+	case mpa.RTRRead:
+		t.readMSN = 1
+		qp.ordq.push(readJob{rtr: true, stag: rtrSTag})
+		h = ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpReadRequest), 0, rdmap.QNReadRequest, 1, 0)
+		h = rdmap.AppendReadRequest(h, rtrSTag, 0, 0, rtrSTag, 0)
+	default:
+		return fmt.Errorf("verbs: no RTR type negotiated")
+	}
+	if err := t.w.Append(h, nil); err != nil {
+		return err
+	}
+	return t.w.Flush()
+}
+
+// rxRTR checks that the first FPDU of a peer-to-peer connection is the RTR
+// message we agreed on; anything else is "no matching RTR option".
+func (qp *QP) rxRTR(tagged bool, op rdmap.Opcode, n int) (handled bool, err error) {
+	x := &qp.rx
+	want := x.expectRTR
+	x.expectRTR = mpa.RTRNone
+	defer close(qp.rtrDone)
+	ok := n == 0 || (want == mpa.RTRRead && n == rdmap.ReadRequestLen)
+	switch want {
+	case mpa.RTRSend:
+		ok = ok && !tagged && op == rdmap.OpSend
+		if ok {
+			x.sendMSN++ // the RTR Send takes MSN 1 but no receive buffer
+			return true, nil
+		}
+	case mpa.RTRWrite:
+		ok = ok && tagged && op == rdmap.OpWrite
+	case mpa.RTRRead:
+		ok = ok && !tagged && op == rdmap.OpReadRequest
+	}
+	if !ok {
+		return true, &mpa.Error{Code: mpa.CodeNoMatchingRTR, Msg: fmt.Sprintf("first message is %v, agreed RTR %v", op, want)}
+	}
+	return false, nil // a zero-length Write or Read Request: the usual path handles it
+}
+
+// awaitRTR waits for the initiator's RTR message.
+func (qp *QP) awaitRTR(timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-qp.rtrDone:
+		if err := qp.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-qp.done:
+			return qp.Err()
+		default:
+			return nil
+		}
+	case <-qp.done:
+		return qp.Err()
+	case <-t.C:
+		qp.fatal(&mpa.Error{Code: mpa.CodeNoMatchingRTR, Msg: "no RTR message in time"}, nil, 0)
+		<-qp.done
+		return qp.Err()
+	}
+}
+
+// terminateFPDU returns the DDP header and body of a Terminate for err,
+// with no offending segment (start-up errors).
+func terminateFPDU(err error) (hdr, body []byte) {
+	hdr = ddp.AppendUntagged(nil, true, rdmap.Ctrl(rdmap.OpTerminate), 0, rdmap.QNTerminate, 1, 0)
+	t, _ := rdmap.NewTerminate(err, nil, 0)
+	return hdr, t.Append(nil)
+}

@@ -1,0 +1,143 @@
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// CQ is a completion queue: a ring of work completions filled by the QPs'
+// loops and drained by Poll. If the ring overflows, the CQ enters an error
+// state (ErrCQOverrun) and the QPs that fill it move to ERROR, as a CQ
+// overrun does in ibverbs: completions are never dropped silently.
+type CQ struct {
+	mu      sync.Mutex
+	ring    []WC
+	head, n int
+	err     error
+	solSeq  uint64        // counts solicited and error completions
+	notify  chan struct{} // capacity 1: something was added
+	solWait chan struct{} // capacity 1: a solicited or error completion was added
+}
+
+// CreateCQ returns a completion queue with room for cqe completions.
+func (d *Device) CreateCQ(cqe int) (*CQ, error) {
+	if cqe <= 0 || cqe > d.attr.MaxCQE {
+		return nil, fmt.Errorf("%w: cqe %d (max %d)", ErrInvalidArg, cqe, d.attr.MaxCQE)
+	}
+	return &CQ{ring: make([]WC, cqe), notify: make(chan struct{}, 1), solWait: make(chan struct{}, 1)}, nil
+}
+
+// Poll moves up to len(wcs) completions into wcs and returns how many. It
+// never blocks.
+func (cq *CQ) Poll(wcs []WC) int {
+	cq.mu.Lock()
+	k := min(len(wcs), cq.n)
+	for i := 0; i < k; i++ {
+		wcs[i] = cq.ring[cq.head]
+		cq.ring[cq.head] = WC{}
+		cq.head++
+		if cq.head == len(cq.ring) {
+			cq.head = 0
+		}
+	}
+	cq.n -= k
+	cq.mu.Unlock()
+	return k
+}
+
+// Len returns the number of completions waiting.
+func (cq *CQ) Len() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.n
+}
+
+// Err returns ErrCQOverrun once the ring has overflowed.
+func (cq *CQ) Err() error {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.err
+}
+
+// Wait blocks until the CQ holds a completion, the CQ fails or ctx ends.
+func (cq *CQ) Wait(ctx context.Context) error {
+	for {
+		cq.mu.Lock()
+		n, err := cq.n, cq.err
+		cq.mu.Unlock()
+		if n > 0 {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-cq.notify:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitSolicited blocks until a completion arrives for a Send that carried
+// the Solicited Event bit, or a completion with an error status (what
+// ibv_req_notify_cq with solicited_only reports), or ctx ends. Completions
+// that were already queued when it is called do not count.
+func (cq *CQ) WaitSolicited(ctx context.Context) error {
+	cq.mu.Lock()
+	seq := cq.solSeq
+	cq.mu.Unlock()
+	for {
+		select {
+		case <-cq.solWait:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		cq.mu.Lock()
+		now, err := cq.solSeq, cq.err
+		cq.mu.Unlock()
+		if now != seq {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// push adds a completion; false means the CQ overflowed.
+func (cq *CQ) push(wc WC) bool {
+	cq.mu.Lock()
+	if cq.err != nil || cq.n == len(cq.ring) {
+		cq.err = ErrCQOverrun
+		cq.mu.Unlock()
+		wake(cq.notify)
+		wake(cq.solWait)
+		return false
+	}
+	i := cq.head + cq.n
+	if i >= len(cq.ring) {
+		i -= len(cq.ring)
+	}
+	cq.ring[i] = wc
+	cq.n++
+	sol := wc.Flags&SolicitedEvent != 0 || wc.Status != Success
+	if sol {
+		cq.solSeq++
+	}
+	cq.mu.Unlock()
+	wake(cq.notify)
+	if sol {
+		wake(cq.solWait)
+	}
+	return true
+}
+
+// wake does a non-blocking send on a capacity-1 channel.
+func wake(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,144 @@
+package verbs
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/pion/transport/v3/test"
+	"github.com/stretchr/testify/require"
+)
+
+// side is one end of a connected test pair.
+type side struct {
+	dev    *Device
+	pd     *PD
+	scq    *CQ
+	rcq    *CQ
+	qp     *QP
+	peerPD []byte // private data received from the other side
+}
+
+type pairOpts struct {
+	client, server ConnConfig
+	cap            QPCap
+	ird, ord       int
+	clientPD       []byte
+	serverPD       []byte
+}
+
+func defaultCap() QPCap {
+	return QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 6, MaxRecvSGE: 6, MaxInline: 256}
+}
+
+func newSide(t *testing.T, o pairOpts) *side {
+	t.Helper()
+	s := &side{dev: Open(DeviceAttr{})}
+	s.pd = s.dev.AllocPD()
+	var err error
+	s.scq, err = s.dev.CreateCQ(4096)
+	require.NoError(t, err)
+	s.rcq, err = s.dev.CreateCQ(4096)
+	require.NoError(t, err)
+	c := o.cap
+	if c.MaxSendWR == 0 {
+		c = defaultCap()
+	}
+	s.qp, err = s.pd.CreateQP(QPConfig{SendCQ: s.scq, RecvCQ: s.rcq, Cap: c, IRD: o.ird, ORD: o.ord})
+	require.NoError(t, err)
+	return s
+}
+
+// connect makes a connected pair over loopback TCP: the client dials, the
+// server accepts.
+func connect(t *testing.T, o pairOpts) (client, server *side) {
+	t.Helper()
+	client, server = newSide(t, o), newSide(t, o)
+	ln, err := server.dev.Listen("tcp", "127.0.0.1:0", o.server)
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		req, err := ln.GetRequest(ctx)
+		if err == nil {
+			server.peerPD = req.PrivateData
+			err = req.Accept(server.qp, o.serverPD)
+		}
+		errc <- err
+	}()
+	client.peerPD, err = client.qp.Dial(ctx, "tcp", ln.Addr().String(), o.clientPD, o.client)
+	require.NoError(t, err)
+	require.NoError(t, <-errc)
+	t.Cleanup(func() {
+		client.qp.Close()
+		server.qp.Close()
+	})
+	return client, server
+}
+
+// checkRoutines fails the test if it leaves goroutines behind.
+func checkRoutines(t *testing.T) {
+	report := test.CheckRoutines(t)
+	t.Cleanup(report)
+}
+
+func (s *side) regMR(t *testing.T, n int, acc Access) *MR {
+	t.Helper()
+	mr, err := s.pd.RegMR(make([]byte, max(n, 1)), acc)
+	require.NoError(t, err)
+	return mr
+}
+
+// regFilled registers n octets of seeded random data (at least one octet).
+func (s *side) regFilled(t *testing.T, n int, acc Access, seed uint64) *MR {
+	t.Helper()
+	b := make([]byte, max(n, 1))
+	fill(b, seed)
+	mr, err := s.pd.RegMR(b, acc)
+	require.NoError(t, err)
+	return mr
+}
+
+// wait polls cq until one completion arrives.
+func wait(t *testing.T, cq *CQ) WC {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wc [1]WC
+	for {
+		if cq.Poll(wc[:]) == 1 {
+			return wc[0]
+		}
+		require.NoError(t, cq.Wait(ctx), "waiting for a completion")
+	}
+}
+
+func waitOK(t *testing.T, cq *CQ, op WCOpcode) WC {
+	t.Helper()
+	wc := wait(t, cq)
+	require.Equal(t, Success, wc.Status, "%v", wc)
+	require.Equal(t, op, wc.Opcode)
+	return wc
+}
+
+func fill(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+func requireSame(t *testing.T, want, got []byte) {
+	t.Helper()
+	if !bytes.Equal(want, got) {
+		i := 0
+		for i < len(want) && i < len(got) && want[i] == got[i] {
+			i++
+		}
+		t.Fatalf("data differs at octet %d of %d", i, len(want))
+	}
+}

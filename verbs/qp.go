@@ -1,0 +1,184 @@
+package verbs
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/goiwarp/iwarp/mpa"
+)
+
+// QPState is the state of a queue pair (RFC 5040 section 6 and siw's
+// IDLE/RTR/RTS/CLOSING/TERMINATE/ERROR).
+type QPState int32
+
+// QP states.
+const (
+	StateIdle      QPState = iota // created, not connected
+	StateRTS                      // connected: work requests are carried out
+	StateClosing                  // graceful disconnect under way
+	StateTerminate                // a Terminate is being sent
+	StateError                    // connection gone; work requests flush
+)
+
+var stateNames = [...]string{"IDLE", "RTS", "CLOSING", "TERMINATE", "ERROR"}
+
+func (s QPState) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("QPState(%d)", int32(s))
+}
+
+// QPCap sizes a QP's queues.
+type QPCap struct {
+	MaxSendWR, MaxRecvWR   int
+	MaxSendSGE, MaxRecvSGE int
+	MaxInline              int
+}
+
+// QPConfig describes a QP to create.
+type QPConfig struct {
+	SendCQ, RecvCQ *CQ
+	SRQ            *SRQ // receives come from here instead of the QP's own RQ
+	Cap            QPCap
+	// SigAll completes every send WR; otherwise only those with Signaled.
+	SigAll bool
+	// IRD and ORD: inbound RDMA Reads served at once and outbound Reads
+	// outstanding. Negotiated at connection time (MPA rev 2) and never
+	// above these. 0 means the device maximum.
+	IRD, ORD int
+}
+
+// QP is a reliable-connected queue pair.
+type QP struct {
+	pd     *PD
+	dev    *Device
+	cfg    QPConfig
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+
+	state atomic.Int32
+
+	// Send queue ring, guarded by sqMu. Entries [sqHead, sqNext) are being
+	// carried out or awaiting completion; [sqNext, sqTail) wait for the
+	// transmit loop. Slots are reused only after retirement, so the loops may
+	// use an entry's fields without the lock once they own it.
+	sqMu                   sync.Mutex
+	sq                     []sqe
+	sqHead, sqNext, sqTail uint64
+	sqFlushed              bool // ERROR reached: new WRs flush at once
+
+	rq recvQueue // the QP's own receive queue (unused with an SRQ)
+
+	wake chan struct{} // capacity 1: new work for the transmit loop
+
+	// Connection state, set once by connect before the loops start.
+	conn   net.Conn
+	params mpa.Params
+	mulpdu int
+	ird    int // negotiated: Read Requests we serve at once
+	ord    int // negotiated: Read Requests we have outstanding
+
+	tx txState // owned by the transmit loop
+	rx rxState // owned by the receive loop
+
+	// Queues between the loops.
+	irdq readQueue // peer's Read Requests: rx pushes, tx serves
+	ordq readQueue // our outstanding Reads: tx pushes, rx completes
+
+	rtrDone chan struct{} // closed when the peer-to-peer RTR has arrived (or none is due)
+
+	errOnce   sync.Once
+	err       error         // first fatal cause, set in errOnce
+	termMu    sync.Mutex    // guards term
+	term      []byte        // Terminate ULPDU for tx to send
+	done      chan struct{} // closed when the QP is in ERROR and flushed
+	stop      chan struct{} // closed to stop the loops
+	stopOnce  sync.Once
+	loopsLeft atomic.Int32
+	wg        sync.WaitGroup
+}
+
+// CreateQP creates an RC queue pair in the IDLE state.
+func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
+	d := pd.dev
+	a := d.attr
+	c := &cfg.Cap
+	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
+		return nil, fmt.Errorf("%w: QP needs a send and a receive CQ", ErrInvalidArg)
+	}
+	if c.MaxSendWR <= 0 || c.MaxSendWR > a.MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > a.MaxQPWR ||
+		c.MaxSendSGE > a.MaxSGE || c.MaxRecvSGE > a.MaxSGE || c.MaxInline > a.MaxInline ||
+		(cfg.SRQ == nil && c.MaxRecvWR == 0) {
+		return nil, fmt.Errorf("%w: QP capabilities %+v exceed device limits", ErrInvalidArg, *c)
+	}
+	if c.MaxSendSGE == 0 {
+		c.MaxSendSGE = 1
+	}
+	if c.MaxRecvSGE == 0 {
+		c.MaxRecvSGE = 1
+	}
+	if cfg.IRD <= 0 || cfg.IRD > a.MaxIRD {
+		cfg.IRD = a.MaxIRD
+	}
+	if cfg.ORD <= 0 || cfg.ORD > a.MaxORD {
+		cfg.ORD = a.MaxORD
+	}
+	d.mu.Lock()
+	if d.nqp >= a.MaxQP {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d QPs", ErrResources, a.MaxQP)
+	}
+	d.nqp++
+	d.mu.Unlock()
+	qp := &QP{
+		pd: pd, dev: d, cfg: cfg, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ,
+		sq:   make([]sqe, c.MaxSendWR),
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+		stop: make(chan struct{}),
+	}
+	if cfg.SRQ == nil {
+		qp.rq.init(c.MaxRecvWR)
+	}
+	if c.MaxInline > 0 {
+		arena := make([]byte, c.MaxInline*c.MaxSendWR)
+		for i := range qp.sq {
+			qp.sq[i].inline = arena[i*c.MaxInline : (i+1)*c.MaxInline : (i+1)*c.MaxInline]
+		}
+	}
+	return qp, nil
+}
+
+// State returns the QP's state.
+func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
+
+// PD returns the QP's protection domain.
+func (qp *QP) PD() *PD { return qp.pd }
+
+// Params returns what MPA start-up negotiated (valid once connected).
+func (qp *QP) Params() mpa.Params { return qp.params }
+
+// MULPDU returns the largest ULPDU the QP puts in one FPDU.
+func (qp *QP) MULPDU() int { return qp.mulpdu }
+
+// Conn returns the QP's TCP connection (nil before it connects).
+func (qp *QP) Conn() net.Conn { return qp.conn }
+
+// Done is closed when the QP has reached ERROR and flushed its work
+// requests.
+func (qp *QP) Done() <-chan struct{} { return qp.done }
+
+// Err returns why the QP left RTS: a *TerminateError (a Terminate we sent
+// or received), ErrConnLost, ErrDisconnected, or nil while it is healthy.
+func (qp *QP) Err() error {
+	select {
+	case <-qp.done:
+		return qp.err
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,267 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/goiwarp/iwarp/rdmap"
+)
+
+// Reasons a QP leaves RTS, from QP.Err.
+var (
+	// ErrConnLost: the TCP connection failed (reset, timeout, broken pipe).
+	ErrConnLost = errors.New("verbs: connection lost")
+	// ErrDisconnected: the connection was closed in an orderly way, by us or
+	// by the peer.
+	ErrDisconnected = errors.New("verbs: disconnected")
+)
+
+// TerminateError is a QP's fatal error that went through a Terminate
+// message: one we sent (Remote false) for an error we detected, or one the
+// peer sent (Remote true), which we never echo.
+type TerminateError struct {
+	Remote    bool
+	Terminate rdmap.Terminate
+	Err       error // the local error behind a Terminate we sent
+}
+
+func (e *TerminateError) Error() string {
+	if e.Remote {
+		return "verbs: peer sent Terminate: " + e.Terminate.Cause().String()
+	}
+	return fmt.Sprintf("verbs: sent Terminate (%s): %v", e.Terminate.Cause().String(), e.Err)
+}
+
+func (e *TerminateError) Unwrap() error { return e.Err }
+
+// setError records the first fatal cause and moves the QP to ERROR. It
+// reports whether this call was the first.
+func (qp *QP) setError(err error) bool {
+	first := false
+	qp.errOnce.Do(func() {
+		first = true
+		qp.err = err
+		qp.state.Store(int32(StateError))
+		qp.stopLoops()
+		if qp.conn != nil {
+			// Give the peer termLinger to close; never wait for it longer.
+			qp.conn.SetDeadline(time.Now().Add(termLinger))
+		}
+	})
+	return first
+}
+
+// fatal handles a protocol error we detected: the Terminate goes to the
+// transmit loop, which sends it and half-closes; the QP moves to TERMINATE
+// and then ERROR. hdr is the offending segment's DDP/RDMAP header as far as
+// it was read, ulpduLen its length.
+func (qp *QP) fatal(err error, hdr []byte, ulpduLen int) {
+	qp.errOnce.Do(func() {
+		t, _ := rdmap.NewTerminate(err, hdr, ulpduLen)
+		qp.err = &TerminateError{Terminate: t, Err: err}
+		qp.state.Store(int32(StateTerminate))
+		qp.termMu.Lock()
+		qp.term = t.Append(nil)
+		qp.termMu.Unlock()
+		wake(qp.wake)
+		// Bound the exchange: the peer gets termLinger to read the Terminate
+		// and close.
+		qp.conn.SetDeadline(time.Now().Add(termLinger))
+	})
+}
+
+// connLost records a failed connection.
+func (qp *QP) connLost(err error) {
+	if qp.setError(fmt.Errorf("%w: %w", ErrConnLost, err)) {
+		qp.conn.SetDeadline(time.Now()) // unblock the other loop
+	}
+}
+
+// disconnected records an orderly close by the peer (end of stream between
+// FPDUs): we close our half too.
+func (qp *QP) disconnected() {
+	qp.setError(ErrDisconnected)
+}
+
+func (qp *QP) termPending() bool {
+	qp.termMu.Lock()
+	defer qp.termMu.Unlock()
+	return qp.term != nil
+}
+
+// takeTerm returns the Terminate to send, once.
+func (qp *QP) takeTerm() []byte {
+	qp.termMu.Lock()
+	defer qp.termMu.Unlock()
+	t := qp.term
+	if t != nil {
+		qp.term = []byte{} // non-nil: still pending for termPending, but sent
+	}
+	if len(t) == 0 {
+		return nil
+	}
+	return t
+}
+
+func (qp *QP) stopLoops() {
+	qp.stopOnce.Do(func() { close(qp.stop) })
+}
+
+// loopDone runs as each loop exits; the last one closes the socket and
+// flushes every outstanding WR.
+func (qp *QP) loopDone() {
+	if qp.loopsLeft.Add(-1) != 0 {
+		return
+	}
+	qp.setError(ErrDisconnected) // no-op when a cause is recorded
+	qp.state.Store(int32(StateError))
+	qp.conn.Close()
+	qp.flushAll()
+	close(qp.done)
+	qp.wg.Done()
+}
+
+// flushAll completes every outstanding WR with WRFlushErr, in order, and
+// makes later posts flush at once.
+func (qp *QP) flushAll() {
+	qp.sqMu.Lock()
+	for i := qp.sqHead; i < qp.sqTail; i++ {
+		e := &qp.sq[i%uint64(len(qp.sq))]
+		if !e.done {
+			e.done, e.status = true, WRFlushErr
+		}
+	}
+	qp.sqNext = qp.sqTail
+	qp.retireLocked()
+	qp.sqFlushed = true
+	qp.sqMu.Unlock()
+
+	flushRecv := func(id uint64) { qp.recvCQ.push(WC{ID: id, Status: WRFlushErr, Opcode: WCRecv, QP: qp}) }
+	if qp.rx.recvOn {
+		flushRecv(qp.rx.recv.id)
+		qp.rx.recvOn = false
+	}
+	if qp.srq == nil {
+		qp.rq.drain(flushRecv)
+	}
+	qp.irdq.clear()
+	qp.ordq.clear()
+}
+
+// completeSQ marks SQ entry idx done and retires what it can.
+func (qp *QP) completeSQ(idx uint64, st WCStatus) {
+	qp.sqMu.Lock()
+	e := &qp.sq[idx%uint64(len(qp.sq))]
+	e.done, e.status = true, st
+	qp.retireLocked()
+	qp.sqMu.Unlock()
+}
+
+// retireLocked delivers completions from the head of the SQ, in order:
+// ibverbs promises RC send completions in posting order even though an
+// RDMA Read completes later than a Write posted after it.
+func (qp *QP) retireLocked() {
+	for qp.sqHead != qp.sqNext {
+		e := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
+		if !e.done {
+			return
+		}
+		if e.signaled || e.status != Success {
+			if !qp.sendCQ.push(WC{ID: e.id, Status: e.status, Opcode: e.op.wcOp(), ByteLen: uint32(e.length), QP: qp}) {
+				qp.fatal(errCQOverrun, nil, 0) // takes no lock of the SQ's
+			}
+		}
+		e.segs = [maxSGE][]byte{} // drop references to user memory
+		qp.sqHead++
+	}
+}
+
+// Close tears the QP down abortively: the connection is reset, outstanding
+// WRs complete with WRFlushErr, and the QP's goroutines are gone when Close
+// returns. It is safe to call more than once.
+func (qp *QP) Close() error {
+	if qp.conn == nil {
+		qp.closeResources()
+		return nil
+	}
+	if qp.setError(ErrDisconnected) {
+		abort(qp.conn)
+	}
+	qp.wg.Wait()
+	qp.closeResources()
+	return nil
+}
+
+var closeResOnce sync.Mutex
+
+func (qp *QP) closeResources() {
+	closeResOnce.Lock()
+	defer closeResOnce.Unlock()
+	if qp.sq == nil {
+		return
+	}
+	qp.dev.mu.Lock()
+	qp.dev.nqp--
+	qp.dev.mu.Unlock()
+	qp.sq = nil
+}
+
+// Disconnect closes the connection in an orderly way: it waits until every
+// posted send WR has completed (or ctx ends), then sends FIN; the peer closes
+// its side and both QPs reach ERROR, flushing any receives still posted.
+func (qp *QP) Disconnect(ctx context.Context) error {
+	if qp.conn == nil {
+		return fmt.Errorf("%w: not connected", ErrQPState)
+	}
+	qp.state.CompareAndSwap(int32(StateRTS), int32(StateClosing))
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		qp.sqMu.Lock()
+		idle := qp.sqHead == qp.sqTail
+		qp.sqMu.Unlock()
+		if idle || qp.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			qp.Close()
+			return errors.New("verbs: disconnect timed out; connection reset")
+		case <-qp.done:
+		case <-t.C:
+		}
+	}
+	closeWrite(qp.conn)
+	select {
+	case <-qp.done:
+	case <-ctx.Done():
+	}
+	return qp.Close()
+}
+
+// closeWrite half-closes a TCP connection (FIN).
+func closeWrite(c net.Conn) {
+	if tc, ok := c.(interface{ CloseWrite() error }); ok {
+		tc.CloseWrite()
+		return
+	}
+	c.Close()
+}
+
+// abort closes a connection with a reset.
+func abort(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+func isNetErr(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe)
+}

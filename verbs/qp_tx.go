@@ -1,0 +1,285 @@
+package verbs
+
+import (
+	"time"
+
+	"github.com/goiwarp/iwarp/ddp"
+	"github.com/goiwarp/iwarp/mpa"
+	"github.com/goiwarp/iwarp/rdmap"
+)
+
+// txBatch is how many stream octets the transmit loop queues before it
+// flushes them in one writev: enough to amortise the system call, small
+// enough that a Terminate or Read Response does not wait long.
+const txBatch = 256 << 10
+
+// txState is owned by the transmit loop.
+type txState struct {
+	w       *mpa.Writer
+	hdr     [mpa.MaxHeader]byte
+	pieces  [maxSGE][]byte
+	sendMSN uint32 // MSN of the last Send started (QN 0); the first is 1
+	readMSN uint32 // MSN of the last Read Request (QN 1)
+
+	cur    *sqe   // SQ WR in progress
+	curIdx uint64 // its SQ index
+	curOff int    // octets of it queued
+	curMSN uint32
+
+	rr    *readJob // Read Response in progress
+	rrOff int
+
+	flushTo uint64 // SQ entries below this are queued whole and complete at the next flush
+	doneTo  uint64 // SQ entries below this were completed after a flush
+}
+
+// txLoop is the transmit goroutine of a connected QP.
+func (qp *QP) txLoop() {
+	defer qp.loopDone()
+	t := &qp.tx
+	for {
+		if term := qp.takeTerm(); term != nil {
+			qp.txTerminate(term)
+			return
+		}
+		select {
+		case <-qp.stop:
+			qp.tx.w.Flush()
+			return
+		default:
+		}
+		worked, err := qp.txFill()
+		if err == nil && t.w.Buffered() > 0 {
+			if err = t.w.Flush(); err == nil {
+				qp.txCompleted()
+			}
+		}
+		if err != nil {
+			qp.connLost(err)
+			return
+		}
+		if !worked {
+			select {
+			case <-qp.wake:
+			case <-qp.stop:
+				return
+			}
+		}
+	}
+}
+
+// txFill queues FPDUs until a batch is full or nothing is ready. Messages are
+// never interleaved with each other: siw rejects a tagged message inside
+// another tagged one.
+func (qp *QP) txFill() (worked bool, err error) {
+	t := &qp.tx
+	for t.w.Buffered() < txBatch && !qp.termPending() {
+		switch {
+		case t.rr != nil:
+			err = qp.txReadResponse()
+		case t.cur != nil:
+			err = qp.txSQ()
+		default:
+			if job := qp.irdq.front(); job != nil {
+				t.rr, t.rrOff = job, 0
+				continue
+			}
+			e, idx := qp.nextSQ()
+			if e == nil {
+				return worked, nil
+			}
+			t.cur, t.curIdx, t.curOff = e, idx, 0
+			continue
+		}
+		if err != nil {
+			return worked, err
+		}
+		worked = true
+	}
+	return worked, nil
+}
+
+// nextSQ hands the transmit loop the next SQ entry, unless a fence or the
+// ORD holds it back.
+func (qp *QP) nextSQ() (*sqe, uint64) {
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	if qp.sqNext == qp.sqTail {
+		return nil, 0
+	}
+	e := &qp.sq[qp.sqNext%uint64(len(qp.sq))]
+	if e.fence && qp.ordq.len() > 0 {
+		return nil, 0 // rx wakes us when a Read completes
+	}
+	if e.op == OpRDMARead && qp.ordq.len() >= qp.ord {
+		return nil, 0 // RFC 5040 section 6.5: no more than ORD Reads outstanding
+	}
+	idx := qp.sqNext
+	qp.sqNext++
+	return e, idx
+}
+
+// segPayload gathers up to max octets of e's data starting at off.
+func (t *txState) segPayload(e *sqe, off, max int) ([][]byte, int) {
+	n, k := 0, 0
+	for _, s := range e.payload() {
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		s = s[off:]
+		off = 0
+		if len(s) > max-n {
+			s = s[:max-n]
+		}
+		t.pieces[k] = s
+		k++
+		n += len(s)
+		if n == max {
+			break
+		}
+	}
+	return t.pieces[:k], n
+}
+
+// txSQ queues FPDUs of the SQ WR in progress.
+func (qp *QP) txSQ() error {
+	t := &qp.tx
+	e := t.cur
+	switch e.op {
+	case OpSend, OpSendWithInv:
+		if t.curOff == 0 {
+			t.sendMSN++
+			t.curMSN = t.sendMSN
+		}
+		op := rdmap.OpSend
+		switch {
+		case e.op == OpSendWithInv && e.solicit:
+			op = rdmap.OpSendSEInvalidate
+		case e.op == OpSendWithInv:
+			op = rdmap.OpSendInvalidate
+		case e.solicit:
+			op = rdmap.OpSendSE
+		}
+		for t.w.Buffered() < txBatch {
+			p, n := t.segPayload(e, t.curOff, qp.mulpdu-ddp.UntaggedHdrLen)
+			last := t.curOff+n == e.length
+			h := ddp.AppendUntagged(t.hdr[:0], last, rdmap.Ctrl(op), e.invKey, rdmap.QNSend, t.curMSN, uint32(t.curOff))
+			if err := t.w.AppendV(h, p); err != nil {
+				return err
+			}
+			t.curOff += n
+			if last {
+				qp.txQueued()
+				return nil
+			}
+		}
+	case OpRDMAWrite:
+		for t.w.Buffered() < txBatch {
+			p, n := t.segPayload(e, t.curOff, qp.mulpdu-ddp.TaggedHdrLen)
+			last := t.curOff+n == e.length
+			h := ddp.AppendTagged(t.hdr[:0], last, rdmap.Ctrl(rdmap.OpWrite), e.rkey, e.raddr+uint64(t.curOff))
+			if err := t.w.AppendV(h, p); err != nil {
+				return err
+			}
+			t.curOff += n
+			if last {
+				qp.txQueued()
+				return nil
+			}
+		}
+	case OpRDMARead:
+		t.readMSN++
+		// The ORD entry goes in before the request leaves, so the response
+		// can never overtake it.
+		qp.ordq.push(readJob{sqIdx: t.curIdx, buf: e.segs[0], stag: e.sinkKey, to: e.sinkTO, size: uint32(e.length)})
+		h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpReadRequest), 0, rdmap.QNReadRequest, t.readMSN, 0)
+		h = rdmap.AppendReadRequest(h, e.sinkKey, e.sinkTO, uint32(e.length), e.rkey, e.raddr)
+		if err := t.w.Append(h, nil); err != nil {
+			return err
+		}
+		t.cur = nil // completes when the last Read Response segment is placed
+	case OpLocalInv, OpRegMR:
+		// Local operations take effect in SQ order, when the WRs before them
+		// have been queued.
+		ok := false
+		if e.op == OpLocalInv {
+			ok = qp.dev.invalidate(e.invKey, qp.pd, false)
+		} else {
+			ok = qp.dev.fastReg(e.regMR, qp.pd, e.regBuf, e.regAcc)
+		}
+		st := Success
+		if !ok {
+			st = LocProtErr
+		}
+		t.cur = nil
+		qp.completeSQ(t.curIdx, st)
+	}
+	return nil
+}
+
+// txQueued records that the WR in progress is queued whole: it completes
+// once the flush that carries its last octets succeeds.
+func (qp *QP) txQueued() {
+	t := &qp.tx
+	t.flushTo = t.curIdx + 1
+	t.cur = nil
+}
+
+// txCompleted completes the Sends and Writes a successful flush handed to
+// TCP (iWARP completes them then, as siw does).
+func (qp *QP) txCompleted() {
+	t := &qp.tx
+	if t.doneTo >= t.flushTo {
+		return
+	}
+	qp.sqMu.Lock()
+	// Entries below sqHead are retired (done already); from sqHead on, every
+	// slot holds the entry of its own index.
+	for i := max(t.doneTo, qp.sqHead); i < t.flushTo; i++ {
+		e := &qp.sq[i%uint64(len(qp.sq))]
+		if e.op != OpRDMARead && e.op != OpLocalInv && e.op != OpRegMR {
+			e.done = true
+		}
+	}
+	t.doneTo = t.flushTo
+	qp.retireLocked()
+	qp.sqMu.Unlock()
+}
+
+// txReadResponse queues FPDUs of the Read Response in progress.
+func (qp *QP) txReadResponse() error {
+	t := &qp.tx
+	j := t.rr
+	for t.w.Buffered() < txBatch {
+		n := min(len(j.buf)-t.rrOff, qp.mulpdu-ddp.TaggedHdrLen)
+		last := t.rrOff+n == len(j.buf)
+		h := ddp.AppendTagged(t.hdr[:0], last, rdmap.Ctrl(rdmap.OpReadResponse), j.stag, j.to+uint64(t.rrOff))
+		if err := t.w.Append(h, j.buf[t.rrOff:t.rrOff+n]); err != nil {
+			return err
+		}
+		t.rrOff += n
+		if last {
+			t.rr = nil
+			qp.irdq.pop() // frees an IRD slot for the peer
+			return nil
+		}
+	}
+	return nil
+}
+
+// termLinger bounds how long a Terminate may take to leave, and how long we
+// wait for the peer to close after it.
+const termLinger = 2 * time.Second
+
+// txTerminate sends the Terminate, then half-closes the stream
+// (RFC 5040 section 5.3: the stream is closed after a Terminate).
+func (qp *QP) txTerminate(term []byte) {
+	t := &qp.tx
+	qp.conn.SetWriteDeadline(time.Now().Add(termLinger))
+	t.w.Flush() // FPDUs already queued go first, as on the wire they would
+	h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpTerminate), 0, rdmap.QNTerminate, 1, 0)
+	t.w.Append(h, term)
+	t.w.Flush()
+	closeWrite(qp.conn)
+}

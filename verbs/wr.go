@@ -1,0 +1,153 @@
+package verbs
+
+import "fmt"
+
+// SGE is a scatter/gather element: Length octets at Addr of the memory region
+// whose local key is LKey. Addr is the MR's Addr() plus an offset.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// SendOpcode is the operation of a SendWR.
+type SendOpcode uint8
+
+// Send work request opcodes.
+const (
+	OpSend SendOpcode = iota
+	OpSendWithInv
+	OpRDMAWrite
+	OpRDMARead
+	OpLocalInv
+	OpRegMR // fast registration: bind RegBuf to MR (from PD.AllocMR) under a new key
+)
+
+var sendOpNames = [...]string{"SEND", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_READ", "LOCAL_INV", "REG_MR"}
+
+func (o SendOpcode) String() string {
+	if int(o) < len(sendOpNames) {
+		return sendOpNames[o]
+	}
+	return fmt.Sprintf("SendOpcode(%d)", uint8(o))
+}
+
+// SendFlags modify a SendWR.
+type SendFlags uint8
+
+// Send flags, as IBV_SEND_*.
+const (
+	// Signaled asks for a completion even on a QP created with SigAll false.
+	Signaled SendFlags = 1 << iota
+	// Fence makes the WR wait until every earlier RDMA Read has completed.
+	Fence
+	// Solicited sets the Solicited Event bit of a Send.
+	Solicited
+	// Inline copies the data at post time; the buffers need no MR.
+	Inline
+)
+
+// SendWR is a send-queue work request.
+type SendWR struct {
+	ID     uint64
+	Opcode SendOpcode
+	Flags  SendFlags
+	SGL    []SGE // gather list; at most one element for RDMA Read (the sink)
+	// Inline data for Inline sends and writes, instead of SGL (at most
+	// MaxInline octets). Copied at post time.
+	InlineData []byte
+	// RemoteAddr and RKey address the peer's memory for RDMA Write and Read.
+	RemoteAddr uint64
+	RKey       uint32
+	// InvalidateRKey is the peer's STag that Send with Invalidate invalidates,
+	// and the local STag that LocalInv invalidates.
+	InvalidateRKey uint32
+	// MR, RegBuf and RegAccess describe an OpRegMR fast registration.
+	MR        *MR
+	RegBuf    []byte
+	RegAccess Access
+}
+
+// RecvWR is a receive-queue work request.
+type RecvWR struct {
+	ID  uint64
+	SGL []SGE
+}
+
+// WCOpcode says which operation a work completion is for.
+type WCOpcode uint8
+
+// Work completion opcodes.
+const (
+	WCSend WCOpcode = iota
+	WCRDMAWrite
+	WCRDMARead
+	WCLocalInv
+	WCRecv
+	WCRegMR
+)
+
+var wcOpNames = [...]string{"SEND", "RDMA_WRITE", "RDMA_READ", "LOCAL_INV", "RECV", "REG_MR"}
+
+func (o WCOpcode) String() string {
+	if int(o) < len(wcOpNames) {
+		return wcOpNames[o]
+	}
+	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
+}
+
+// WCStatus is a work completion status, with the names of ibv_wc_status.
+type WCStatus uint8
+
+// Work completion statuses (the subset an iWARP RC QP produces).
+const (
+	Success WCStatus = iota
+	LocLenErr
+	LocQPOpErr
+	LocProtErr
+	WRFlushErr
+	RemAccessErr
+	RemOpErr
+	RemInvReqErr
+	FatalErr
+	GeneralErr
+)
+
+var wcStatusNames = [...]string{
+	"success", "local length error", "local QP operation error", "local protection error",
+	"work request flushed error", "remote access error", "remote operation error",
+	"remote invalid request error", "fatal error", "general error",
+}
+
+func (s WCStatus) String() string {
+	if int(s) < len(wcStatusNames) {
+		return wcStatusNames[s]
+	}
+	return fmt.Sprintf("WCStatus(%d)", uint8(s))
+}
+
+// WCFlags describe a receive completion.
+type WCFlags uint8
+
+// Work completion flags.
+const (
+	// WithInv: the Send carried an invalidation; InvalidatedRKey holds it.
+	WithInv WCFlags = 1 << iota
+	// SolicitedEvent: the Send carried the Solicited Event bit.
+	SolicitedEvent
+)
+
+// WC is a work completion. Its Status is data, not a Go error.
+type WC struct {
+	ID              uint64
+	Status          WCStatus
+	Opcode          WCOpcode
+	Flags           WCFlags
+	ByteLen         uint32
+	InvalidatedRKey uint32
+	QP              *QP
+}
+
+func (wc WC) String() string {
+	return fmt.Sprintf("wc{id %d %s %s len %d}", wc.ID, wc.Opcode, wc.Status, wc.ByteLen)
+}
