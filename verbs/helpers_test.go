@@ -120,7 +120,10 @@ func wait(t *testing.T, cq *CQ) WC {
 func waitOK(t *testing.T, cq *CQ, op WCOpcode) WC {
 	t.Helper()
 	wc := wait(t, cq)
-	require.Equal(t, Success, wc.Status, "%v", wc)
+	if wc.Status != Success && wc.QP != nil {
+		<-wc.QP.Done()
+		t.Fatalf("%v; QP error: %v", wc, wc.QP.Err())
+	}
 	require.Equal(t, op, wc.Opcode)
 	return wc
 }

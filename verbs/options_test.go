@@ -1,0 +1,111 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/goiwarp/iwarp/mpa"
+	"github.com/stretchr/testify/require"
+)
+
+// exercise runs a Send, an RDMA Write and an RDMA Read of n octets each way
+// the pair allows, checking the data.
+func exercise(t *testing.T, c, s *side, n int) {
+	t.Helper()
+	src := c.regFilled(t, n, 0, uint64(n))
+	rbuf := s.regMR(t, n, LocalWrite)
+	_, err := s.qp.PostRecv(RecvWR{ID: 1, SGL: []SGE{rbuf.SGE(0, n)}})
+	require.NoError(t, err)
+	_, err = c.qp.PostSend(SendWR{ID: 1, Opcode: OpSend, Flags: Signaled, SGL: []SGE{src.SGE(0, n)}})
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCSend)
+	require.Equal(t, uint32(n), waitOK(t, s.rcq, WCRecv).ByteLen)
+	requireSame(t, src.Buf()[:n], rbuf.Buf()[:n])
+
+	wdst := s.regMR(t, n, LocalWrite|RemoteWrite|RemoteRead)
+	_, err = c.qp.PostSend(SendWR{ID: 2, Opcode: OpRDMAWrite, SGL: []SGE{src.SGE(0, n)}, RemoteAddr: wdst.Addr(), RKey: wdst.RKey()})
+	require.NoError(t, err)
+	// An unsignaled Write followed by a Read of the same memory: the Read
+	// sees the Write, since the responder serves it after placing the Write.
+	back := c.regMR(t, n, LocalWrite)
+	_, err = c.qp.PostSend(SendWR{ID: 3, Opcode: OpRDMARead, Flags: Signaled, SGL: []SGE{back.SGE(0, n)},
+		RemoteAddr: wdst.Addr(), RKey: wdst.RKey()})
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCRDMARead)
+	requireSame(t, src.Buf()[:n], back.Buf()[:n])
+}
+
+func TestConnectionOptions(t *testing.T) {
+	type tc struct {
+		name           string
+		client, server mpa.Config
+	}
+	var cases []tc
+	for _, rev := range []uint8{1, 2} {
+		for _, crc := range []mpa.CRCPolicy{mpa.CRCOn, mpa.CRCOff} {
+			for _, mk := range []string{"none", "tx", "rx", "both"} {
+				c := mpa.Config{Rev: rev, CRC: crc, IRD: 8, ORD: 8, MarkersRx: mk == "rx" || mk == "both"}
+				s := mpa.Config{Rev: rev, CRC: crc, IRD: 8, ORD: 8, MarkersRx: mk == "tx" || mk == "both"}
+				cases = append(cases, tc{fmt.Sprintf("rev%d/crc-%v/markers-%s", rev, crc, mk), c, s})
+			}
+		}
+	}
+	for _, rtr := range []mpa.RTR{mpa.RTRSend, mpa.RTRWrite, mpa.RTRRead} {
+		c := mpa.Config{P2P: true, RTRs: rtr, IRD: 8, ORD: 8}
+		s := mpa.Config{P2P: true, RTRs: mpa.RTRSend | mpa.RTRWrite | mpa.RTRRead, IRD: 8, ORD: 8}
+		cases = append(cases, tc{"p2p/" + rtr.String(), c, s})
+	}
+	for _, k := range cases {
+		t.Run(k.name, func(t *testing.T) {
+			checkRoutines(t)
+			c, s := connect(t, pairOpts{client: ConnConfig{MPA: k.client}, server: ConnConfig{MPA: k.server}})
+			require.Equal(t, c.qp.params.CRC, s.qp.params.CRC)
+			require.Equal(t, c.qp.params.MarkersTx, s.qp.params.MarkersRx)
+			require.Equal(t, c.qp.params.MarkersRx, s.qp.params.MarkersTx)
+			require.Equal(t, k.client.CRC == mpa.CRCOn, c.qp.params.CRC)
+			require.Equal(t, k.client.MarkersRx, c.qp.params.MarkersRx)
+			for _, n := range []int{1, 1000, 70000, 300000} {
+				exercise(t, c, s, n)
+			}
+		})
+	}
+}
+
+func TestRejectWithPrivateData(t *testing.T) {
+	checkRoutines(t)
+	c := newSide(t, pairOpts{})
+	srv := newSide(t, pairOpts{})
+	defer c.qp.Close()
+	defer srv.qp.Close()
+	ln, err := srv.dev.Listen("tcp", "127.0.0.1:0", ConnConfig{})
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() {
+		req, err := ln.GetRequest(ctx)
+		if err == nil {
+			if string(req.PrivateData) != "let me in" {
+				req.Reject([]byte("wrong word"))
+				return
+			}
+			req.Reject([]byte("go away"))
+		}
+	}()
+	_, err = c.qp.Dial(ctx, "tcp", ln.Addr().String(), []byte("let me in"), ConnConfig{})
+	require.ErrorIs(t, err, mpa.ErrRejected)
+	var re *mpa.RejectError
+	require.True(t, errors.As(err, &re))
+	require.Equal(t, "go away", string(re.PrivateData))
+	require.Equal(t, StateIdle, c.qp.State())
+}
+
+func TestPrivateDataExchange(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{clientPD: []byte("hello from client"), serverPD: []byte("hello from server")})
+	require.Equal(t, "hello from client", string(s.peerPD))
+	require.Equal(t, "hello from server", string(c.peerPD))
+}
