@@ -91,26 +91,20 @@ type Cause struct {
 // "LLP MPA error: MPA CRC error".
 func (c Cause) String() string { return c.Layer.String() + " " + c.describe() }
 
-// describe names the error type and code. Local catastrophic errors have no
-// code of their own (RFC 5040 Figure 9, RFC 5041 section 7.2), so a code is
-// shown only as a number, and only if it is not zero.
+// describe names the error type and code. A code is named only where the RFCs
+// define it for that type; otherwise it is shown as a number. Local
+// catastrophic errors have no code of their own (RFC 5040 Figure 9, RFC 5041
+// section 7.2), so theirs is shown only if it is not zero.
 func (c Cause) describe() string {
 	et, code := c.etypeName(), ""
-	switch c.Layer {
-	case LayerRDMAP:
-		if c.EType != ETypeLocalCatastrophic {
-			if n, ok := rdmapCodeNames[c.Code]; ok {
-				code = n
-			}
-		}
-	case LayerDDP:
-		if t := ddp.EType(c.EType); t == ddp.ETypeTagged || t == ddp.ETypeUntagged {
-			code = ddp.CodeString(t, c.Code)
-		}
-	case LayerLLP:
-		if c.EType == ETypeMPA {
-			code = mpa.LLPCode(c.Code).String()
-		}
+	switch {
+	case c.catastrophic():
+	case c.Layer == LayerRDMAP && c.Valid():
+		code = rdmapCodeNames[c.Code]
+	case c.Layer == LayerDDP && c.Valid():
+		code = ddp.CodeString(ddp.EType(c.EType), c.Code)
+	case c.Layer == LayerLLP && c.EType == ETypeMPA:
+		code = mpa.LLPCode(c.Code).String()
 	}
 	switch {
 	case code != "":

@@ -38,16 +38,16 @@ func Errorf(etype, code uint8, format string, args ...any) *Error {
 
 // Sentinel values for errors.Is.
 var (
-	ErrInvalidSTag      = &Error{EType: ETypeRemoteProtection, Code: CodeInvalidSTag}
-	ErrBaseBounds       = &Error{EType: ETypeRemoteProtection, Code: CodeBaseBounds}
-	ErrAccessRights     = &Error{EType: ETypeRemoteProtection, Code: CodeAccessRights}
-	ErrSTagNotAssoc     = &Error{EType: ETypeRemoteProtection, Code: CodeSTagNotAssoc}
-	ErrTOWrap           = &Error{EType: ETypeRemoteProtection, Code: CodeTOWrap}
-	ErrCannotInvalidate = &Error{EType: ETypeRemoteOperation, Code: CodeCannotInvalidate}
-	ErrInvalidVersion   = &Error{EType: ETypeRemoteOperation, Code: CodeInvalidVersion}
-	ErrUnexpectedOpcode = &Error{EType: ETypeRemoteOperation, Code: CodeUnexpectedOpcode}
-	ErrCatastrophic     = &Error{EType: ETypeRemoteOperation, Code: CodeCatastrophicStream}
-	ErrMalformed        = &Error{EType: ETypeRemoteOperation, Code: CodeUnspecified}
+	ErrInvalidSTag        = &Error{EType: ETypeRemoteProtection, Code: CodeInvalidSTag}
+	ErrBaseBounds         = &Error{EType: ETypeRemoteProtection, Code: CodeBaseBounds}
+	ErrAccessRights       = &Error{EType: ETypeRemoteProtection, Code: CodeAccessRights}
+	ErrSTagNotAssoc       = &Error{EType: ETypeRemoteProtection, Code: CodeSTagNotAssoc}
+	ErrTOWrap             = &Error{EType: ETypeRemoteProtection, Code: CodeTOWrap}
+	ErrCannotInvalidate   = &Error{EType: ETypeRemoteOperation, Code: CodeCannotInvalidate}
+	ErrInvalidVersion     = &Error{EType: ETypeRemoteOperation, Code: CodeInvalidVersion}
+	ErrUnexpectedOpcode   = &Error{EType: ETypeRemoteOperation, Code: CodeUnexpectedOpcode}
+	ErrCatastrophicStream = &Error{EType: ETypeRemoteOperation, Code: CodeCatastrophicStream}
+	ErrMalformed          = &Error{EType: ETypeRemoteOperation, Code: CodeUnspecified}
 )
 
 // errMalformed reports an RDMAP header too short for its opcode. RFC 5040 has

@@ -109,7 +109,7 @@ func TestAtomicOpcodes(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnexpectedOpcode)
 	// RFC 7306 section 8.2: misaligned target.
 	err = CheckAtomicRequest(req(AtomicFetchAdd), 0x1004)
-	require.ErrorIs(t, err, ErrCatastrophic)
+	require.ErrorIs(t, err, ErrCatastrophicStream)
 	require.Equal(t, Cause{LayerRDMAP, ETypeRemoteOperation, CodeCatastrophicStream}, CauseOf(err))
 }
 
