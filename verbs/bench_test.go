@@ -46,7 +46,7 @@ func benchStream(b *testing.B, size int, op SendOpcode) {
 		n := c.scq.Poll(wcs)
 		for _, wc := range wcs[:n] {
 			if wc.Status != Success {
-				b.Fatalf("%v: %v", wc, c.qp.Err())
+				b.Fatalf("%v: %v (server: %v)", wc, c.qp.Err(), s.qp.Err())
 			}
 			done = min(posted, (done/every+1)*every)
 			if done > b.N {

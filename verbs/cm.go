@@ -318,6 +318,7 @@ func (r *ConnRequest) accept(qp *QP, pd []byte) error {
 		conn.Close()
 		return err
 	}
+	conn.SetDeadline(time.Time{}) // the start-up's deadline must not outlive it
 	if err := qp.start(conn, params, cfg, false); err != nil {
 		conn.Close()
 		return err

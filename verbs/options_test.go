@@ -109,3 +109,17 @@ func TestPrivateDataExchange(t *testing.T) {
 	require.Equal(t, "hello from client", string(s.peerPD))
 	require.Equal(t, "hello from server", string(c.peerPD))
 }
+
+// The start-up timeouts bound the start-up only: a connection that idles
+// longer than them afterwards keeps working.
+func TestStartupDeadlinesDoNotOutliveStartup(t *testing.T) {
+	checkRoutines(t)
+	short := 150 * time.Millisecond
+	c, s := connect(t, pairOpts{
+		client: ConnConfig{ReplyTimeout: short},
+		server: ConnConfig{RequestTimeout: short},
+	})
+	time.Sleep(3 * short)
+	exercise(t, c, s, 100)
+	exercise(t, s, c, 100)
+}
