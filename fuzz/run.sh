@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# run.sh [-harvest] [DURATION] [PACKAGE...] — run every Go fuzz target of the
+# module (or of the named packages) for DURATION each (default 10s).
+# With -harvest, copy the inputs the fuzzer found interesting from the Go
+# build cache into the package's testdata/fuzz/, so they are replayed by
+# `go test` and can be committed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+harvest=0
+if [ "${1:-}" = "-harvest" ]; then harvest=1; shift; fi
+dur=${1:-10s}; shift || true
+pkgs=("$@"); [ ${#pkgs[@]} -gt 0 ] || pkgs=(./...)
+cache=$(go env GOCACHE)/fuzz
+for pkg in $(go list "${pkgs[@]}"); do
+  dir=$(go list -f '{{.Dir}}' "$pkg")
+  for f in $(grep -hoE '^func Fuzz[A-Za-z0-9_]+\(' "$dir"/*_test.go 2>/dev/null | sed -E 's/^func (Fuzz[A-Za-z0-9_]+)\(/\1/' | sort -u); do
+    echo "== $pkg $f ($dur)"
+    go test -run='^$' -fuzz="^${f}\$" -fuzztime="$dur" "$pkg" 2>&1 | grep -E 'elapsed|PASS|FAIL|ok|---|failing input' | tail -3
+    if [ $harvest = 1 ] && [ -d "$cache/$pkg/$f" ]; then
+      mkdir -p "$dir/testdata/fuzz/$f"
+      cp -n "$cache/$pkg/$f"/* "$dir/testdata/fuzz/$f/" 2>/dev/null || true
+      echo "   corpus: $(ls "$dir/testdata/fuzz/$f" | wc -l) entries in $dir/testdata/fuzz/$f"
+    fi
+  done
+done
