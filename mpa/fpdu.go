@@ -60,25 +60,22 @@ func AppendFPDU(b []byte, ulpdu []byte, crc bool) []byte {
 var zeros [4]byte
 
 // MULPDU returns the largest ULPDU that fits, with its FPDU, in one TCP
-// segment of emss octets (RFC 5044 section 4.1: each FPDU fits one segment,
-// which hardware peers require). With markers it leaves room for the most
-// markers an FPDU of that size can contain. The result is at most MaxULPDU.
+// segment of emss octets, by RFC 5044 section 4.5:
+//
+//	MULPDU = EMSS - (6 + 4 * Ceiling(EMSS / 512) + EMSS mod 4)   with markers
+//	MULPDU = EMSS - (6 + EMSS mod 4)                             without
+//
+// Each FPDU then fits one segment, which hardware peers require. The result
+// is at most MaxULPDU, less with markers so that every FPDU pointer fits 16
+// bits.
 func MULPDU(emss int, markers bool) int {
-	room := emss &^ 3 // FPDUs are a whole number of words
-	if room > MaxULPDU+LenFieldLen+3+CRCLen {
-		room = (MaxULPDU + LenFieldLen + 3 + CRCLen) &^ 3
-	}
-	over := LenFieldLen + CRCLen
+	limit := MaxULPDU
 	if markers {
-		over += MarkerLen * ((room + MarkerInterval - 1) / MarkerInterval)
+		limit = 0xffff - LenFieldLen - 3 - CRCLen - MarkerLen*(0xffff/MarkerInterval+1)
 	}
-	n := room - over
-	// With markers the FPDU pointer of the last marker must fit 16 bits too.
-	if n > MaxULPDU {
-		n = MaxULPDU
+	n := emss - (LenFieldLen + CRCLen + emss%4)
+	if markers {
+		n -= MarkerLen * ((emss + MarkerInterval - 1) / MarkerInterval)
 	}
-	if n < 0 {
-		return 0
-	}
-	return n
+	return max(0, min(n, limit))
 }

@@ -117,3 +117,48 @@ func TestMULPDU(t *testing.T) {
 	}
 	require.LessOrEqual(t, MULPDU(1<<20, false), MaxULPDU)
 }
+
+// RFC 5044 section 6.1, Figures 5 and 6: the annotated FPDUs with markers,
+// CRCs included. Figure 5 is the first FPDU of a stream (a marker with
+// FPDUPTR 0 before it); Figure 6 the second, after a first FPDU of 492
+// octets, with a marker 20 octets into it.
+func TestRFC5044MarkerFigures(t *testing.T) {
+	send := func(msn byte) []byte {
+		h := unhex(t, "4143 00000000 00000000 00000000 00000000")
+		h[13] = msn
+		return append(h, make([]byte, 24)...) // 42-octet ULPDU
+	}
+	var out bytes.Buffer
+	w := NewWriter(&out, true, true)
+	require.NoError(t, w.Append(send(1), nil))
+	require.NoError(t, w.Flush())
+	fig5 := unhex(t, "00000000 002a")
+	fig5 = append(fig5, send(1)...)
+	fig5 = append(fig5, unhex(t, "52239983")...)
+	require.Equal(t, fig5, out.Bytes(), "Figure 5")
+
+	out.Reset()
+	w = NewWriter(&out, true, true)
+	// A first Send of 492 octets on the wire: marker, length, 482-octet ULPDU, CRC.
+	first := unhex(t, "4143 00000000 00000000 00000001 00000000")
+	require.NoError(t, w.Append(first, make([]byte, 482-len(first))))
+	require.NoError(t, w.Append(send(2), nil))
+	require.NoError(t, w.Flush())
+	raw := out.Bytes()
+	require.Len(t, raw, 0x220)
+	fig6 := unhex(t, "002a 4143 00000000 00000000 00000002 00000000 00000014")
+	fig6 = append(fig6, make([]byte, 24)...)
+	fig6 = append(fig6, unhex(t, "84925898")...)
+	require.Equal(t, fig6, raw[0x1ec:], "Figure 6")
+
+	// And the Reader takes both streams apart.
+	r := NewReader(bytes.NewReader(raw), true, true, 0, nil)
+	for _, want := range [][]byte{append(first, make([]byte, 482-len(first))...), send(2)} {
+		n, err := r.Next()
+		require.NoError(t, err)
+		got := make([]byte, n)
+		require.NoError(t, r.ReadFull(got))
+		require.NoError(t, r.Finish())
+		require.Equal(t, want, got)
+	}
+}
