@@ -32,6 +32,11 @@ type ConnConfig struct {
 	// ReadBuffer is the receive buffer of the QP's MPA reader (default
 	// mpa.DefaultReadBuffer).
 	ReadBuffer int
+	// SegmentPerFPDU hands each FPDU to TCP with its own write instead of
+	// batching many per writev. It costs throughput; it is for packet
+	// analysers that assume one FPDU per TCP segment (Wireshark's marker
+	// decoding does).
+	SegmentPerFPDU bool
 }
 
 func (c *ConnConfig) defaults() {
@@ -217,10 +222,13 @@ func (l *Listener) handshake(conn *net.TCPConn) {
 	defer l.wg.Done()
 	defer func() { <-l.sem }()
 	keep := false
-	defer func() {
+	untrack := func() {
 		l.mu.Lock()
 		delete(l.pending, conn)
 		l.mu.Unlock()
+	}
+	defer func() {
+		untrack()
 		if !keep {
 			conn.Close()
 		}
@@ -242,6 +250,9 @@ func (l *Listener) handshake(conn *net.TCPConn) {
 	if v, err := req.IRDORD(); err == nil && req.HasIRDORD() {
 		r.IRD, r.ORD, r.P2P = int(v.IRD), int(v.ORD), v.P2P
 	}
+	// Once handed over, the connection is the application's: Close must not
+	// reach it through pending any more.
+	untrack()
 	select {
 	case l.reqs <- r:
 		keep = true

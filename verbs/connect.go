@@ -37,6 +37,10 @@ func (qp *QP) start(conn *net.TCPConn, p mpa.Params, cfg ConnConfig, initiator b
 	qp.irdq.init(qp.ird)
 	qp.ordq.init(qp.ord + 1) // one more for a Read RTR
 	qp.tx.w = mpa.NewWriter(conn, p.CRC, p.MarkersTx)
+	qp.tx.batch = txBatch
+	if cfg.SegmentPerFPDU {
+		qp.tx.batch = 1
+	}
 	qp.rx.r = mpa.NewReader(conn, p.CRC, p.MarkersRx, cfg.ReadBuffer, nil)
 	qp.rx.sendMSN, qp.rx.readMSN = 1, 1
 	qp.rtrDone = make(chan struct{})

@@ -16,6 +16,7 @@ const txBatch = 256 << 10
 // txState is owned by the transmit loop.
 type txState struct {
 	w       *mpa.Writer
+	batch   int // octets queued before a flush: txBatch, or 1 with SegmentPerFPDU
 	hdr     [mpa.MaxHeader]byte
 	pieces  [maxSGE][]byte
 	sendMSN uint32 // MSN of the last Send started (QN 0); the first is 1
@@ -73,7 +74,7 @@ func (qp *QP) txLoop() {
 // another tagged one.
 func (qp *QP) txFill() (worked bool, err error) {
 	t := &qp.tx
-	for t.w.Buffered() < txBatch && !qp.termPending() {
+	for t.w.Buffered() < t.batch && !qp.termPending() {
 		switch {
 		case t.rr != nil:
 			err = qp.txReadResponse()
@@ -161,7 +162,7 @@ func (qp *QP) txSQ() error {
 		case e.solicit:
 			op = rdmap.OpSendSE
 		}
-		for t.w.Buffered() < txBatch {
+		for t.w.Buffered() < t.batch {
 			p, n := t.segPayload(e, t.curOff, qp.mulpdu-ddp.UntaggedHdrLen)
 			last := t.curOff+n == e.length
 			h := ddp.AppendUntagged(t.hdr[:0], last, rdmap.Ctrl(op), e.invKey, rdmap.QNSend, t.curMSN, uint32(t.curOff))
@@ -175,7 +176,7 @@ func (qp *QP) txSQ() error {
 			}
 		}
 	case OpRDMAWrite:
-		for t.w.Buffered() < txBatch {
+		for t.w.Buffered() < t.batch {
 			p, n := t.segPayload(e, t.curOff, qp.mulpdu-ddp.TaggedHdrLen)
 			last := t.curOff+n == e.length
 			h := ddp.AppendTagged(t.hdr[:0], last, rdmap.Ctrl(rdmap.OpWrite), e.rkey, e.raddr+uint64(t.curOff))
@@ -251,7 +252,7 @@ func (qp *QP) txCompleted() {
 func (qp *QP) txReadResponse() error {
 	t := &qp.tx
 	j := t.rr
-	for t.w.Buffered() < txBatch {
+	for t.w.Buffered() < t.batch {
 		n := min(len(j.buf)-t.rrOff, qp.mulpdu-ddp.TaggedHdrLen)
 		last := t.rrOff+n == len(j.buf)
 		h := ddp.AppendTagged(t.hdr[:0], last, rdmap.Ctrl(rdmap.OpReadResponse), j.stag, j.to+uint64(t.rrOff))
