@@ -1,0 +1,113 @@
+//go:build interop
+
+package interop
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// capture runs tcpdump on the loopback interface for one TCP port until
+// the returned stop function is called; the pcap lands in dir.
+func capture(t *testing.T, port int) (pcap string, stop func()) {
+	t.Helper()
+	bin, err := exec.LookPath("tcpdump")
+	require.NoError(t, err, "tcpdump is needed: apt-get install tcpdump")
+	dir := os.Getenv("IWARP_PCAP_DIR") // keep the captures there, to look at
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	pcap = filepath.Join(dir, strings.NewReplacer("/", "_", "=", "-").Replace(t.Name())+".pcap")
+	cmd := exec.Command(bin, "-Z", "root", "--immediate-mode", "-i", "lo", "-s", "0", "-w", pcap, fmt.Sprintf("tcp port %d", port))
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start(), "starting tcpdump (needs root)")
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "listening on") {
+				ready <- nil
+				for sc.Scan() {
+					// statistics at exit; nothing to do
+				}
+				return
+			}
+		}
+		ready <- fmt.Errorf("tcpdump exited before capturing")
+	}()
+	select {
+	case err := <-ready:
+		require.NoError(t, err)
+		// "listening on" comes before the capture is really under way.
+		time.Sleep(500 * time.Millisecond)
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("tcpdump did not start")
+	}
+	return pcap, func() {
+		time.Sleep(200 * time.Millisecond) // let the last segments reach the ring
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+	}
+}
+
+// verdict is what Wireshark's dissectors make of a capture (the same
+// questions shared/tools/tshark-check asks).
+type verdict struct {
+	Startups, FPDUs, GoodCRC, BadCRC, Terminates, Malformed int
+	Expert                                                  string
+}
+
+var tsharkOpts = []string{"-n", "--enable-heuristic", "iwarp_mpa_tcp", "-o", "tcp.try_heuristic_first:TRUE",
+	"--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "smb_direct_iwarp"}
+
+func tshark(t *testing.T, pcap string, args ...string) string {
+	t.Helper()
+	bin, err := exec.LookPath("tshark")
+	require.NoError(t, err, "tshark is needed: apt-get install tshark")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	all := append(append([]string{"-r", pcap}, tsharkOpts...), args...)
+	out, err := exec.CommandContext(ctx, bin, all...).Output()
+	require.NoError(t, err, "tshark %v", args)
+	return string(out)
+}
+
+func lines(s string) int {
+	n := 0
+	for _, l := range strings.Split(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			n++
+		}
+	}
+	return n
+}
+
+func judge(t *testing.T, pcap string) verdict {
+	t.Helper()
+	var v verdict
+	v.Startups = lines(tshark(t, pcap, "-Y", "iwarp_mpa.req || iwarp_mpa.rep"))
+	for _, l := range strings.Split(tshark(t, pcap, "-Y", "iwarp_mpa.fpdu", "-T", "fields", "-e", "iwarp_mpa.ulpdulength"), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			v.FPDUs += len(strings.Split(l, ","))
+		}
+	}
+	pdml := tshark(t, pcap, "-Y", "iwarp_mpa.fpdu", "-T", "pdml")
+	v.GoodCRC = strings.Count(pdml, "Good CRC32")
+	v.BadCRC = strings.Count(pdml, "Bad CRC32")
+	v.Terminates = lines(tshark(t, pcap, "-Y", "iwarp_rdma.opcode == 7"))
+	v.Malformed = lines(tshark(t, pcap, "-Y", "_ws.malformed || _ws.expert.severity == error"))
+	v.Expert = tshark(t, pcap, "-q", "-z", "expert")
+	return v
+}
