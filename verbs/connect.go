@@ -17,15 +17,17 @@ const rtrSTag = 1
 
 // start moves an IDLE QP to RTS on an established MPA connection and starts
 // its loops. initiator says which side of the start-up we were.
-func (qp *QP) start(conn *net.TCPConn, p mpa.Params, cfg ConnConfig, initiator bool) error {
+func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool) error {
 	if !qp.state.CompareAndSwap(int32(StateIdle), int32(StateRTS)) {
 		return fmt.Errorf("%w: QP in %s", ErrQPState, qp.State())
 	}
 	qp.conn = conn
 	qp.params = p
-	emss, err := tcpx.EMSS(conn)
-	if err != nil || emss <= 0 {
-		emss = 1460
+	emss := 1460 // RFC 5044 section 4.5 lets MPA fall back on the MTU's MSS
+	if tc, ok := conn.(*net.TCPConn); ok {
+		if n, err := tcpx.EMSS(tc); err == nil && n > 0 {
+			emss = n
+		}
 	}
 	qp.mulpdu = mpa.MULPDU(emss, p.MarkersTx)
 	if cfg.MaxFPDU > 0 {
