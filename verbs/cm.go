@@ -37,6 +37,14 @@ type ConnConfig struct {
 	// analysers that assume one FPDU per TCP segment (Wireshark's marker
 	// decoding does).
 	SegmentPerFPDU bool
+	// FirstFPDUDelay holds the initiator's first FPDU back for this long
+	// after the MPA Reply. RFC 5044 lets the initiator send at once, and
+	// that is the default; but Linux siw (seen in 6.1) as responder hands
+	// the socket to its QP only after sending the Reply, and an FPDU that
+	// arrives in between sits unread until more data comes — a request
+	// the application then waits on forever. A few milliseconds (more under
+	// emulation) avoid it with such peers.
+	FirstFPDUDelay time.Duration
 }
 
 func (c *ConnConfig) defaults() {
@@ -118,6 +126,16 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, pd []byte, cfg Con
 	peerPD, _ := rep.ULPPrivateData()
 	peerPD = append([]byte(nil), peerPD...)
 	conn.SetDeadline(time.Time{})
+	if cfg.FirstFPDUDelay > 0 {
+		t := time.NewTimer(cfg.FirstFPDUDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			conn.Close()
+			return nil, ctx.Err()
+		}
+	}
 	if err := qp.start(conn, params, cfg, true); err != nil {
 		conn.Close()
 		return nil, err

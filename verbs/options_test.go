@@ -123,3 +123,11 @@ func TestStartupDeadlinesDoNotOutliveStartup(t *testing.T) {
 	exercise(t, c, s, 100)
 	exercise(t, s, c, 100)
 }
+
+func TestFirstFPDUDelay(t *testing.T) {
+	checkRoutines(t)
+	start := time.Now()
+	c, s := connect(t, pairOpts{client: ConnConfig{FirstFPDUDelay: 100 * time.Millisecond}})
+	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+	exercise(t, c, s, 10)
+}
