@@ -19,7 +19,7 @@ func TestFastRegAndSendWithInvalidate(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, fmr.Valid())
 	buf := make([]byte, 4096)
-	_, err = s.qp.PostSend(SendWR{ID: 1, Opcode: OpRegMR, Flags: Signaled, MR: fmr, RegBuf: buf, RegAccess: LocalWrite | RemoteWrite})
+	err = s.qp.PostRegMR(1, Signaled, fmr, buf, LocalWrite|RemoteWrite)
 	require.NoError(t, err)
 	waitOK(t, s.scq, WCRegMR)
 	require.True(t, fmr.Valid())

@@ -65,8 +65,19 @@ func (qp *QP) PostSend(wrs ...SendWR) (int, error) {
 	if st == StateIdle {
 		return 0, fmt.Errorf("%w: PostSend on a QP in %s", ErrQPState, st)
 	}
+	n, small, err := qp.enqueue(wrs)
+	if n > 0 || err == ErrQueueFull {
+		qp.txInline(small)
+	}
+	return n, err
+}
+
+// enqueue copies wrs into the SQ. small reports a lone small WR on an idle
+// queue, which PostSend may transmit itself.
+func (qp *QP) enqueue(wrs []SendWR) (n int, small bool, err error) {
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
+	idle := qp.sqNext == qp.sqTail
 	for i := range wrs {
 		wr := &wrs[i]
 		if qp.sqFlushed {
@@ -74,16 +85,47 @@ func (qp *QP) PostSend(wrs ...SendWR) (int, error) {
 			continue
 		}
 		if qp.sqTail-qp.sqHead == uint64(len(qp.sq)) {
-			return i, ErrQueueFull
+			return i, false, ErrQueueFull
 		}
 		e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
 		if err := qp.fill(e, wr); err != nil {
-			return i, err
+			return i, false, err
 		}
 		qp.sqTail++
 	}
+	small = idle && len(wrs) == 1 && !qp.sqFlushed && qp.sq[(qp.sqTail-1)%uint64(len(qp.sq))].length <= inlineTxMax
+	return len(wrs), small, nil
+}
+
+// PostRegMR posts a fast registration (IBV_WR_REG_MR): when the WRs before
+// it have been carried out, buf becomes the memory of mr (from PD.AllocMR)
+// with the given access, under a new key; RKey then returns the new STag.
+// It completes with opcode WCRegMR. (It is a method of its own rather than a
+// SendWR field so that SendWRs, which the SQ copies, hold no memory of their
+// own and cost no allocation to post.)
+func (qp *QP) PostRegMR(id uint64, flags SendFlags, mr *MR, buf []byte, access Access) error {
+	if mr == nil || !mr.fast || len(buf) == 0 {
+		return fmt.Errorf("%w: PostRegMR needs an MR from AllocMR and a buffer", ErrInvalidArg)
+	}
+	if qp.State() == StateIdle {
+		return fmt.Errorf("%w: PostRegMR on a QP in %s", ErrQPState, qp.State())
+	}
+	qp.sqMu.Lock()
+	switch {
+	case qp.sqFlushed:
+		qp.sendCQ.push(WC{ID: id, Status: WRFlushErr, Opcode: WCRegMR, QP: qp})
+	case qp.sqTail-qp.sqHead == uint64(len(qp.sq)):
+		qp.sqMu.Unlock()
+		return ErrQueueFull
+	default:
+		e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
+		*e = sqe{id: id, op: OpRegMR, inline: e.inline, signaled: qp.cfg.SigAll || flags&Signaled != 0,
+			fence: flags&Fence != 0, regMR: mr, regBuf: buf, regAcc: access}
+		qp.sqTail++
+	}
+	qp.sqMu.Unlock()
 	wake(qp.wake)
-	return len(wrs), nil
+	return nil
 }
 
 // fill validates wr and copies it into e.
@@ -127,12 +169,8 @@ func (qp *QP) fill(e *sqe, wr *SendWR) error {
 		e.segs[0], e.nseg, e.length = b, 1, len(b)
 		e.sinkKey, e.sinkTO = wr.SGL[0].LKey, wr.SGL[0].Addr
 	case OpLocalInv:
-	case OpRegMR:
-		if wr.MR == nil || len(wr.RegBuf) == 0 {
-			return fmt.Errorf("%w: OpRegMR needs MR and RegBuf", ErrInvalidArg)
-		}
-		e.regMR, e.regBuf, e.regAcc = wr.MR, wr.RegBuf, wr.RegAccess
-	default:
+	default: // OpRegMR goes through PostRegMR
+
 		return fmt.Errorf("%w: opcode %v", ErrInvalidArg, wr.Opcode)
 	}
 	if e.length > maxMsg {
@@ -160,15 +198,17 @@ type recvQueue struct {
 
 func (q *recvQueue) init(n int) { q.ring = make([]rqe, n) }
 
-// post resolves and queues wrs; flush is called for WRs posted to a flushed
-// queue.
-func (q *recvQueue) post(pd *PD, maxSGE int, wrs []RecvWR, flush func(id uint64)) (int, error) {
+// post resolves and queues wrs; WRs posted to a flushed queue complete at
+// once on flushCQ (nil for an SRQ, whose WRs outlive any one QP).
+func (q *recvQueue) post(pd *PD, maxSGE int, wrs []RecvWR, flushCQ *CQ, qp *QP) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i := range wrs {
 		wr := &wrs[i]
 		if q.flushed {
-			flush(wr.ID)
+			if flushCQ != nil {
+				flushCQ.push(WC{ID: wr.ID, Status: WRFlushErr, Opcode: WCRecv, QP: qp})
+			}
 			continue
 		}
 		if q.tail-q.head == uint64(len(q.ring)) {
@@ -228,9 +268,7 @@ func (qp *QP) PostRecv(wrs ...RecvWR) (int, error) {
 	if qp.srq != nil {
 		return 0, fmt.Errorf("%w: QP uses an SRQ", ErrInvalidArg)
 	}
-	return qp.rq.post(qp.pd, qp.cfg.Cap.MaxRecvSGE, wrs, func(id uint64) {
-		qp.recvCQ.push(WC{ID: id, Status: WRFlushErr, Opcode: WCRecv, QP: qp})
-	})
+	return qp.rq.post(qp.pd, qp.cfg.Cap.MaxRecvSGE, wrs, qp.recvCQ, qp)
 }
 
 // SRQ is a shared receive queue: QPs created with it take their receive
@@ -254,5 +292,5 @@ func (pd *PD) CreateSRQ(maxWR, maxSGE int) (*SRQ, error) {
 
 // PostRecv posts receive buffers to the SRQ.
 func (s *SRQ) PostRecv(wrs ...RecvWR) (int, error) {
-	return s.q.post(s.pd, s.q.maxSGE, wrs, func(uint64) {})
+	return s.q.post(s.pd, s.q.maxSGE, wrs, nil, nil)
 }

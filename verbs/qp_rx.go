@@ -29,7 +29,26 @@ type rxState struct {
 	readOff uint32 // octets of the oldest outstanding Read placed so far
 
 	expectRTR mpa.RTR // peer-to-peer responder: the RTR the first FPDU must be
+
+	// What the current segment does once its CRC has checked out: payload
+	// may be placed before the CRC arrives, but nothing a segment causes
+	// (a completion, a Read Response, an invalidation) happens before.
+	act     rxAct
+	actWC   WC
+	actInv  bool
+	actJob  readJob
+	actTerm rdmap.Terminate
 }
+
+type rxAct uint8
+
+const (
+	actNone     rxAct = iota
+	actRecvDone       // a Send's last segment: complete the receive (and invalidate)
+	actReadDone       // a Read Response's last segment: complete our Read
+	actReadReq        // a Read Request: queue its response
+	actTerm           // a Terminate from the peer
+)
 
 // rxLoop is the receive goroutine of a connected QP.
 func (qp *QP) rxLoop() {
@@ -42,6 +61,10 @@ func (qp *QP) rxLoop() {
 		}
 		if err == nil {
 			err = x.r.Finish()
+		}
+		if err == nil {
+			err = qp.rxCommit()
+			qp.rxSeen.Add(1)
 		}
 		if err != nil {
 			qp.rxFailed(err)
@@ -185,13 +208,48 @@ func (qp *QP) rxReadResponse(h ddp.Tagged, n int) error {
 	if x.readOff != j.size {
 		return ddp.Errorf(ddp.ETypeTagged, ddp.CodeBaseBounds, "Read Response of %d octets for a Read of %d", x.readOff, j.size)
 	}
-	x.readOff = 0
-	idx, rtr := j.sqIdx, j.rtr
-	qp.ordq.pop()
-	if !rtr {
-		qp.completeSQ(idx, Success)
+	x.act = actReadDone
+	return nil
+}
+
+// rxCommit carries out what the segment just checked asks for.
+func (qp *QP) rxCommit() error {
+	x := &qp.rx
+	act := x.act
+	x.act = actNone
+	switch act {
+	case actReadDone:
+		j := qp.ordq.front()
+		idx, rtr := j.sqIdx, j.rtr
+		x.readOff = 0
+		qp.ordq.pop()
+		if !rtr {
+			qp.completeSQ(idx, Success)
+		}
+		wake(qp.wake) // a fenced WR or a Read held back by the ORD may go now
+	case actReadReq:
+		x.readMSN++
+		qp.irdq.push(x.actJob)
+		x.actJob = readJob{}
+		wake(qp.wake)
+	case actRecvDone:
+		wc := x.actWC
+		x.recvOn = false
+		x.recv = rqe{}
+		x.sendMSN++
+		if x.actInv {
+			stag := wc.InvalidatedRKey
+			if !qp.dev.invalidate(stag, qp.pd, true) {
+				qp.recvCQ.push(WC{ID: wc.ID, Status: RemInvReqErr, Opcode: WCRecv, QP: qp})
+				return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeCannotInvalidate, "STag %#x", stag)
+			}
+		}
+		if !qp.recvCQ.push(wc) {
+			return errCQOverrun
+		}
+	case actTerm:
+		return &rdmap.RemoteError{Terminate: x.actTerm}
 	}
-	wake(qp.wake) // a fenced WR or a Read held back by the ORD may go now
 	return nil
 }
 
@@ -253,22 +311,12 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	if op == rdmap.OpSendSE || op == rdmap.OpSendSEInvalidate {
 		wc.Flags |= SolicitedEvent
 	}
-	if op == rdmap.OpSendInvalidate || op == rdmap.OpSendSEInvalidate {
-		stag := h.ULPWord()
-		if !qp.dev.invalidate(stag, qp.pd, true) {
-			qp.recvCQ.push(WC{ID: x.recv.id, Status: RemInvReqErr, Opcode: WCRecv, QP: qp})
-			x.recvOn = false
-			return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeCannotInvalidate, "STag %#x", stag)
-		}
+	x.actInv = op == rdmap.OpSendInvalidate || op == rdmap.OpSendSEInvalidate
+	if x.actInv {
 		wc.Flags |= WithInv
-		wc.InvalidatedRKey = stag
+		wc.InvalidatedRKey = h.ULPWord()
 	}
-	x.recvOn = false
-	x.recv = rqe{}
-	x.sendMSN++
-	if !qp.recvCQ.push(wc) {
-		return errCQOverrun
-	}
+	x.actWC, x.act = wc, actRecvDone
 	return nil
 }
 
@@ -304,9 +352,8 @@ func (qp *QP) rxReadRequest(h ddp.Untagged, n int) error {
 		}
 		src = b
 	}
-	x.readMSN++
-	qp.irdq.push(readJob{buf: src, stag: rr.SinkSTag(), to: rr.SinkTO(), size: size})
-	wake(qp.wake)
+	x.actJob = readJob{buf: src, stag: rr.SinkSTag(), to: rr.SinkTO(), size: size}
+	x.act = actReadReq
 	return nil
 }
 
@@ -346,7 +393,8 @@ func (qp *QP) rxTerminate(h ddp.Untagged, n int) error {
 		// Still a Terminate: the peer is done with us, even if it says so badly.
 		t = rdmap.Terminate{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeLocalCatastrophic, Code: rdmap.CodeUnspecified}
 	}
-	return &rdmap.RemoteError{Terminate: t}
+	x.actTerm, x.act = t, actTerm
+	return nil
 }
 
 var errCQOverrun = rdmap.Errorf(rdmap.ETypeLocalCatastrophic, rdmap.CodeCatastrophicStream, "completion queue overrun")

@@ -34,27 +34,28 @@ type txState struct {
 	doneTo  uint64 // SQ entries below this were completed after a flush
 }
 
-// txLoop is the transmit goroutine of a connected QP.
+// txLoop is the transmit goroutine of a connected QP. It owns the transmit
+// state whenever it holds txMu; PostSend borrows it (txInline) to send a
+// small WR on the caller's goroutine when the loop is idle, which saves a
+// goroutine hand-off per message on the latency path.
 func (qp *QP) txLoop() {
 	defer qp.loopDone()
-	t := &qp.tx
 	for {
+		qp.txMu.Lock()
 		if term := qp.takeTerm(); term != nil {
 			qp.txTerminate(term)
+			qp.txMu.Unlock()
 			return
 		}
 		select {
 		case <-qp.stop:
 			qp.tx.w.Flush()
+			qp.txMu.Unlock()
 			return
 		default:
 		}
-		worked, err := qp.txFill()
-		if err == nil && t.w.Buffered() > 0 {
-			if err = t.w.Flush(); err == nil {
-				qp.txCompleted()
-			}
-		}
+		worked, err := qp.txRun()
+		qp.txMu.Unlock()
 		if err != nil {
 			qp.connLost(err)
 			return
@@ -67,6 +68,61 @@ func (qp *QP) txLoop() {
 			}
 		}
 	}
+}
+
+// txRun queues what is ready, up to a batch, and flushes it. txMu is held.
+func (qp *QP) txRun() (bool, error) {
+	t := &qp.tx
+	qp.txRxSeen.Store(qp.rxSeen.Load())
+	worked, err := qp.txFill()
+	if err == nil && t.w.Buffered() > 0 {
+		if err = t.w.Flush(); err == nil {
+			qp.txCompleted()
+		}
+	}
+	return worked, err
+}
+
+// inlineTxMax bounds the WRs PostSend transmits itself: small enough that
+// the write does not block the caller for long.
+const inlineTxMax = 16 << 10
+
+// txInline sends the SQ's only pending WR from the caller's goroutine if the
+// transmit loop is idle; otherwise it wakes the loop.
+//
+// Only request/response traffic goes inline: when something arrived from the
+// peer since we last transmitted. A stream of posts is better left to the
+// loop, which batches many FPDUs per writev.
+func (qp *QP) txInline(small bool) {
+	if !small || qp.rxSeen.Load() == qp.txRxSeen.Load() || !qp.txMu.TryLock() {
+		wake(qp.wake)
+		return
+	}
+	var err error
+	more := false
+	if qp.State() == StateRTS && !qp.termPending() {
+		_, err = qp.txRun()
+		more = qp.txPending()
+	} else {
+		more = true
+	}
+	qp.txMu.Unlock()
+	if err != nil {
+		qp.connLost(err)
+	}
+	if more {
+		wake(qp.wake)
+	}
+}
+
+// txPending reports whether the transmit loop has work left.
+func (qp *QP) txPending() bool {
+	if qp.tx.cur != nil || qp.tx.rr != nil || qp.irdq.len() > 0 {
+		return true
+	}
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	return qp.sqNext != qp.sqTail
 }
 
 // txFill queues FPDUs until a batch is full or nothing is ready. Messages are

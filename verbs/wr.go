@@ -20,7 +20,7 @@ const (
 	OpRDMAWrite
 	OpRDMARead
 	OpLocalInv
-	OpRegMR // fast registration: bind RegBuf to MR (from PD.AllocMR) under a new key
+	OpRegMR // fast registration, posted with QP.PostRegMR
 )
 
 var sendOpNames = [...]string{"SEND", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_READ", "LOCAL_INV", "REG_MR"}
@@ -62,10 +62,6 @@ type SendWR struct {
 	// InvalidateRKey is the peer's STag that Send with Invalidate invalidates,
 	// and the local STag that LocalInv invalidates.
 	InvalidateRKey uint32
-	// MR, RegBuf and RegAccess describe an OpRegMR fast registration.
-	MR        *MR
-	RegBuf    []byte
-	RegAccess Access
 }
 
 // RecvWR is a receive-queue work request.
