@@ -45,6 +45,11 @@ type ConnConfig struct {
 	// the application then waits on forever. A few milliseconds (more under
 	// emulation) avoid it with such peers.
 	FirstFPDUDelay time.Duration
+	// RFC7306 enables the RFC 7306 extensions (atomics, Immediate Data) on
+	// the connection. MPA has no bit to negotiate them, so both sides must
+	// set it; a QP without it never sends them and answers them with a
+	// Terminate (unexpected opcode).
+	RFC7306 bool
 }
 
 func (c *ConnConfig) defaults() {
@@ -77,7 +82,7 @@ func (c *ConnConfig) mpaConfig(qp *QP) mpa.Config {
 // *mpa.RejectError, carries the responder's private data.
 func (qp *QP) Dial(ctx context.Context, network, addr string, pd []byte, cfg ConnConfig) ([]byte, error) {
 	cfg.defaults()
-	if qp.State() != StateIdle || qp.conn != nil {
+	if qp.State() != StateIdle {
 		return nil, fmt.Errorf("%w: Dial on a QP in %s", ErrQPState, qp.State())
 	}
 	if len(pd) > qp.dev.attr.MaxPrivData {
@@ -326,7 +331,7 @@ func (r *ConnRequest) Accept(qp *QP, pd []byte) error {
 func (r *ConnRequest) accept(qp *QP, pd []byte) error {
 	cfg := r.l.cfg
 	conn := r.conn
-	if qp.State() != StateIdle || qp.conn != nil {
+	if qp.State() != StateIdle {
 		conn.Close()
 		return fmt.Errorf("%w: Accept with a QP in %s", ErrQPState, qp.State())
 	}

@@ -18,9 +18,13 @@ const rtrSTag = 1
 // start moves an IDLE QP to RTS on an established MPA connection and starts
 // its loops. initiator says which side of the start-up we were.
 func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool) error {
-	if !qp.state.CompareAndSwap(int32(StateIdle), int32(StateRTS)) {
+	qp.startMu.Lock()
+	defer qp.startMu.Unlock()
+	if qp.State() != StateIdle || qp.conn != nil {
 		return fmt.Errorf("%w: QP in %s", ErrQPState, qp.State())
 	}
+	// Everything is set up before the state says RTS: PostSend reads it
+	// without a lock.
 	qp.conn = conn
 	qp.params = p
 	emss := 1460 // RFC 5044 section 4.5 lets MPA fall back on the MTU's MSS
@@ -36,6 +40,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	// An FPDU must carry the largest header and some payload.
 	qp.mulpdu = max(qp.mulpdu, 128)
 	qp.ird, qp.ord = int(p.IRD), int(p.ORD)
+	qp.ext = cfg.RFC7306
 	qp.irdq.init(qp.ird)
 	qp.ordq.init(qp.ord + 1) // one more for a Read RTR
 	qp.tx.w = mpa.NewWriter(conn, p.CRC, p.MarkersTx)
@@ -44,7 +49,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 		qp.tx.batch = 1
 	}
 	qp.rx.r = mpa.NewReader(conn, p.CRC, p.MarkersRx, cfg.ReadBuffer, nil)
-	qp.rx.sendMSN, qp.rx.readMSN = 1, 1
+	qp.rx.sendMSN, qp.rx.readMSN, qp.rx.atomicMSN = 1, 1, 1
 	qp.rtrDone = make(chan struct{})
 	if p.P2P && !initiator {
 		qp.rx.expectRTR = p.RTR
@@ -58,6 +63,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	}
 	qp.loopsLeft.Store(2)
 	qp.wg.Add(1)
+	qp.state.Store(int32(StateRTS))
 	go qp.txLoop()
 	go qp.rxLoop()
 	return nil

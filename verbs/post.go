@@ -27,6 +27,8 @@ type sqe struct {
 	regMR    *MR    // OpRegMR
 	regBuf   []byte
 	regAcc   Access
+	imm      uint64 // RFC 7306 Immediate Data
+	atomic   atomicArgs
 
 	// Completion state, guarded by qp.sqMu.
 	done   bool
@@ -46,6 +48,14 @@ func (o SendOpcode) wcOp() WCOpcode {
 		return WCLocalInv
 	case OpRegMR:
 		return WCRegMR
+	case OpRDMAWriteWithImm:
+		return WCRDMAWrite
+	case OpImmediate:
+		return WCSend
+	case OpAtomicFetchAdd:
+		return WCAtomicFetchAdd
+	case OpAtomicCmpSwap:
+		return WCAtomicCmpSwap
 	}
 	return WCSend
 }
@@ -134,7 +144,30 @@ func (qp *QP) fill(e *sqe, wr *SendWR) error {
 	*e = sqe{id: wr.ID, op: wr.Opcode, raddr: wr.RemoteAddr, rkey: wr.RKey, invKey: wr.InvalidateRKey, inline: inl,
 		signaled: qp.cfg.SigAll || wr.Flags&Signaled != 0, fence: wr.Flags&Fence != 0, solicit: wr.Flags&Solicited != 0}
 	switch wr.Opcode {
-	case OpSend, OpSendWithInv, OpRDMAWrite:
+	case OpRDMAWriteWithImm, OpImmediate, OpAtomicFetchAdd, OpAtomicCmpSwap:
+		if !qp.ext {
+			return fmt.Errorf("%w: %v", ErrNotOptedIn, wr.Opcode)
+		}
+	}
+	e.imm = wr.ImmData
+	switch wr.Opcode {
+	case OpImmediate:
+		return nil
+	case OpAtomicFetchAdd, OpAtomicCmpSwap:
+		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
+			return fmt.Errorf("%w: an atomic takes one 8-octet SGE for the original value", ErrInvalidArg)
+		}
+		if wr.RemoteAddr%8 != 0 {
+			return fmt.Errorf("%w: atomic target %#x not 64-bit aligned", ErrInvalidArg, wr.RemoteAddr)
+		}
+		b, err := qp.pd.localSlice(wr.SGL[0], LocalWrite)
+		if err != nil {
+			return err
+		}
+		e.segs[0], e.nseg, e.length = b, 1, 8
+		e.atomic = atomicArgs{add: wr.CompareAdd, swap: wr.Swap, cmpMask: wr.CompareMask, swapMask: wr.SwapMask, addMask: wr.AddMask}
+		return nil
+	case OpSend, OpSendWithInv, OpRDMAWrite, OpRDMAWriteWithImm:
 		if wr.Flags&Inline != 0 {
 			if len(wr.InlineData) > len(e.inline) {
 				return fmt.Errorf("%w: %d octets", ErrInlineTooLarge, len(wr.InlineData))

@@ -60,7 +60,8 @@ type QP struct {
 	recvCQ *CQ
 	srq    *SRQ
 
-	state atomic.Int32
+	state   atomic.Int32
+	startMu sync.Mutex // serialises connecting
 
 	// Send queue ring, guarded by sqMu. Entries [sqHead, sqNext) are being
 	// carried out or awaiting completion; [sqNext, sqTail) wait for the
@@ -79,8 +80,9 @@ type QP struct {
 	conn   net.Conn
 	params mpa.Params
 	mulpdu int
-	ird    int // negotiated: Read Requests we serve at once
-	ord    int // negotiated: Read Requests we have outstanding
+	ext    bool // RFC 7306 atomics and Immediate Data enabled on this connection
+	ird    int  // negotiated: Read Requests we serve at once
+	ord    int  // negotiated: Read Requests we have outstanding
 
 	txMu     sync.Mutex    // held by whoever runs the transmit side: the loop, or PostSend
 	rxSeen   atomic.Uint64 // FPDUs received; with txRxSeen, tells request/response traffic

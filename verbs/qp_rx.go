@@ -16,8 +16,9 @@ type rxState struct {
 	hdr [mpa.MaxHeader]byte // the current segment's DDP/RDMAP header
 	hl  int                 // its length
 
-	sendMSN uint32 // next expected MSN on QN 0 (Sends)
-	readMSN uint32 // next expected MSN on QN 1 (Read Requests)
+	sendMSN   uint32 // next expected MSN on QN 0 (Sends, Immediate Data)
+	readMSN   uint32 // next expected MSN on QN 1 (Read and Atomic Requests)
+	atomicMSN uint32 // next expected MSN on QN 3 (Atomic Responses)
 
 	// Untagged message in progress on QN 0, with the buffer it lands in.
 	// Tagged and untagged contexts are separate: a Send may arrive between
@@ -38,6 +39,8 @@ type rxState struct {
 	actInv  bool
 	actJob  readJob
 	actTerm rdmap.Terminate
+	actMem  []byte // an Atomic Request's target
+	actImm  [8]byte
 }
 
 type rxAct uint8
@@ -48,6 +51,8 @@ const (
 	actReadDone       // a Read Response's last segment: complete our Read
 	actReadReq        // a Read Request: queue its response
 	actTerm           // a Terminate from the peer
+	actAtomicReq      // an Atomic Request: perform it, queue its response
+	actAtomicDone     // an Atomic Response: complete our atomic
 )
 
 // rxLoop is the receive goroutine of a connected QP.
@@ -152,6 +157,18 @@ func (qp *QP) rxSegment(n int) error {
 		return qp.rxReadRequest(h, plen)
 	case rdmap.OpTerminate:
 		return qp.rxTerminate(h, plen)
+	case rdmap.OpImmediateData, rdmap.OpImmediateDataSE:
+		if qp.ext {
+			return qp.rxImmediate(h, op, plen)
+		}
+	case rdmap.OpAtomicRequest:
+		if qp.ext {
+			return qp.rxAtomicRequest(h, plen)
+		}
+	case rdmap.OpAtomicResponse:
+		if qp.ext {
+			return qp.rxAtomicResponse(h, plen)
+		}
 	}
 	return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnexpectedOpcode, "opcode %d in an untagged segment", op)
 }
@@ -249,6 +266,21 @@ func (qp *QP) rxCommit() error {
 		}
 	case actTerm:
 		return &rdmap.RemoteError{Terminate: x.actTerm}
+	case actAtomicReq:
+		j := x.actJob
+		j.orig = execAtomic(x.actMem, rdmap.AtomicRequest(x.hdr[ddp.UntaggedHdrLen:x.hl]))
+		x.actJob, x.actMem = readJob{}, nil
+		x.readMSN++
+		qp.irdq.push(j)
+		wake(qp.wake)
+	case actAtomicDone:
+		j := qp.ordq.front()
+		putOriginal(j.buf, rdmap.AtomicResponse(x.hdr[ddp.UntaggedHdrLen:x.hl]).Original())
+		idx := j.sqIdx
+		x.atomicMSN++
+		qp.ordq.pop()
+		qp.completeSQ(idx, Success)
+		wake(qp.wake)
 	}
 	return nil
 }
@@ -357,6 +389,105 @@ func (qp *QP) rxReadRequest(h ddp.Untagged, n int) error {
 	return nil
 }
 
+// rxImmediate takes an Immediate Data message (RFC 7306 section 6.3): it
+// consumes a posted receive, and its 8 octets go into the buffer (when they
+// fit) and into the completion.
+func (qp *QP) rxImmediate(h ddp.Untagged, op rdmap.Opcode, n int) error {
+	x := &qp.rx
+	if h.QN() != rdmap.QNSend {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "Immediate Data on QN %d", h.QN())
+	}
+	if h.MSN() != x.sendMSN || x.recvOn {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "Immediate Data MSN %d, expected %d", h.MSN(), x.sendMSN)
+	}
+	if n != rdmap.ImmediateLen || !h.Last() || h.MO() != 0 {
+		// "The Remote Peer MUST check that ... exactly 8 bytes".
+		return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnspecified, "Immediate Data of %d octets", n)
+	}
+	if err := x.r.ReadFull(x.actImm[:]); err != nil {
+		return err
+	}
+	ok := false
+	if qp.srq != nil {
+		ok = qp.srq.q.pop(&x.recv)
+	} else {
+		ok = qp.rq.pop(&x.recv)
+	}
+	if !ok {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNNoBuffer, "no receive posted for Immediate Data MSN %d", h.MSN())
+	}
+	x.recvOn = true
+	if x.recv.total >= 8 {
+		off := 0
+		for _, s := range x.recv.segs[:x.recv.nseg] {
+			off += copy(s, x.actImm[off:])
+		}
+	}
+	wc := WC{ID: x.recv.id, Opcode: WCRecvImm, Flags: WithImm, ImmData: be64(x.actImm[:]), QP: qp}
+	if op == rdmap.OpImmediateDataSE {
+		wc.Flags |= SolicitedEvent
+	}
+	x.actWC, x.actInv, x.act = wc, false, actRecvDone
+	return nil
+}
+
+// rxAtomicRequest checks an Atomic Request (RFC 7306 section 5.2.1); the
+// operation itself runs once the CRC has checked out.
+func (qp *QP) rxAtomicRequest(h ddp.Untagged, n int) error {
+	x := &qp.rx
+	if h.QN() != rdmap.QNReadRequest {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "Atomic Request on QN %d", h.QN())
+	}
+	if h.MSN() != x.readMSN {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "Atomic Request MSN %d, expected %d", h.MSN(), x.readMSN)
+	}
+	if !h.Last() || h.MO() != 0 || n != rdmap.AtomicRequestLen {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMsgTooLong, "Atomic Request of %d octets", n)
+	}
+	if qp.irdq.len() >= qp.ird {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNNoBuffer, "Atomic Request beyond IRD %d", qp.ird)
+	}
+	if err := x.r.ReadFull(x.hdr[x.hl : x.hl+n]); err != nil {
+		return err
+	}
+	x.hl += n
+	r := rdmap.AtomicRequest(x.hdr[ddp.UntaggedHdrLen:x.hl])
+	if err := rdmap.CheckAtomicRequest(r, r.TO()); err != nil {
+		return err
+	}
+	mem, _, e := qp.dev.check(r.STag(), qp.pd, RemoteAtomic, r.TO(), 8)
+	if e != accessOK {
+		return readSrcErr(e, r.STag(), r.TO(), 8)
+	}
+	x.actJob, x.actMem, x.act = readJob{atomic: true, reqID: r.ReqID()}, mem, actAtomicReq
+	return nil
+}
+
+// rxAtomicResponse matches an Atomic Response with our oldest outstanding
+// request (RFC 7306 section 5.2.2).
+func (qp *QP) rxAtomicResponse(h ddp.Untagged, n int) error {
+	x := &qp.rx
+	if h.QN() != rdmap.QNAtomicResponse {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "Atomic Response on QN %d", h.QN())
+	}
+	if h.MSN() != x.atomicMSN {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "Atomic Response MSN %d, expected %d", h.MSN(), x.atomicMSN)
+	}
+	if !h.Last() || h.MO() != 0 || n != rdmap.AtomicResponseLen {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMsgTooLong, "Atomic Response of %d octets", n)
+	}
+	if err := x.r.ReadFull(x.hdr[x.hl : x.hl+n]); err != nil {
+		return err
+	}
+	x.hl += n
+	j := qp.ordq.front()
+	if j == nil || !j.atomic || j.reqID != rdmap.AtomicResponse(x.hdr[ddp.UntaggedHdrLen:x.hl]).ReqID() {
+		return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnexpectedOpcode, "Atomic Response matches no outstanding request")
+	}
+	x.act = actAtomicDone
+	return nil
+}
+
 // readSrcErr maps a failed check of a Read Request's source to the RDMAP
 // remote protection error (RFC 5040 section 7.4.1).
 func readSrcErr(e accessErr, stag uint32, to uint64, size uint32) error {
@@ -399,5 +530,4 @@ func (qp *QP) rxTerminate(h ddp.Untagged, n int) error {
 
 var errCQOverrun = rdmap.Errorf(rdmap.ETypeLocalCatastrophic, rdmap.CodeCatastrophicStream, "completion queue overrun")
 
-// be32 is for headers the views do not cover.
-var be32 = binary.BigEndian.Uint32
+var be64 = binary.BigEndian.Uint64

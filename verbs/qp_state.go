@@ -184,7 +184,10 @@ func (qp *QP) retireLocked() {
 // WRs complete with WRFlushErr, and the QP's goroutines are gone when Close
 // returns. It is safe to call more than once.
 func (qp *QP) Close() error {
-	if qp.conn == nil {
+	qp.startMu.Lock()
+	conn := qp.conn
+	qp.startMu.Unlock()
+	if conn == nil {
 		qp.closeResources()
 		return nil
 	}
@@ -214,7 +217,10 @@ func (qp *QP) closeResources() {
 // posted send WR has completed (or ctx ends), then sends FIN; the peer closes
 // its side and both QPs reach ERROR, flushing any receives still posted.
 func (qp *QP) Disconnect(ctx context.Context) error {
-	if qp.conn == nil {
+	qp.startMu.Lock()
+	conn := qp.conn
+	qp.startMu.Unlock()
+	if conn == nil {
 		return fmt.Errorf("%w: not connected", ErrQPState)
 	}
 	qp.state.CompareAndSwap(int32(StateRTS), int32(StateClosing))

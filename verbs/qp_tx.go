@@ -19,8 +19,9 @@ type txState struct {
 	batch   int // octets queued before a flush: txBatch, or 1 with SegmentPerFPDU
 	hdr     [mpa.MaxHeader]byte
 	pieces  [maxSGE][]byte
-	sendMSN uint32 // MSN of the last Send started (QN 0); the first is 1
-	readMSN uint32 // MSN of the last Read Request (QN 1)
+	sendMSN   uint32 // MSN of the last Send started (QN 0); the first is 1
+	readMSN   uint32 // MSN of the last Read or Atomic Request (QN 1)
+	atomicMSN uint32 // MSN of the last Atomic Response (QN 3)
 
 	cur    *sqe   // SQ WR in progress
 	curIdx uint64 // its SQ index
@@ -168,8 +169,8 @@ func (qp *QP) nextSQ() (*sqe, uint64) {
 	if e.fence && qp.ordq.len() > 0 {
 		return nil, 0 // rx wakes us when a Read completes
 	}
-	if e.op == OpRDMARead && qp.ordq.len() >= qp.ord {
-		return nil, 0 // RFC 5040 section 6.5: no more than ORD Reads outstanding
+	if (e.op == OpRDMARead || e.op == OpAtomicFetchAdd || e.op == OpAtomicCmpSwap) && qp.ordq.len() >= qp.ord {
+		return nil, 0 // RFC 5040 section 6.5, RFC 7306 section 5.2: no more than ORD outstanding
 	}
 	idx := qp.sqNext
 	qp.sqNext++
@@ -231,7 +232,7 @@ func (qp *QP) txSQ() error {
 				return nil
 			}
 		}
-	case OpRDMAWrite:
+	case OpRDMAWrite, OpRDMAWriteWithImm:
 		for t.w.Buffered() < t.batch {
 			p, n := t.segPayload(e, t.curOff, qp.mulpdu-ddp.TaggedHdrLen)
 			last := t.curOff+n == e.length
@@ -241,10 +242,31 @@ func (qp *QP) txSQ() error {
 			}
 			t.curOff += n
 			if last {
+				if e.op == OpRDMAWriteWithImm {
+					if err := qp.txImmediate(e); err != nil {
+						return err
+					}
+				}
 				qp.txQueued()
 				return nil
 			}
 		}
+	case OpImmediate:
+		if err := qp.txImmediate(e); err != nil {
+			return err
+		}
+		qp.txQueued()
+	case OpAtomicFetchAdd, OpAtomicCmpSwap:
+		t.readMSN++
+		reqID := uint32(t.curIdx)
+		qp.ordq.push(readJob{sqIdx: t.curIdx, buf: e.segs[0], atomic: true, reqID: reqID})
+		aop, addSwap, addSwapMask, cmp, cmpMask := e.atomic.wire(e.op)
+		h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpAtomicRequest), 0, rdmap.QNReadRequest, t.readMSN, 0)
+		h = rdmap.AppendAtomicRequest(h, aop, reqID, e.rkey, e.raddr, addSwap, addSwapMask, cmp, cmpMask)
+		if err := t.w.Append(h, nil); err != nil {
+			return err
+		}
+		t.cur = nil // completes when the Atomic Response arrives
 	case OpRDMARead:
 		t.readMSN++
 		// The ORD entry goes in before the request leaves, so the response
@@ -275,6 +297,20 @@ func (qp *QP) txSQ() error {
 	return nil
 }
 
+// txImmediate queues the Immediate Data message of e (RFC 7306 section 6):
+// untagged, QN 0, the next Send MSN, 8 octets.
+func (qp *QP) txImmediate(e *sqe) error {
+	t := &qp.tx
+	op := rdmap.OpImmediateData
+	if e.solicit {
+		op = rdmap.OpImmediateDataSE
+	}
+	t.sendMSN++
+	h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(op), 0, rdmap.QNSend, t.sendMSN, 0)
+	h = rdmap.AppendImmediate(h, e.imm)
+	return t.w.Append(h, nil)
+}
+
 // txQueued records that the WR in progress is queued whole: it completes
 // once the flush that carries its last octets succeeds.
 func (qp *QP) txQueued() {
@@ -295,7 +331,7 @@ func (qp *QP) txCompleted() {
 	// slot holds the entry of its own index.
 	for i := max(t.doneTo, qp.sqHead); i < t.flushTo; i++ {
 		e := &qp.sq[i%uint64(len(qp.sq))]
-		if e.op != OpRDMARead && e.op != OpLocalInv && e.op != OpRegMR {
+		if e.op != OpRDMARead && e.op != OpLocalInv && e.op != OpRegMR && e.op != OpAtomicFetchAdd && e.op != OpAtomicCmpSwap {
 			e.done = true
 		}
 	}
@@ -304,10 +340,22 @@ func (qp *QP) txCompleted() {
 	qp.sqMu.Unlock()
 }
 
-// txReadResponse queues FPDUs of the Read Response in progress.
+// txReadResponse queues FPDUs of the Read Response in progress, or the
+// Atomic Response (RFC 7306: untagged, QN 3) when the job is an atomic.
 func (qp *QP) txReadResponse() error {
 	t := &qp.tx
 	j := t.rr
+	if j.atomic {
+		t.atomicMSN++
+		h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpAtomicResponse), 0, rdmap.QNAtomicResponse, t.atomicMSN, 0)
+		h = rdmap.AppendAtomicResponse(h, j.reqID, j.orig)
+		if err := t.w.Append(h, nil); err != nil {
+			return err
+		}
+		t.rr = nil
+		qp.irdq.pop()
+		return nil
+	}
 	for t.w.Buffered() < t.batch {
 		n := min(len(j.buf)-t.rrOff, qp.mulpdu-ddp.TaggedHdrLen)
 		last := t.rrOff+n == len(j.buf)

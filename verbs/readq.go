@@ -2,7 +2,7 @@ package verbs
 
 import "sync"
 
-// readJob is an RDMA Read in flight: on the ORD queue one of ours awaiting
+// readJob is an RDMA Read (or RFC 7306 atomic) in flight: on the ORD queue one of ours awaiting
 // its response (buf is the sink), on the IRD queue one of the peer's that we
 // answer (buf is the source).
 type readJob struct {
@@ -12,6 +12,11 @@ type readJob struct {
 	to    uint64
 	size  uint32
 	rtr   bool // the zero-length Read of a peer-to-peer start-up: no WR to complete
+
+	// RFC 7306 atomics share the Read queues (and so the IRD and ORD).
+	atomic bool
+	reqID  uint32 // Request Identifier
+	orig   uint64 // IRD: the original value to return
 }
 
 // readQueue is a FIFO of readJobs between the two loops of a QP.

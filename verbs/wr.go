@@ -21,9 +21,17 @@ const (
 	OpRDMARead
 	OpLocalInv
 	OpRegMR // fast registration, posted with QP.PostRegMR
+
+	// RFC 7306 extensions, on connections that enabled them on both sides
+	// (ConnConfig.RFC7306; MPA has no bit to negotiate them).
+	OpRDMAWriteWithImm // an RDMA Write followed by an Immediate Data message
+	OpImmediate        // an Immediate Data message alone
+	OpAtomicFetchAdd   // 64-bit fetch-and-add at RemoteAddr; the original value lands in the 8-octet SGL
+	OpAtomicCmpSwap    // 64-bit compare-and-swap at RemoteAddr; likewise
 )
 
-var sendOpNames = [...]string{"SEND", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_READ", "LOCAL_INV", "REG_MR"}
+var sendOpNames = [...]string{"SEND", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_READ", "LOCAL_INV", "REG_MR",
+	"RDMA_WRITE_WITH_IMM", "IMMEDIATE", "ATOMIC_FETCH_AND_ADD", "ATOMIC_CMP_AND_SWP"}
 
 func (o SendOpcode) String() string {
 	if int(o) < len(sendOpNames) {
@@ -62,6 +70,14 @@ type SendWR struct {
 	// InvalidateRKey is the peer's STag that Send with Invalidate invalidates,
 	// and the local STag that LocalInv invalidates.
 	InvalidateRKey uint32
+	// ImmData is the 8 octets of an Immediate Data message (RFC 7306).
+	ImmData uint64
+	// CompareAdd is the value a fetch-and-add adds, or the value a
+	// compare-and-swap compares with; Swap the value it swaps in. The masks
+	// are RFC 7306's: a zero CompareMask or SwapMask means all 64 bits; a
+	// non-zero AddMask splits the addition into fields.
+	CompareAdd, Swap                 uint64
+	CompareMask, SwapMask, AddMask   uint64
 }
 
 // RecvWR is a receive-queue work request.
@@ -81,9 +97,13 @@ const (
 	WCLocalInv
 	WCRecv
 	WCRegMR
+	WCRecvImm // an Immediate Data message arrived (RFC 7306); ImmData holds it
+	WCAtomicFetchAdd
+	WCAtomicCmpSwap
 )
 
-var wcOpNames = [...]string{"SEND", "RDMA_WRITE", "RDMA_READ", "LOCAL_INV", "RECV", "REG_MR"}
+var wcOpNames = [...]string{"SEND", "RDMA_WRITE", "RDMA_READ", "LOCAL_INV", "RECV", "REG_MR", "RECV_IMM",
+	"ATOMIC_FETCH_AND_ADD", "ATOMIC_CMP_AND_SWP"}
 
 func (o WCOpcode) String() string {
 	if int(o) < len(wcOpNames) {
@@ -131,6 +151,8 @@ const (
 	WithInv WCFlags = 1 << iota
 	// SolicitedEvent: the Send carried the Solicited Event bit.
 	SolicitedEvent
+	// WithImm: ImmData holds Immediate Data.
+	WithImm
 )
 
 // WC is a work completion. Its Status is data, not a Go error.
@@ -141,6 +163,7 @@ type WC struct {
 	Flags           WCFlags
 	ByteLen         uint32
 	InvalidatedRKey uint32
+	ImmData         uint64
 	QP              *QP
 }
 
