@@ -46,13 +46,13 @@ type rxState struct {
 type rxAct uint8
 
 const (
-	actNone     rxAct = iota
-	actRecvDone       // a Send's last segment: complete the receive (and invalidate)
-	actReadDone       // a Read Response's last segment: complete our Read
-	actReadReq        // a Read Request: queue its response
-	actTerm           // a Terminate from the peer
-	actAtomicReq      // an Atomic Request: perform it, queue its response
-	actAtomicDone     // an Atomic Response: complete our atomic
+	actNone       rxAct = iota
+	actRecvDone         // a Send's last segment: complete the receive (and invalidate)
+	actReadDone         // a Read Response's last segment: complete our Read
+	actReadReq          // a Read Request: queue its response
+	actTerm             // a Terminate from the peer
+	actAtomicReq        // an Atomic Request: perform it, queue its response
+	actAtomicDone       // an Atomic Response: complete our atomic
 )
 
 // rxLoop is the receive goroutine of a connected QP.

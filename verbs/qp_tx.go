@@ -15,10 +15,10 @@ const txBatch = 256 << 10
 
 // txState is owned by the transmit loop.
 type txState struct {
-	w       *mpa.Writer
-	batch   int // octets queued before a flush: txBatch, or 1 with SegmentPerFPDU
-	hdr     [mpa.MaxHeader]byte
-	pieces  [maxSGE][]byte
+	w         *mpa.Writer
+	batch     int // octets queued before a flush: txBatch, or 1 with SegmentPerFPDU
+	hdr       [mpa.MaxHeader]byte
+	pieces    [maxSGE][]byte
 	sendMSN   uint32 // MSN of the last Send started (QN 0); the first is 1
 	readMSN   uint32 // MSN of the last Read or Atomic Request (QN 1)
 	atomicMSN uint32 // MSN of the last Atomic Response (QN 3)

@@ -76,8 +76,8 @@ type SendWR struct {
 	// compare-and-swap compares with; Swap the value it swaps in. The masks
 	// are RFC 7306's: a zero CompareMask or SwapMask means all 64 bits; a
 	// non-zero AddMask splits the addition into fields.
-	CompareAdd, Swap                 uint64
-	CompareMask, SwapMask, AddMask   uint64
+	CompareAdd, Swap               uint64
+	CompareMask, SwapMask, AddMask uint64
 }
 
 // RecvWR is a receive-queue work request.
