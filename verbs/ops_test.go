@@ -271,3 +271,42 @@ func TestSRQ(t *testing.T) {
 		require.Equal(t, byte(i), rb.Buf()[wc.ID*64])
 	}
 }
+
+// A CQ that overflows is an error the user sees, never a silent loss: the
+// CQ reports ErrCQOverrun and the QP that filled it goes to ERROR.
+func TestCQOverrun(t *testing.T) {
+	checkRoutines(t)
+	c := newSide(t, pairOpts{})
+	s := newSide(t, pairOpts{})
+	small, err := c.dev.CreateCQ(2)
+	require.NoError(t, err)
+	qp, err := c.pd.CreateQP(QPConfig{SendCQ: small, RecvCQ: c.rcq, Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 1, MaxInline: 8}, SigAll: true})
+	require.NoError(t, err)
+	c.qp.Close()
+	c.qp = qp
+	ln, err := s.dev.Listen("tcp", "127.0.0.1:0", ConnConfig{})
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() {
+		if req, err := ln.GetRequest(ctx); err == nil {
+			req.Accept(s.qp, nil)
+		}
+	}()
+	_, err = qp.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
+	require.NoError(t, err)
+	defer qp.Close()
+	defer s.qp.Close()
+	dst := s.regMR(t, 8, LocalWrite|RemoteWrite)
+	for i := 0; i < 4; i++ {
+		_, err := qp.PostSend(SendWR{ID: uint64(i), Opcode: OpRDMAWrite, Flags: Inline, InlineData: []byte("x"), RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+		require.NoError(t, err)
+	}
+	<-qp.Done()
+	require.ErrorIs(t, small.Err(), ErrCQOverrun)
+	var te *TerminateError
+	require.ErrorAs(t, qp.Err(), &te)
+	require.ErrorIs(t, te, errCQOverrun)
+	require.Equal(t, 2, small.Poll(make([]WC, 8)), "the completions that fit are still there")
+}
