@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/goiwarp/iwarp/ddp"
 	"github.com/goiwarp/iwarp/mpa"
@@ -88,7 +89,9 @@ func (qp *QP) rxFailed(err error) {
 	case errors.Is(err, io.EOF):
 		qp.disconnected()
 	case errors.As(err, &remote):
-		qp.setError(&TerminateError{Remote: true, Terminate: remote.Terminate})
+		// The peer is done with us: close now rather than wait for it.
+		qp.setError(&TerminateError{Remote: true, Terminate: remote.Terminate.Clone()})
+		qp.conn.SetReadDeadline(time.Now())
 	case qp.State() != StateRTS:
 		// A failure after we started closing: nothing to tell the peer.
 		qp.connLost(err)
@@ -104,7 +107,9 @@ func (qp *QP) rxSegment(n int) error {
 	x := &qp.rx
 	x.hl = 0
 	if n < ddp.TaggedHdrLen {
-		return &mpa.Error{Code: mpa.CodeMarker, Msg: "ULPDU shorter than a DDP header"}
+		// Valid MPA framing around too little for DDP: RFC 5041 has no code
+		// for it, so it is a local catastrophic error, as in ddp.Parse.
+		return ddp.Errorf(ddp.ETypeCatastrophic, 0, "ULPDU of %d octets is shorter than a DDP header", n)
 	}
 	if err := x.r.ReadFull(x.hdr[:2]); err != nil {
 		return err
@@ -116,7 +121,7 @@ func (qp *QP) rxSegment(n int) error {
 		hl = ddp.TaggedHdrLen
 	}
 	if n < hl {
-		return &mpa.Error{Code: mpa.CodeMarker, Msg: "ULPDU shorter than its DDP header"}
+		return ddp.Errorf(ddp.ETypeCatastrophic, 0, "ULPDU of %d octets is shorter than its DDP header", n)
 	}
 	if err := x.r.ReadFull(x.hdr[2:hl]); err != nil {
 		return err
