@@ -1,0 +1,65 @@
+package verbs
+
+import (
+	"github.com/goiwarp/iwarp/ddp"
+	"github.com/goiwarp/iwarp/rdmap"
+)
+
+// The receive loop's tagged buffer model: RDMA Write and Read Response
+// segments placed straight into registered memory (RFC 5041 section 5.2).
+
+// taggedErr maps a failed memory check on a tagged segment to its DDP error
+// (RFC 5041 section 7.2, in siw's mapping: RFC 5041 has no code for missing
+// access rights, so that is "invalid STag").
+func taggedErr(e accessErr, stag uint32, to uint64, n int) error {
+	code := ddp.CodeInvalidSTag
+	switch e {
+	case accessPD:
+		code = ddp.CodeSTagNotAssoc
+	case accessTOWrap:
+		code = ddp.CodeTOWrap
+	case accessBounds:
+		code = ddp.CodeBaseBounds
+	}
+	return ddp.Errorf(ddp.ETypeTagged, code, "STag %#x TO %#x len %d", stag, to, n)
+}
+
+// rxWrite places an RDMA Write segment straight into the registered region.
+func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
+	if n == 0 {
+		return nil // nothing is placed: siw's zero-length RTR Write carries a dummy STag
+	}
+	dst, _, e := qp.dev.check(h.STag(), qp.pd, RemoteWrite, h.TO(), n)
+	if e != accessOK {
+		return taggedErr(e, h.STag(), h.TO(), n)
+	}
+	return qp.rx.r.ReadFull(dst)
+}
+
+// rxReadResponse places a Read Response segment into the sink of our oldest
+// outstanding Read; it must continue exactly where the last one ended.
+func (qp *QP) rxReadResponse(h ddp.Tagged, n int) error {
+	x := &qp.rx
+	j := qp.ordq.front()
+	if j == nil {
+		return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnexpectedOpcode, "Read Response with no Read outstanding")
+	}
+	if h.STag() != j.stag {
+		return ddp.Errorf(ddp.ETypeTagged, ddp.CodeInvalidSTag, "Read Response to STag %#x, expected %#x", h.STag(), j.stag)
+	}
+	if h.TO() != j.to+uint64(x.readOff) || uint64(x.readOff)+uint64(n) > uint64(j.size) {
+		return ddp.Errorf(ddp.ETypeTagged, ddp.CodeBaseBounds, "Read Response at TO %#x len %d outside the sink", h.TO(), n)
+	}
+	if err := x.r.ReadFull(j.buf[x.readOff : x.readOff+uint32(n)]); err != nil {
+		return err
+	}
+	x.readOff += uint32(n)
+	if !h.Last() {
+		return nil
+	}
+	if x.readOff != j.size {
+		return ddp.Errorf(ddp.ETypeTagged, ddp.CodeBaseBounds, "Read Response of %d octets for a Read of %d", x.readOff, j.size)
+	}
+	x.act = actReadDone
+	return nil
+}

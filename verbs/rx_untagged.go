@@ -1,0 +1,165 @@
+package verbs
+
+import (
+	"github.com/goiwarp/iwarp/ddp"
+	"github.com/goiwarp/iwarp/rdmap"
+)
+
+// The receive loop's untagged buffer model: Sends into posted receives,
+// Read Requests, Terminates (RFC 5041 section 5.3, RFC 5040 section 4).
+
+// rxSend places a Send segment into the posted receive buffer (RFC 5041
+// section 5.3 untagged model; checks as section 7.2).
+func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
+	x := &qp.rx
+	if h.QN() != rdmap.QNSend {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "Send on QN %d", h.QN())
+	}
+	if h.MSN() != x.sendMSN {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "MSN %d, expected %d", h.MSN(), x.sendMSN)
+	}
+	mo := int(h.MO())
+	if !x.recvOn {
+		if mo != 0 {
+			return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidMO, "first segment at MO %d", mo)
+		}
+		if !qp.popRecv(&x.recv) {
+			// iWARP has no receiver-not-ready retry: this is fatal.
+			return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNNoBuffer, "no receive posted for MSN %d", h.MSN())
+		}
+		x.recvOn, x.recvOff = true, 0
+	} else if mo != x.recvOff {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidMO, "MO %d, expected %d", mo, x.recvOff)
+	}
+	if mo+n > x.recv.total {
+		qp.recvCQ.push(WC{ID: x.recv.id, Status: LocLenErr, Opcode: WCRecv, QP: qp})
+		x.recvOn = false
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMsgTooLong, "message exceeds the %d-octet receive buffer", x.recv.total)
+	}
+	// Scatter into the receive buffer's elements.
+	off, left := mo, n
+	for _, s := range x.recv.segs[:x.recv.nseg] {
+		if left == 0 {
+			break
+		}
+		if off >= len(s) {
+			off -= len(s)
+			continue
+		}
+		k := min(len(s)-off, left)
+		if err := x.r.ReadFull(s[off : off+k]); err != nil {
+			return err
+		}
+		off, left = 0, left-k
+	}
+	x.recvOff += n
+	if !h.Last() {
+		return nil
+	}
+	wc := WC{ID: x.recv.id, Opcode: WCRecv, ByteLen: uint32(x.recvOff), QP: qp}
+	if op == rdmap.OpSendSE || op == rdmap.OpSendSEInvalidate {
+		wc.Flags |= SolicitedEvent
+	}
+	x.actInv = op == rdmap.OpSendInvalidate || op == rdmap.OpSendSEInvalidate
+	if x.actInv {
+		wc.Flags |= WithInv
+		wc.InvalidatedRKey = h.ULPWord()
+	}
+	x.actWC, x.act = wc, actRecvDone
+	return nil
+}
+
+// rxQN1 checks a request on queue 1 (RDMA Read Request, RFC 7306 Atomic
+// Request) and reads its RDMAP header after the DDP header.
+func (qp *QP) rxQN1(h ddp.Untagged, n, want int, what string) error {
+	x := &qp.rx
+	if h.QN() != rdmap.QNReadRequest {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "%s on QN %d", what, h.QN())
+	}
+	if h.MSN() != x.readMSN {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "%s MSN %d, expected %d", what, h.MSN(), x.readMSN)
+	}
+	if !h.Last() || h.MO() != 0 || n != want {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMsgTooLong, "%s of %d octets", what, n)
+	}
+	// The IRD is the number of buffers posted on QN 1: a request beyond it
+	// finds none (RFC 7306 section 5.2: atomics share it).
+	if qp.irdq.len() >= qp.ird {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNNoBuffer, "%s beyond IRD %d", what, qp.ird)
+	}
+	if err := x.r.ReadFull(x.hdr[x.hl : x.hl+n]); err != nil {
+		return err
+	}
+	x.hl += n
+	return nil
+}
+
+// popRecv takes the next posted receive, from the SRQ if the QP has one.
+func (qp *QP) popRecv(dst *rqe) bool {
+	if qp.srq != nil {
+		return qp.srq.q.pop(dst)
+	}
+	return qp.rq.pop(dst)
+}
+
+// rxReadRequest checks a Read Request against the source region and queues
+// the response for the transmit loop (RFC 5040 section 4.4).
+func (qp *QP) rxReadRequest(h ddp.Untagged, n int) error {
+	x := &qp.rx
+	if err := qp.rxQN1(h, n, rdmap.ReadRequestLen, "Read Request"); err != nil {
+		return err
+	}
+	rr := rdmap.ReadRequest(x.hdr[ddp.UntaggedHdrLen:x.hl])
+	size := rr.Size()
+	var src []byte
+	if size > 0 {
+		b, _, e := qp.dev.check(rr.SrcSTag(), qp.pd, RemoteRead, rr.SrcTO(), int(size))
+		if e != accessOK {
+			return readSrcErr(e, rr.SrcSTag(), rr.SrcTO(), size)
+		}
+		src = b
+	}
+	x.actJob = readJob{buf: src, stag: rr.SinkSTag(), to: rr.SinkTO(), size: size}
+	x.act = actReadReq
+	return nil
+}
+
+// readSrcErr maps a failed check of a Read Request's source to the RDMAP
+// remote protection error (RFC 5040 section 7.4.1).
+func readSrcErr(e accessErr, stag uint32, to uint64, size uint32) error {
+	code := rdmap.CodeInvalidSTag
+	switch e {
+	case accessPD:
+		code = rdmap.CodeSTagNotAssoc
+	case accessRights:
+		code = rdmap.CodeAccessRights
+	case accessTOWrap:
+		code = rdmap.CodeTOWrap
+	case accessBounds:
+		code = rdmap.CodeBaseBounds
+	}
+	return rdmap.Errorf(rdmap.ETypeRemoteProtection, code, "Read source STag %#x TO %#x size %d", stag, to, size)
+}
+
+// rxTerminate decodes a Terminate from the peer. It is never answered with
+// a Terminate (RFC 5040 section 5.3).
+func (qp *QP) rxTerminate(h ddp.Untagged, n int) error {
+	x := &qp.rx
+	if h.QN() != rdmap.QNTerminate {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "Terminate on QN %d", h.QN())
+	}
+	if n > len(x.hdr)-x.hl {
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMsgTooLong, "Terminate of %d octets", n)
+	}
+	if err := x.r.ReadFull(x.hdr[x.hl : x.hl+n]); err != nil {
+		return err
+	}
+	t, err := rdmap.ParseTerminate(x.hdr[x.hl : x.hl+n])
+	x.hl += n
+	if err != nil {
+		// Still a Terminate: the peer is done with us, even if it says so badly.
+		t = rdmap.Terminate{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeLocalCatastrophic, Code: rdmap.CodeUnspecified}
+	}
+	x.actTerm, x.act = t, actTerm
+	return nil
+}
