@@ -37,7 +37,12 @@ type Reader struct {
 	c     uint32 // running CRC
 
 	hdr [MaxHeader]byte
+
+	bufMax int // the size buf grows to
 }
+
+// initialReadBuffer is a Reader's buffer before traffic makes it grow.
+const initialReadBuffer = 4 << 10
 
 // DefaultReadBuffer is the receive buffer size of a Reader.
 const DefaultReadBuffer = 64 << 10
@@ -49,9 +54,13 @@ const directMin = 8 << 10
 // NewReader returns a Reader on r with a buffer of size octets (at least
 // 1 KiB). pre holds stream octets already read from r past the MPA
 // start-up frames (normally none: the start-up reads exactly its frames).
+//
+// The buffer starts small (an idle connection costs little) and grows to
+// size the first time a read fills it, which is when batching pays.
 func NewReader(r io.Reader, crc, markers bool, size int, pre []byte) *Reader {
 	size = max(size, 1<<10, len(pre))
-	rd := &Reader{r: r, crc: crc, markers: markers, max: MaxULPDU, buf: make([]byte, size)}
+	start := max(min(size, initialReadBuffer), len(pre))
+	rd := &Reader{r: r, crc: crc, markers: markers, max: MaxULPDU, buf: make([]byte, start), bufMax: size}
 	rd.tail = copy(rd.buf, pre)
 	return rd
 }
@@ -252,6 +261,12 @@ func (r *Reader) fill(n int) error {
 	for r.tail < n {
 		m, err := r.r.Read(r.buf[r.tail:])
 		r.tail += m
+		if r.tail == len(r.buf) && len(r.buf) < r.bufMax {
+			// The socket had more than the buffer holds: grow once.
+			b := make([]byte, r.bufMax)
+			copy(b, r.buf[:r.tail])
+			r.buf = b
+		}
 		if r.tail >= n {
 			break
 		}

@@ -54,8 +54,7 @@ func NewWriter(w io.Writer, crc, markers bool) *Writer {
 		w:       w,
 		crc:     crc,
 		markers: markers,
-		arena:   make([]byte, 0, arenaSize),
-		vecs:    make([][]byte, 0, 64),
+		vecs:    make([][]byte, 0, 16),
 	}
 }
 
@@ -91,6 +90,9 @@ func (w *Writer) AppendV(hdr []byte, payload [][]byte) error {
 		return ErrTooLong
 	}
 	need := LenFieldLen + MaxHeader + copyMax*len(payload) + 8 + MarkerLen*(total/MarkerInterval+2)
+	if w.arena == nil {
+		w.arena = make([]byte, 0, arenaSize) // on first use: a QP that never sends needs none
+	}
 	if cap(w.arena)-len(w.arena) < need || len(w.vecs)+2*len(payload)+4 > maxVecs {
 		if err := w.Flush(); err != nil {
 			return err

@@ -1,0 +1,54 @@
+package verbs
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestIdleQPMemory reports what an idle connected QP costs — its rings, the
+// MPA reader's buffer and writer's staging, two goroutines, the socket's
+// Go-side state — with the CQs shared, and keeps it from growing unnoticed.
+func TestIdleQPMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures memory of 64 connections")
+	}
+	checkRoutines(t)
+	const pairs = 64
+	d := Open(DeviceAttr{})
+	pd := d.AllocPD()
+	cq, err := d.CreateCQ(1024)
+	require.NoError(t, err)
+	ln, err := d.Listen("tcp", "127.0.0.1:0", ConnConfig{})
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	newQP := func() *QP {
+		qp, err := pd.CreateQP(QPConfig{SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 128, MaxRecvWR: 128}})
+		require.NoError(t, err)
+		t.Cleanup(func() { qp.Close() })
+		return qp
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := 0; i < pairs; i++ {
+		c, s := newQP(), newQP()
+		go func() {
+			if req, err := ln.GetRequest(ctx); err == nil {
+				req.Accept(s, nil)
+			}
+		}()
+		_, err := c.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
+		require.NoError(t, err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perQP := (after.HeapInuse + after.StackInuse - before.HeapInuse - before.StackInuse) / (2 * pairs)
+	t.Logf("idle connected QP (SQ/RQ 128, 1 SGE): %d KiB of heap and stack", perQP>>10)
+	require.Less(t, perQP, uint64(256<<10), "an idle QP takes %d KiB", perQP>>10)
+}
