@@ -1,0 +1,331 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pion/transport/v3/test"
+	"github.com/stretchr/testify/require"
+
+	"github.com/goiwarp/iwarp/internal/perf"
+)
+
+// run runs the CLI in-process and returns its exit status and output.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := perf.MainContext(ctx, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// table returns the rows after the table header (the line starting with
+// " #bytes"), each split into fields, up to the closing dashed line.
+func table(t *testing.T, out string) [][]float64 {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	start := -1
+	for i, l := range lines {
+		if strings.HasPrefix(l, " #bytes") {
+			start = i + 1
+			break
+		}
+	}
+	require.GreaterOrEqual(t, start, 0, "no table header in:\n%s", out)
+	var rows [][]float64
+	for _, l := range lines[start:] {
+		if strings.HasPrefix(l, "---") || l == "" {
+			break
+		}
+		var row []float64
+		for _, f := range strings.Fields(l) {
+			v, err := strconv.ParseFloat(f, 64)
+			require.NoError(t, err, "row %q", l)
+			row = append(row, v)
+		}
+		rows = append(rows, row)
+	}
+	require.NotEmpty(t, rows, "no rows in:\n%s", out)
+	return rows
+}
+
+// checkRow checks a table row: the size, and every number positive (the BW
+// peak is 0 in duration mode, as in perftest). Bandwidth is printed with
+// two decimals: a run of a few tiny messages that the scheduler stalls for
+// milliseconds prints 0.00 MiB/s, so that is positive only for runs of at
+// least 64 KiB.
+func checkRow(t *testing.T, row []float64, size int, lat, dur bool) {
+	t.Helper()
+	want := 5
+	switch {
+	case lat && dur:
+		want = 4
+	case lat:
+		want = 9
+	}
+	require.Len(t, row, want, "row %v", row)
+	require.Equal(t, float64(size), row[0], "size")
+	for i, v := range row {
+		if !lat && dur && i == 2 {
+			require.Zero(t, v, "BW peak in duration mode")
+			continue
+		}
+		if lat && !dur && i == 6 {
+			require.GreaterOrEqual(t, v, 0.0, "t_stdev of %v", row) // 0.00 for a few equal samples
+			continue
+		}
+		if !lat && (i == 2 || i == 3) && row[0]*row[1] < 64<<10 {
+			require.GreaterOrEqual(t, v, 0.0, "column %d of %v", i, row)
+			continue
+		}
+		require.Greater(t, v, 0.0, "column %d of %v", i, row)
+	}
+}
+
+// leakCheck fails the test if it leaves goroutines behind.
+func leakCheck(t *testing.T) {
+	t.Cleanup(test.CheckRoutines(t))
+}
+
+func TestTests(t *testing.T) {
+	leakCheck(t)
+	cases := []struct {
+		name string
+		args []string
+		size int
+		rows int
+	}{
+		{"write_bw", []string{"write_bw", "-n", "20", "-s", "4096"}, 4096, 1},
+		{"read_bw", []string{"read_bw", "-n", "20", "-s", "4096"}, 4096, 1},
+		{"send_bw", []string{"send_bw", "-n", "50", "-s", "4096", "-r", "8"}, 4096, 1},
+		{"write_lat", []string{"write_lat", "-n", "20"}, 2, 1},
+		{"read_lat", []string{"read_lat", "-n", "20", "-s", "100"}, 100, 1},
+		{"send_lat", []string{"send_lat", "-n", "20", "-s", "300"}, 300, 1}, // above the inline size
+		{"tcp_bw", []string{"tcp_bw", "-n", "20", "-s", "4096"}, 4096, 1},
+		{"tcp_lat", []string{"tcp_lat", "-n", "20"}, 2, 1},
+		{"write_bw/big", []string{"write_bw", "-n", "5", "-s", "3000000", "-t", "2"}, 3000000, 1},
+		{"write_bw/bidir", []string{"write_bw", "-n", "20", "-s", "4096", "-b"}, 4096, 1},
+		{"send_bw/bidir", []string{"send_bw", "-n", "100", "-s", "1000", "-b", "-r", "6", "-Q", "3"}, 1000, 1},
+		{"send_bw/qps", []string{"send_bw", "-n", "30", "-s", "1024", "-q", "3", "-r", "4"}, 1024, 1},
+		{"read_bw/qps", []string{"read_bw", "-n", "30", "-s", "10000", "-q", "2", "-o", "2"}, 10000, 1},
+		{"tcp_bw/bidir", []string{"tcp_bw", "-n", "20", "-s", "4096", "-b", "-q", "2"}, 4096, 1},
+		{"write_lat/iwarp-options", []string{"write_lat", "-n", "20", "-s", "5000", "--mpa-rev", "1", "--crc", "off",
+			"--markers", "both", "--fpdu", "1000"}, 5000, 1},
+		{"send_bw/p2p", []string{"send_bw", "-n", "20", "--p2p", "send", "--markers", "tx", "-s", "2000"}, 2000, 1},
+		{"read_lat/p2p", []string{"read_lat", "-n", "20", "--p2p", "read", "--crc", "required"}, 2, 1},
+		{"write_bw/p2p", []string{"write_bw", "-n", "400", "--p2p", "write", "-s", "200", "-I", "256"}, 200, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errs := run(t, append(c.args, "--loopback")...)
+			require.Equal(t, 0, code, "stderr: %s\nstdout: %s", errs, out)
+			require.Contains(t, out, "Transport type : ")
+			rows := table(t, out)
+			require.Len(t, rows, c.rows)
+			lat := strings.HasSuffix(c.args[0], "_lat")
+			checkRow(t, rows[0], c.size, lat, false)
+		})
+	}
+}
+
+func TestAllSizes(t *testing.T) {
+	leakCheck(t)
+	for _, tc := range []string{"send_bw", "write_lat"} {
+		t.Run(tc, func(t *testing.T) {
+			code, out, errs := run(t, tc, "-a", "-n", "5", "--loopback")
+			require.Equal(t, 0, code, "stderr: %s", errs)
+			rows := table(t, out)
+			require.Len(t, rows, 23)
+			for i, r := range rows {
+				checkRow(t, r, 2<<i, strings.HasSuffix(tc, "_lat"), false)
+			}
+		})
+	}
+}
+
+func TestDuration(t *testing.T) {
+	leakCheck(t)
+	for _, tc := range []string{"write_bw", "send_lat"} {
+		t.Run(tc, func(t *testing.T) {
+			code, out, errs := run(t, tc, "-D", "1", "--loopback")
+			require.Equal(t, 0, code, "stderr: %s", errs)
+			rows := table(t, out)
+			checkRow(t, rows[0], map[string]int{"write_bw": 65536, "send_lat": 2}[tc], tc == "send_lat", true)
+		})
+	}
+}
+
+func TestOutput(t *testing.T) {
+	leakCheck(t)
+	for _, c := range [][]string{
+		{"write_bw", "-n", "20", "-s", "1024", "--output=bandwidth"},
+		{"send_bw", "-n", "20", "-s", "1024", "--output=message_rate", "--report_gbits"},
+		{"read_lat", "-n", "20", "--output=latency"},
+		{"tcp_lat", "-n", "20", "--output", "latency"},
+	} {
+		t.Run(c[0]+"/"+c[len(c)-1], func(t *testing.T) {
+			code, out, errs := run(t, append(c, "--loopback")...)
+			require.Equal(t, 0, code, "stderr: %s", errs)
+			require.True(t, strings.HasSuffix(out, "\n"), "%q", out)
+			fields := strings.Fields(out)
+			require.Len(t, fields, 1, "stdout must be one number: %q", out)
+			v, err := strconv.ParseFloat(fields[0], 64)
+			require.NoError(t, err)
+			require.Greater(t, v, 0.0)
+		})
+	}
+}
+
+func TestJSON(t *testing.T) {
+	leakCheck(t)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		keys []string
+	}{
+		{[]string{"write_bw", "-n", "20", "-s", "2048"}, []string{"MsgSize", "n_iterations", "BW_peak", "BW_average", "MsgRate"}},
+		{[]string{"send_lat", "-n", "20"}, []string{"MsgSize", "n_iterations", "t_min", "t_max", "t_typical", "t_avg",
+			"t_stdev", "percentile_99", "percentile_99.9"}},
+		{[]string{"write_lat", "-D", "1"}, []string{"MsgSize", "n_iterations", "t_avg", "tps_average"}},
+	} {
+		t.Run(c.args[0], func(t *testing.T) {
+			file := filepath.Join(dir, c.args[0]+".json")
+			code, _, errs := run(t, append(c.args, "--loopback", "--out_json", "--out_json_file="+file)...)
+			require.Equal(t, 0, code, "stderr: %s", errs)
+			b, err := os.ReadFile(file)
+			require.NoError(t, err)
+			var doc struct {
+				TestInfo map[string]any `json:"test_info"`
+				Results  map[string]any `json:"results"`
+			}
+			require.NoError(t, json.Unmarshal(b, &doc), "%s", b)
+			require.Equal(t, "IW", doc.TestInfo["Transport_type"])
+			for _, k := range c.keys {
+				require.Contains(t, doc.Results, k)
+				require.IsType(t, 0.0, doc.Results[k], k)
+			}
+			require.Len(t, doc.Results, len(c.keys))
+			require.Greater(t, doc.Results["n_iterations"], 0.0)
+		})
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	leakCheck(t)
+	for _, args := range [][]string{
+		{"--bogus"},
+		{"write_bw", "-s"},
+		{"write_bw", "-s", "lots"},
+		{"write_bw", "-s", "0"},
+		{"write_bw", "-s", "9000000"},
+		{"frobnicate_bw"},
+		{"write_bw", "-n", "2"},
+		{"write_bw", "-n", "10", "-D", "2"},
+		{"write_bw", "-a", "-D", "2"},
+		{"write_lat", "-q", "2"},
+		{"write_lat", "--output=bandwidth"},
+		{"write_bw", "--output=latency"},
+		{"write_bw", "--output=loud"},
+		{"write_bw", "--crc=maybe"},
+		{"write_bw", "--markers=some"},
+		{"write_bw", "--p2p=atomic"},
+		{"write_bw", "--mpa-rev=3"},
+		{"write_bw", "--profile=heap"},
+		{"write_bw", "-I", "1000"},
+		{"write_bw", "host1", "host2"},
+		{"write_bw", "--loopback", "host1"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errs := run(t, args...)
+			require.Equal(t, 2, code, "stdout: %s\nstderr: %s", out, errs)
+			require.Empty(t, out)
+			require.Contains(t, errs, "iwarp-perf: ")
+		})
+	}
+	code, out, _ := run(t, "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "Usage: iwarp-perf")
+}
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// waitListening waits until something listens on port.
+func waitListening(t *testing.T, port string) {
+	for i := 0; i < 200; i++ {
+		c, err := net.Dial("tcp", "127.0.0.1:"+port)
+		if err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("server did not listen")
+}
+
+// TestServerClient runs the two sides as two invocations, as two hosts
+// would.
+func TestServerClient(t *testing.T) {
+	leakCheck(t)
+	for _, tc := range []string{"write_bw", "tcp_bw"} {
+		t.Run(tc, func(t *testing.T) {
+			port := freePort(t)
+			type result struct {
+				code     int
+				out, err string
+			}
+			done := make(chan result)
+			go func() {
+				code, out, errs := run(t, tc, "-p", port, "-n", "20", "-s", "8192")
+				done <- result{code, out, errs}
+			}()
+			waitListening(t, port)
+			code, out, errs := run(t, tc, "-n", "20", "-s", "8192", "-p", port, "127.0.0.1")
+			require.Equal(t, 0, code, "client stderr: %s", errs)
+			s := <-done
+			require.Equal(t, 0, s.code, "server stderr: %s", s.err)
+			require.Contains(t, s.out, "Waiting for client to connect")
+			// The server shows the client's measurement.
+			require.Equal(t, table(t, out), table(t, s.out))
+		})
+	}
+	t.Run("mismatch", func(t *testing.T) {
+		port := freePort(t)
+		done := make(chan int)
+		var serr string
+		go func() {
+			code, _, errs := run(t, "write_bw", "-p", port, "-s", "4096", "-n", "20")
+			serr = errs
+			done <- code
+		}()
+		waitListening(t, port)
+		code, _, errs := run(t, "write_bw", "-p", port, "-s", "8192", "-n", "20", "127.0.0.1")
+		require.Equal(t, 1, code)
+		require.Contains(t, errs, "size (-s) mismatch")
+		require.Equal(t, 1, <-done)
+		require.Contains(t, serr, "size (-s) mismatch")
+	})
+}
+
+func TestDemo(t *testing.T) {
+	leakCheck(t)
+	code, out, errs := run(t, "-D", "1", "-s", "16384")
+	require.Equal(t, 0, code, "stderr: %s", errs)
+	require.Contains(t, out, "RDMA_Write BW Test")
+	checkRow(t, table(t, out)[0], 16384, false, true)
+	require.Regexp(t, `(?m)^RDMA Write 16 KiB: [0-9.]+ MiB/s = [0-9.]+ × raw TCP \([0-9.]+ MiB/s\)$`, out)
+}

@@ -1,0 +1,340 @@
+package perf
+
+// Bandwidth tests, as perftest's run_iter_bw: each QP keeps up to tx-depth
+// WRs outstanding, every CQMod-th is signaled (and the last), and the loop
+// polls the one CQ in batches, blocking in CQ.Wait only when it can neither
+// post nor reap.
+//
+// Send tests and credits. iWARP has no receiver-not-ready retry: a Send
+// that finds no posted receive is fatal to the connection (RFC 5040 section
+// 7.1), so a sender must never have more Sends in flight than the receiver
+// has receives posted. perftest does the same for iWARP (ctx.send_rcredit).
+// Here:
+//
+//   - The receiver posts rx-depth receives, plus recvReserve for credit
+//     messages, before it connects, and reposts each one as soon as it
+//     polls its completion.
+//   - The sender starts with rx-depth credits and spends one per Send.
+//   - Every batch = ceil(rx-depth/4) data receives reposted, the receiver
+//     sends a credit message: a zero-length Send with the Solicited flag,
+//     worth batch credits. Reposting comes first, so credits never exceed
+//     posted receives.
+//   - Credit messages themselves land in the reserve: at most
+//     rx-depth/batch + 1 <= 5 can be in flight unread, fewer than
+//     recvReserve, and each is reposted when read.
+//   - After its last data Send the sender sends an end marker, a one-octet
+//     Solicited Send (it costs a credit); the receiver is done when every
+//     QP's end marker has arrived. Messages on a QP arrive in order, so
+//     all the data is in by then.
+//
+// Bidirectional send tests run both roles on each side at once.
+
+import (
+	"context"
+	"errors"
+	"math"
+	"runtime"
+	"time"
+
+	"github.com/goiwarp/iwarp/verbs"
+)
+
+// spinPolls is how many empty polls the BW loop spins (yielding the
+// processor) before it blocks in CQ.Wait.
+var spinPolls = 0
+
+// bwRun is one bandwidth measurement at one size.
+type bwRun struct {
+	e          *endpoint
+	size       int
+	op         verbs.SendOpcode
+	flags      verbs.SendFlags
+	sender     bool
+	receiver   bool
+	base       time.Time
+	dur        bool
+	tSample    int64 // duration mode: window of the sample, and the stop
+	tEnd       int64
+	tStop      int64
+	stopping   bool
+	sampled    uint64
+	totc       int // data WRs completed, over all QPs
+	tposted    []int64
+	comps      []completion
+	keepPosted bool // keep every post time (for the peak)
+	prog       *progress
+}
+
+func (r *bwRun) now() int64 { return int64(time.Since(r.base)) }
+
+// runBW measures bandwidth at one size. sender posts the test's operations;
+// receiver takes the peer's Sends.
+func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, prog *progress) (Report, error) {
+	p := e.p
+	r := &bwRun{e: e, size: size, sender: sender, receiver: receiver, dur: p.Duration > 0, prog: prog}
+	switch p.Test.verb() {
+	case verbWrite:
+		r.op = verbs.OpRDMAWrite
+	case verbRead:
+		r.op = verbs.OpRDMARead
+	default:
+		r.op = verbs.OpSend
+	}
+	send := r.op == verbs.OpSend
+	if size <= p.Inline && r.op != verbs.OpRDMARead {
+		r.flags |= verbs.Inline
+	}
+	limit := uint64(p.Iters)
+	if r.dur {
+		limit = math.MaxUint64
+		m := p.margin()
+		r.tSample, r.tEnd, r.tStop = int64(m), int64(p.Duration-m), int64(p.Duration)
+	} else if sender {
+		r.keepPosted = p.peak()
+		n := 1
+		if r.keepPosted {
+			n = p.Iters * len(e.qps)
+		}
+		r.tposted = make([]int64, 0, n)
+	}
+	for _, q := range e.qps {
+		q.scnt, q.ccnt, q.limit = 0, 0, limit
+		q.endPosted = !sender || !send
+		q.endDone = q.endPosted
+		q.endSeen = !receiver
+		if !sender {
+			q.limit = 0
+			continue
+		}
+		q.sge = verbs.SGE{Addr: q.mr.Addr(), Length: uint32(size), LKey: q.mr.LKey()}
+		for j := range q.batch {
+			wr := &q.batch[j]
+			*wr = verbs.SendWR{Opcode: r.op, SGL: []verbs.SGE{q.sge}}
+			if r.op != verbs.OpSend {
+				wr.RemoteAddr, wr.RKey = q.remote.Addr, q.remote.RKey
+			}
+			if r.flags&verbs.Inline != 0 {
+				wr.SGL, wr.InlineData = nil, q.local[:size]
+			}
+		}
+	}
+
+	r.base = time.Now()
+	waitCtx := ctx // blocking waits end at the stop time too
+	if r.dur {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithDeadline(ctx, r.base.Add(p.Duration))
+		defer cancel()
+	}
+	idle := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return Report{}, err
+		}
+		t := r.now()
+		if r.dur && !r.stopping && t >= r.tStop {
+			r.stop()
+			waitCtx = ctx
+		}
+		worked := false
+		if sender {
+			n, err := r.post(t)
+			if err != nil {
+				return Report{}, err
+			}
+			worked = n > 0
+		}
+		if send {
+			n, err := r.credit()
+			if err != nil {
+				return Report{}, err
+			}
+			worked = worked || n > 0
+		}
+		k := e.cq.Poll(e.wcs)
+		if k > 0 {
+			if err := r.reap(e.wcs[:k], r.now()); err != nil {
+				return Report{}, err
+			}
+			worked = true
+		}
+		if r.done() {
+			break
+		}
+		if worked {
+			idle = 0
+			continue
+		}
+		if idle++; idle <= spinPolls {
+			runtime.Gosched()
+			continue
+		}
+		idle = 0
+		if err := e.cq.Wait(waitCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			if ctx.Err() != nil {
+				return Report{}, ctx.Err()
+			}
+			return Report{}, err
+		}
+	}
+	if !sender {
+		return Report{Kind: kindBW, Size: size}, nil
+	}
+	if r.dur {
+		return bwDurReport(size, r.sampled, time.Duration(r.tEnd-r.tSample)), nil
+	}
+	return bwReport(size, p.Iters*len(e.qps), r.tposted, r.comps, r.keepPosted), nil
+}
+
+// stop ends duration mode's posting: one more WR on each QP whose last one
+// was unsignaled, so that a completion covers it.
+func (r *bwRun) stop() {
+	r.stopping = true
+	mod := uint64(r.e.p.CQMod)
+	for _, q := range r.e.qps {
+		q.limit = q.scnt
+		if q.scnt > 0 && (q.scnt-1)%mod != mod-1 {
+			q.limit++
+		}
+	}
+}
+
+// post posts what the window, the credits and the limit allow on each QP.
+func (r *bwRun) post(t int64) (int, error) {
+	p := r.e.p
+	send := r.op == verbs.OpSend
+	mod := uint64(p.CQMod)
+	total := 0
+	for _, q := range r.e.qps {
+		if q.scnt < q.limit {
+			avail := min(q.limit-q.scnt, uint64(p.TxDepth)-(q.scnt-q.ccnt), postBatch)
+			if send {
+				avail = min(avail, uint64(max(q.credits, 0)))
+			}
+			if avail > 0 {
+				for j := range avail {
+					seq := q.scnt + j
+					wr := &q.batch[j]
+					wr.ID = wrID(idData, q.i, seq)
+					wr.Flags = r.flags
+					if seq%mod == mod-1 || seq == q.limit-1 {
+						wr.Flags |= verbs.Signaled
+					}
+				}
+				n, err := q.qp.PostSend(q.batch[:avail]...)
+				if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
+					return total, qpFailure(q.qp, err)
+				}
+				if r.keepPosted || len(r.tposted) == 0 && !r.dur {
+					for range n {
+						r.tposted = append(r.tposted, t)
+					}
+				}
+				q.scnt += uint64(n)
+				total += n
+				if send {
+					q.credits -= n
+				}
+			}
+		}
+		if send && q.scnt == q.limit && !q.endPosted && q.credits > 0 {
+			wr := verbs.SendWR{ID: wrID(idEnd, q.i, 0), Opcode: verbs.OpSend,
+				Flags: verbs.Signaled | verbs.Solicited | verbs.Inline, InlineData: endMarker[:]}
+			if _, err := q.qp.PostSend(wr); err != nil {
+				if !errors.Is(err, verbs.ErrQueueFull) {
+					return total, qpFailure(q.qp, err)
+				}
+			} else {
+				q.credits--
+				q.endPosted = true
+				total++
+			}
+		}
+	}
+	return total, nil
+}
+
+var endMarker = [1]byte{'E'}
+
+// credit reposts the receives reaped and sends the credit messages due.
+func (r *bwRun) credit() (int, error) {
+	n := 0
+	for _, q := range r.e.qps {
+		if len(q.reposts) > 0 {
+			k, err := q.qp.PostRecv(q.reposts...)
+			q.reposts = q.reposts[:copy(q.reposts, q.reposts[k:])]
+			if err != nil {
+				return n, qpFailure(q.qp, err)
+			}
+		}
+		for q.grant >= r.e.batch {
+			wr := verbs.SendWR{ID: wrID(idCredit, q.i, 0), Opcode: verbs.OpSend, Flags: verbs.Solicited}
+			if _, err := q.qp.PostSend(wr); err != nil {
+				if errors.Is(err, verbs.ErrQueueFull) {
+					break // the send queue drains; try again on the next round
+				}
+				return n, qpFailure(q.qp, err)
+			}
+			q.grant -= r.e.batch
+			n++
+		}
+	}
+	return n, nil
+}
+
+// reap accounts for completions polled at time t.
+func (r *bwRun) reap(wcs []verbs.WC, t int64) error {
+	e := r.e
+	var done uint64
+	for i := range wcs {
+		wc := &wcs[i]
+		if err := e.check(wc); err != nil {
+			return err
+		}
+		q := e.qps[idQP(wc.ID)]
+		if wc.Opcode == verbs.WCRecv {
+			q.reposts = append(q.reposts, q.rwr)
+			switch {
+			case wc.Flags&verbs.SolicitedEvent == 0:
+				q.grant++ // data: its receive is reposted before we grant it
+			case wc.ByteLen == 0:
+				q.credits += e.batch
+			default:
+				q.endSeen = true
+				q.grant++ // the end marker took a credit too
+			}
+			continue
+		}
+		switch wc.ID & idKind {
+		case idEnd:
+			q.endDone = true
+		case idData:
+			seq := wc.ID & idSeq
+			fill := int(seq + 1 - q.ccnt)
+			q.ccnt = seq + 1
+			r.totc += fill
+			done += uint64(fill)
+			if r.dur {
+				if t >= r.tSample && t < r.tEnd {
+					r.sampled += uint64(fill)
+				}
+			} else if r.keepPosted || len(r.comps) == 0 {
+				r.comps = append(r.comps, completion{idx: r.totc - 1, t: t})
+			} else {
+				r.comps[0] = completion{idx: r.totc - 1, t: t}
+			}
+		}
+	}
+	r.prog.add(done, r.size)
+	return nil
+}
+
+// done reports whether both roles are finished on every QP.
+func (r *bwRun) done() bool {
+	for _, q := range r.e.qps {
+		if q.ccnt < q.limit || !q.endDone || !q.endSeen {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,267 @@
+package perf
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goiwarp/iwarp/mpa"
+)
+
+// errHelp is returned by Parse for -h: print the usage and exit 0.
+var errHelp = errors.New("help requested")
+
+// UsageError is a bad command line: exit status 2.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+func usagef(format string, a ...any) error { return &UsageError{fmt.Sprintf(format, a...)} }
+
+// Parse reads the command line: [TEST] [flags] [SERVER], flags and
+// arguments in any order as getopt permutes them. With no TEST it returns
+// Params for the demo (Test is WriteBW and demo is true).
+func Parse(args []string) (p *Params, demo bool, err error) {
+	p = &Params{Inline: -1, set: map[string]bool{}}
+	fs := flag.NewFlagSet("iwarp-perf", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+
+	// Each flag has perftest's short and long name; set records the long.
+	intVar := func(dst *int, short, long string, def int) {
+		*dst = def
+		v := (*intValue)(dst)
+		if short != "" {
+			fs.Var(v, short, "")
+		}
+		fs.Var(v, long, "")
+	}
+	boolVar := func(dst *bool, short, long string) {
+		v := (*boolValue)(dst)
+		if short != "" {
+			fs.Var(v, short, "")
+		}
+		fs.Var(v, long, "")
+	}
+	var dur int
+	intVar(&p.Size, "s", "size", DefSizeBW)
+	boolVar(&p.All, "a", "all")
+	intVar(&p.Iters, "n", "iters", DefIters)
+	intVar(&dur, "D", "duration", 0)
+	intVar(&p.QPs, "q", "qp", 1)
+	intVar(&p.TxDepth, "t", "tx-depth", DefTxBW)
+	intVar(&p.RxDepth, "r", "rx-depth", DefRxSend)
+	intVar(&p.Port, "p", "port", DefPort)
+	boolVar(&p.Bidir, "b", "bidirectional")
+	intVar(&p.Inline, "I", "inline_size", -1)
+	intVar(&p.Outs, "o", "outs", DefOuts)
+	intVar(&p.CQMod, "Q", "cq-mod", DefCQMod)
+	boolVar(&p.Gbits, "", "report_gbits")
+	boolVar(&p.JSON, "", "out_json")
+	fs.StringVar(&p.JSONFile, "out_json_file", "", "")
+	var output, crc, markers, p2p string
+	fs.StringVar(&output, "output", "", "")
+	var rev int
+	intVar(&rev, "", "mpa-rev", 2)
+	fs.StringVar(&crc, "crc", "on", "")
+	fs.StringVar(&markers, "markers", "none", "")
+	fs.StringVar(&p2p, "p2p", "none", "")
+	intVar(&p.MaxFPDU, "", "fpdu", 0)
+	fs.StringVar(&p.Profile, "profile", "", "")
+	boolVar(&p.Loopback, "", "loopback")
+	help := false
+	boolVar(&help, "h", "help")
+
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return nil, false, usagef("%v", err)
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if rest[0] == "--" {
+			pos = append(pos, rest[1:]...)
+			break
+		}
+		pos = append(pos, rest[0])
+		rest = rest[1:]
+	}
+	if help {
+		return nil, false, errHelp
+	}
+	short := map[string]string{"s": "size", "a": "all", "n": "iters", "D": "duration", "q": "qp", "t": "tx-depth",
+		"r": "rx-depth", "p": "port", "b": "bidirectional", "I": "inline_size", "o": "outs", "Q": "cq-mod"}
+	fs.Visit(func(f *flag.Flag) {
+		name := f.Name
+		if l, ok := short[name]; ok {
+			name = l
+		}
+		p.set[name] = true
+	})
+	if p.isSet("out_json_file") {
+		p.JSON = true
+	}
+	if rev != 1 && rev != 2 {
+		return nil, false, usagef("--mpa-rev %d: 1 or 2", rev)
+	}
+	p.MPARev = uint8(rev)
+	p.Duration = time.Duration(dur) * time.Second
+	switch output {
+	case "":
+	case "bandwidth":
+		p.Output = OutputBandwidth
+	case "message_rate":
+		p.Output = OutputMsgRate
+	case "latency":
+		p.Output = OutputLatency
+	default:
+		return nil, false, usagef("invalid --output=%s: use bandwidth, message_rate or latency", output)
+	}
+	switch crc {
+	case "on":
+		p.CRC = mpa.CRCOn
+	case "off":
+		p.CRC = mpa.CRCOff
+	case "required":
+		p.CRC = mpa.CRCRequired
+	case "strict":
+		p.CRC = mpa.CRCStrict
+	default:
+		return nil, false, usagef("invalid --crc=%s: use on, off, required or strict", crc)
+	}
+	switch markers {
+	case "none":
+		p.Markers = MarkersNone
+	case "tx":
+		p.Markers = MarkersTx
+	case "rx":
+		p.Markers = MarkersRx
+	case "both":
+		p.Markers = MarkersBoth
+	default:
+		return nil, false, usagef("invalid --markers=%s: use none, tx, rx or both", markers)
+	}
+	switch p2p {
+	case "none":
+		p.P2P = mpa.RTRNone
+	case "send":
+		p.P2P = mpa.RTRSend
+	case "write":
+		p.P2P = mpa.RTRWrite
+	case "read":
+		p.P2P = mpa.RTRRead
+	default:
+		return nil, false, usagef("invalid --p2p=%s: use none, send, write or read", p2p)
+	}
+	switch p.Profile {
+	case "", "cpu", "mem", "mutex", "block", "trace":
+	default:
+		return nil, false, usagef("invalid --profile=%s: use cpu, mem, mutex, block or trace", p.Profile)
+	}
+
+	if len(pos) == 0 {
+		// The demo: RDMA Write bandwidth over loopback, then raw TCP.
+		demo = true
+		p.Test = WriteBW
+		p.Loopback = true
+		if !p.isSet("duration") && !p.isSet("iters") {
+			p.Duration = 3 * time.Second
+		}
+		if p.All {
+			return nil, false, usagef("the demo runs one size: give a TEST to use -a")
+		}
+		if err := p.finish(); err != nil {
+			return nil, false, usagef("%v", err)
+		}
+		return p, true, nil
+	}
+	t, ok := ParseTest(pos[0])
+	if !ok {
+		return nil, false, usagef("unknown test %q: use one of %s", pos[0], strings.Join(testNames[:], ", "))
+	}
+	p.Test = t
+	switch len(pos) {
+	case 1:
+	case 2:
+		p.Server = pos[1]
+	default:
+		return nil, false, usagef("too many arguments: %s", strings.Join(pos[2:], " "))
+	}
+	if err := p.finish(); err != nil {
+		return nil, false, usagef("%v", err)
+	}
+	return p, false, nil
+}
+
+// intValue and boolValue let two flag names share one variable.
+type intValue int
+
+func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
+func (v *intValue) Set(s string) error {
+	n, err := strconv.ParseInt(s, 0, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not a number", s)
+	}
+	*v = intValue(n)
+	return nil
+}
+
+type boolValue bool
+
+func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
+func (v *boolValue) IsBoolFlag() bool { return true }
+func (v *boolValue) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*v = boolValue(b)
+	return nil
+}
+
+// Usage is the help text.
+const Usage = `Usage: iwarp-perf [TEST] [options] [SERVER]
+
+perftest-style benchmarks for the goiwarp iWARP stack. Without SERVER the
+test listens and serves one client; with SERVER it connects to one;
+--loopback runs both sides in this process over 127.0.0.1. With no TEST it
+runs the demo: RDMA Write bandwidth at 64 KiB over loopback for 3 seconds,
+then the same over plain TCP sockets, and compares them.
+
+Tests: write_bw read_bw send_bw write_lat read_lat send_lat tcp_bw tcp_lat
+
+Options (perftest's meanings; SYMMETRIC ones must match on both sides):
+  -s, --size=N          message size (default 65536 for BW, 2 for LAT) (SYMMETRIC)
+  -a, --all             run sizes 2 .. 2^23 (SYMMETRIC)
+  -n, --iters=N         iterations (default 5000 write_bw, 1000 others) (SYMMETRIC)
+  -D, --duration=SEC    run for SEC seconds instead of -n (SYMMETRIC)
+  -q, --qp=N            number of QPs (connections for tcp_*) (SYMMETRIC)
+  -t, --tx-depth=N      send queue depth (default 128 BW, 1 LAT)
+  -r, --rx-depth=N      receive queue depth for send tests (default 512) (SYMMETRIC)
+  -p, --port=N          TCP port to listen on or connect to (default 18515)
+  -b, --bidirectional   measure both directions at once (SYMMETRIC)
+  -I, --inline_size=N   largest message sent inline (default 220 write_lat, 236 send_lat, 0 otherwise)
+  -o, --outs=N          outstanding RDMA Reads: the QP's IRD and ORD (default 16)
+  -Q, --cq-mod=N        signal every N-th send WR (default 100; 1 above 8 KiB unless given)
+      --report_gbits    report Gb/s instead of MiB/s
+      --output=WHAT     print only one number: bandwidth, message_rate or latency
+      --out_json        also write the results as JSON to perftest_out.json
+      --out_json_file=F write the JSON to F (implies --out_json)
+      --loopback        run server and client in this process over 127.0.0.1
+iWARP options (both sides alike):
+      --mpa-rev=1|2     MPA revision (default 2)
+      --crc=on|off|required|strict   MPA CRC policy (default on)
+      --markers=none|tx|rx|both      MPA markers; tx is client to server (default none)
+      --p2p=none|send|write|read     peer-to-peer mode with that RTR message (default none)
+      --fpdu=N          cap the FPDU size at N octets (default: the TCP segment)
+Diagnostics:
+      --profile=cpu|mem|mutex|block|trace   write cpu.pprof, mem.pprof, ... in the working
+                        directory (github.com/pkg/profile)
+  -h, --help            this text
+`

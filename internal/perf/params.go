@@ -1,0 +1,356 @@
+package perf
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/goiwarp/iwarp/mpa"
+)
+
+// Test is one of the benchmarks iwarp-perf runs.
+type Test uint8
+
+// The tests, named as the perftest binaries without the ib_ prefix.
+const (
+	WriteBW Test = iota
+	ReadBW
+	SendBW
+	WriteLat
+	ReadLat
+	SendLat
+	TCPBW
+	TCPLat
+)
+
+var testNames = [...]string{"write_bw", "read_bw", "send_bw", "write_lat", "read_lat", "send_lat", "tcp_bw", "tcp_lat"}
+
+func (t Test) String() string {
+	if int(t) < len(testNames) {
+		return testNames[t]
+	}
+	return fmt.Sprintf("Test(%d)", uint8(t))
+}
+
+// ParseTest returns the test called name.
+func ParseTest(name string) (Test, bool) {
+	for i, n := range testNames {
+		if n == name {
+			return Test(i), true
+		}
+	}
+	return 0, false
+}
+
+// BW reports whether t is a bandwidth test.
+func (t Test) BW() bool { return t == WriteBW || t == ReadBW || t == SendBW || t == TCPBW }
+
+// TCP reports whether t runs over plain TCP sockets instead of iWARP.
+func (t Test) TCP() bool { return t == TCPBW || t == TCPLat }
+
+// verb is the RDMA operation of a test.
+type verb uint8
+
+const (
+	verbWrite verb = iota
+	verbRead
+	verbSend
+	verbTCP
+)
+
+func (t Test) verb() verb {
+	switch t {
+	case WriteBW, WriteLat:
+		return verbWrite
+	case ReadBW, ReadLat:
+		return verbRead
+	case SendBW, SendLat:
+		return verbSend
+	}
+	return verbTCP
+}
+
+// title is the test's name in the banner, as perftest's testsStr.
+func (t Test) title() string {
+	switch t.verb() {
+	case verbWrite:
+		return "RDMA_Write"
+	case verbRead:
+		return "RDMA_Read"
+	case verbSend:
+		return "Send"
+	}
+	return "TCP"
+}
+
+// Output selects perftest's --output verbosity: one number instead of the
+// banner and tables.
+type Output uint8
+
+// Output levels.
+const (
+	OutputFull Output = iota
+	OutputBandwidth
+	OutputMsgRate
+	OutputLatency
+)
+
+// Markers says which directions carry MPA markers, seen from the client:
+// tx is client to server.
+type Markers uint8
+
+// Marker settings.
+const (
+	MarkersNone Markers = iota
+	MarkersTx
+	MarkersRx
+	MarkersBoth
+)
+
+var markerNames = [...]string{"none", "tx", "rx", "both"}
+
+func (m Markers) String() string { return markerNames[m&3] }
+
+// Defaults, from perftest_parameters.h.
+const (
+	DefPort      = 18515
+	DefSizeBW    = 65536
+	DefSizeLat   = 2
+	DefIters     = 1000
+	DefItersWB   = 5000 // write bandwidth
+	DefTxBW      = 128
+	DefTxLat     = 1
+	DefRxSend    = 512
+	DefCQMod     = 100
+	DefOuts      = 16
+	MaxSize      = 8 << 20 // -a runs 2 .. MaxSize
+	MinIters     = 5
+	MaxQPs       = 128
+	maxDepth     = 8192
+	defInlineWr  = 220 // DEF_INLINE_WRITE, latency tests
+	defInlineSnd = 236 // DEF_INLINE_SEND_RC_UC, latency tests
+	// cqModSizeLimit: perftest turns CQ moderation off (signals every WR)
+	// above this message size unless -Q is given (MSG_SIZE_CQ_MOD_LIMIT).
+	cqModSizeLimit = 8192
+	// noPeakIters: perftest does not compute the peak above this many
+	// iterations (the search is quadratic).
+	noPeakIters = 20000
+)
+
+// Params are a run's settings. Fields marked symmetric must be the same on
+// both sides (perftest's "(SYMMETRIC)"); the exchange checks them.
+type Params struct {
+	Test     Test          // symmetric
+	Size     int           // symmetric; message size in octets
+	All      bool          // symmetric; -a: sizes 2 .. 2^23
+	Iters    int           // symmetric in iteration mode
+	Duration time.Duration // symmetric; 0: iteration mode
+	QPs      int           // symmetric
+	TxDepth  int
+	RxDepth  int // symmetric for send tests
+	Port     int
+	Bidir    bool // symmetric
+	Inline   int  // max inline data; -1: the test's default
+	Outs     int  // outstanding RDMA Reads (IRD/ORD)
+	CQMod    int  // signal every CQMod-th send WR
+	Gbits    bool // --report_gbits
+	Output   Output
+	JSON     bool
+	JSONFile string
+
+	// iWARP knobs.
+	MPARev  uint8
+	CRC     mpa.CRCPolicy
+	Markers Markers
+	P2P     mpa.RTR // RTRNone: peer-to-peer mode off
+	MaxFPDU int
+
+	Profile  string
+	Loopback bool
+	Server   string // the server to connect to; "" listens
+
+	// set records the flags given on the command line (by long name).
+	set map[string]bool
+}
+
+// Sizes returns the message sizes to run: Size, or 2 .. 2^23 with -a.
+func (p *Params) Sizes() []int {
+	if !p.All {
+		return []int{p.Size}
+	}
+	var s []int
+	for n := 2; n <= MaxSize; n <<= 1 {
+		s = append(s, n)
+	}
+	return s
+}
+
+// MaxMsg is the largest message of the run.
+func (p *Params) MaxMsg() int {
+	if p.All {
+		return MaxSize
+	}
+	return p.Size
+}
+
+// Client reports whether this side connects to a server.
+func (p *Params) Client() bool { return p.Server != "" }
+
+// margin is perftest's warm-up and cool-down in duration mode (-f; by
+// default a quarter of the duration, in whole seconds).
+func (p *Params) margin() time.Duration {
+	return time.Duration(int64(p.Duration/time.Second)/4) * time.Second
+}
+
+// peak reports whether the BW peak is computed (perftest's !noPeak).
+func (p *Params) peak() bool {
+	return p.Duration == 0 && p.Iters <= noPeakIters
+}
+
+// isSet reports whether the flag with the given long name was given.
+func (p *Params) isSet(name string) bool { return p.set[name] }
+
+// finish fills the defaults that depend on the test and on other flags, and
+// checks the combination, as perftest's force_dependecies.
+func (p *Params) finish() error {
+	t := p.Test
+	lat := !t.BW()
+	if !p.isSet("size") {
+		p.Size = DefSizeBW
+		if lat {
+			p.Size = DefSizeLat
+		}
+	}
+	if !p.isSet("iters") {
+		p.Iters = DefIters
+		if t == WriteBW {
+			p.Iters = DefItersWB
+		}
+	}
+	if !p.isSet("tx-depth") {
+		p.TxDepth = DefTxBW
+		if lat {
+			p.TxDepth = DefTxLat
+		}
+	}
+	switch {
+	case p.Size < 1 || p.Size > MaxSize:
+		return fmt.Errorf("size %d out of range 1..%d", p.Size, MaxSize)
+	case p.Iters < MinIters:
+		return fmt.Errorf("iterations %d: at least %d", p.Iters, MinIters)
+	case p.Duration < 0:
+		return fmt.Errorf("negative duration")
+	case p.Duration > 0 && p.Duration < time.Second:
+		return fmt.Errorf("duration must be at least 1 second")
+	case p.Duration > 0 && p.isSet("iters"):
+		return fmt.Errorf("-n and -D exclude each other")
+	case p.Duration > 0 && p.All:
+		return fmt.Errorf("duration mode doesn't support running on all sizes (-a)")
+	case p.QPs < 1 || p.QPs > MaxQPs:
+		return fmt.Errorf("number of QPs %d out of range 1..%d", p.QPs, MaxQPs)
+	case lat && p.QPs != 1:
+		return fmt.Errorf("latency tests use one QP")
+	case lat && p.Bidir:
+		return fmt.Errorf("-b is for bandwidth tests")
+	case p.TxDepth < 1 || p.TxDepth > maxDepth:
+		return fmt.Errorf("tx depth %d out of range 1..%d", p.TxDepth, maxDepth)
+	case p.RxDepth < 1 || p.RxDepth > maxDepth:
+		return fmt.Errorf("rx depth %d out of range 1..%d", p.RxDepth, maxDepth)
+	case p.CQMod < 1 || p.CQMod > 1024:
+		return fmt.Errorf("CQ moderation %d out of range 1..1024", p.CQMod)
+	case p.Outs < 1 || p.Outs > mpa.MaxIRDORD:
+		return fmt.Errorf("outstanding reads %d out of range 1..%d", p.Outs, mpa.MaxIRDORD)
+	case p.Port < 0 || p.Port > 65535:
+		return fmt.Errorf("port %d out of range", p.Port)
+	case p.Inline > 256:
+		return fmt.Errorf("inline size %d: the device takes at most 256", p.Inline)
+	case p.MaxFPDU != 0 && p.MaxFPDU < 128:
+		return fmt.Errorf("--fpdu %d: at least 128", p.MaxFPDU)
+	case p.Loopback && p.Server != "":
+		return fmt.Errorf("--loopback runs both sides: give no SERVER")
+	}
+	switch p.Output {
+	case OutputBandwidth, OutputMsgRate:
+		if lat {
+			return fmt.Errorf("output verbosity level for LAT can be: latency")
+		}
+	case OutputLatency:
+		if !lat {
+			return fmt.Errorf("output verbosity level for BW can be: bandwidth, message_rate")
+		}
+	}
+	if p.Duration == 0 {
+		p.TxDepth = min(p.TxDepth, p.Iters)
+		if t.verb() == verbSend {
+			p.RxDepth = min(p.RxDepth, p.Iters)
+		}
+	}
+	if t.verb() == verbSend && p.RxDepth%2 == 1 {
+		p.RxDepth++ // perftest: "WA for a bug when rx_depth is odd in SEND"
+	}
+	if p.Size > cqModSizeLimit && !p.All && !p.isSet("cq-mod") {
+		p.CQMod = 1
+	}
+	p.CQMod = min(p.CQMod, p.TxDepth)
+	if p.Inline < 0 {
+		p.Inline = 0
+		switch t {
+		case WriteLat:
+			p.Inline = defInlineWr
+		case SendLat:
+			p.Inline = defInlineSnd
+		}
+	}
+	if t.verb() == verbRead || t.TCP() {
+		p.Inline = 0
+	}
+	if p.JSONFile == "" {
+		p.JSONFile = "perftest_out.json"
+	}
+	return nil
+}
+
+// symmetric is the part of Params both sides must agree on; the client
+// sends it and the server compares.
+type symmetric struct {
+	Test     string `json:"test"`
+	Size     int    `json:"size"`
+	All      bool   `json:"all,omitempty"`
+	Iters    int    `json:"iters"`
+	Duration int    `json:"duration,omitempty"` // seconds
+	QPs      int    `json:"qps"`
+	RxDepth  int    `json:"rx_depth,omitempty"`
+	Bidir    bool   `json:"bidir,omitempty"`
+}
+
+func (p *Params) symmetric() symmetric {
+	s := symmetric{Test: p.Test.String(), Size: p.Size, All: p.All, Iters: p.Iters,
+		Duration: int(p.Duration / time.Second), QPs: p.QPs, Bidir: p.Bidir}
+	if p.Duration > 0 {
+		s.Iters = 0
+	}
+	if p.Test.verb() == verbSend {
+		s.RxDepth = p.RxDepth
+	}
+	return s
+}
+
+// mismatch describes how the peer's symmetric parameters differ from ours,
+// or returns "".
+func (s symmetric) mismatch(peer symmetric) string {
+	var d []string
+	add := func(name string, mine, theirs any) {
+		if mine != theirs {
+			d = append(d, fmt.Sprintf("%s mismatch: local=%v, remote=%v", name, mine, theirs))
+		}
+	}
+	add("test", s.Test, peer.Test)
+	add("size (-s)", s.Size, peer.Size)
+	add("all sizes (-a)", s.All, peer.All)
+	add("iterations (-n)", s.Iters, peer.Iters)
+	add("duration (-D)", s.Duration, peer.Duration)
+	add("number of QPs (-q)", s.QPs, peer.QPs)
+	add("rx depth (-r)", s.RxDepth, peer.RxDepth)
+	add("bidirectional (-b)", s.Bidir, peer.Bidir)
+	return strings.Join(d, "; ")
+}

@@ -1,0 +1,156 @@
+package perf
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/goiwarp/iwarp/verbs"
+)
+
+func TestDefaults(t *testing.T) {
+	for _, c := range []struct {
+		args                      []string
+		size, iters, tx, cqm, inl int
+	}{
+		{[]string{"write_bw"}, 65536, 5000, 128, 1, 0}, // CQ moderation off above 8 KiB
+		{[]string{"write_bw", "-s", "4096"}, 4096, 5000, 128, 100, 0},
+		{[]string{"write_bw", "-Q", "16"}, 65536, 5000, 128, 16, 0},
+		{[]string{"read_bw", "-n", "50"}, 65536, 50, 50, 1, 0}, // tx depth at most the iterations
+		{[]string{"send_bw", "-s", "64", "-t", "8"}, 64, 1000, 8, 8, 0},
+		{[]string{"write_lat"}, 2, 1000, 1, 1, 220},
+		{[]string{"send_lat"}, 2, 1000, 1, 1, 236},
+		{[]string{"read_lat", "-I", "64"}, 2, 1000, 1, 1, 0},
+		{[]string{"tcp_bw", "-D", "2"}, 65536, 1000, 128, 1, 0},
+	} {
+		p, demo, err := Parse(c.args)
+		require.NoError(t, err, "%v", c.args)
+		require.False(t, demo)
+		got := []int{p.Size, p.Iters, p.TxDepth, p.CQMod, p.Inline}
+		require.Equal(t, []int{c.size, c.iters, c.tx, c.cqm, c.inl}, got, "%v: size iters tx cq-mod inline", c.args)
+		require.Equal(t, DefPort, p.Port)
+	}
+	p, demo, err := Parse(nil)
+	require.NoError(t, err)
+	require.True(t, demo)
+	require.Equal(t, WriteBW, p.Test)
+	require.Equal(t, 3*time.Second, p.Duration)
+	require.True(t, p.Loopback)
+
+	// Flags and arguments in any order, as getopt permutes them.
+	p, _, err = Parse([]string{"-s", "128", "send_bw", "-b", "server.example", "-q", "2"})
+	require.NoError(t, err)
+	require.Equal(t, SendBW, p.Test)
+	require.Equal(t, "server.example", p.Server)
+	require.Equal(t, []int{128, 2}, []int{p.Size, p.QPs})
+	require.True(t, p.Bidir)
+	require.Equal(t, 512, p.RxDepth)
+}
+
+func TestMismatch(t *testing.T) {
+	a, _, _ := Parse([]string{"send_bw", "-s", "100", "-r", "64"})
+	b, _, _ := Parse([]string{"send_bw", "-s", "200", "-r", "64", "-b"})
+	require.Empty(t, a.symmetric().mismatch(a.symmetric()))
+	require.Equal(t, "size (-s) mismatch: local=100, remote=200; bidirectional (-b) mismatch: local=false, remote=true",
+		a.symmetric().mismatch(b.symmetric()))
+}
+
+func TestLatReport(t *testing.T) {
+	// 12 posts 10 µs apart but for two slow round trips: 11 samples of a
+	// full round trip, halved.
+	var tp []int64
+	var t0 int64
+	for i := range 12 {
+		tp = append(tp, t0)
+		switch i {
+		case 3:
+			t0 += 50e3
+		case 7:
+			t0 += 90e3
+		default:
+			t0 += 10e3
+		}
+	}
+	r := latReport(2, tp, 2)
+	require.Equal(t, uint64(12), r.Iters)
+	// Sorted halves: 9 × 5, 25, 45; the two largest are dropped from the
+	// statistics, t_max is the first dropped one (perftest's indexing).
+	require.InDelta(t, 5, r.TMin, 1e-9)
+	require.InDelta(t, 25, r.TMax, 1e-9)
+	require.InDelta(t, 5, r.TTypical, 1e-9)
+	require.InDelta(t, 5, r.TAvg, 1e-9)
+	require.InDelta(t, 0, r.TStdev, 1e-9)
+	require.InDelta(t, 25, r.P99, 1e-9)  // sorted[ceil(9 × 0.99)] = sorted[9]
+	require.InDelta(t, 25, r.P999, 1e-9) // sorted[9]
+
+	d := latDurReport(2, 1000, time.Second, 2)
+	require.InDelta(t, 500, d.TAvg, 1e-9)
+	require.InDelta(t, 1000, d.TPS, 1e-9)
+}
+
+func TestBWReport(t *testing.T) {
+	// Four 1000-octet messages posted at 0 and completed (CQ moderation 2)
+	// at 2 µs and 10 µs: the average is 4000 octets in 10 µs, the peak the
+	// first pair, 2 messages in 2 µs.
+	r := bwReport(1000, 4, []int64{0, 0, 0, 0}, []completion{{1, 2000}, {3, 10000}}, true)
+	require.InDelta(t, 4e8, r.BWAvg, 1)
+	require.InDelta(t, 1e9, r.BWPeak, 1)
+	require.InDelta(t, 4e5, r.MsgRate, 1e-6)
+	require.Zero(t, bwReport(1000, 4, []int64{0}, []completion{{3, 10000}}, false).BWPeak)
+}
+
+func TestPrint(t *testing.T) {
+	var b bytes.Buffer
+	p, _, _ := Parse([]string{"write_bw"})
+	pr := &printer{w: &b, p: p}
+	pr.header()
+	require.NoError(t, pr.row(Report{Kind: kindBW, Size: 65536, Iters: 5000, BWPeak: 1 << 30, BWAvg: 1 << 29, MsgRate: 8192}))
+	require.Equal(t, resultLine+resultFmt+" 65536      5000             1024.00            512.00 \t\t     0.008192\n", b.String())
+
+	b.Reset()
+	p, _, _ = Parse([]string{"send_lat"})
+	pr.p = p
+	require.NoError(t, pr.row(Report{Kind: kindLat, Size: 2, Iters: 1000, TMin: 1, TMax: 2, TTypical: 1.5, TAvg: 1.25, TStdev: 0.5, P99: 1.75, P999: 2}))
+	require.Equal(t, " 2       1000          1.00           2.00         1.50     \t       1.25        \t0.50   \t\t1.75    \t\t2.00   \n", b.String())
+
+	require.Equal(t, "0000", cHex(0, 4))
+	require.Equal(t, "0x01", cHex(1, 4))
+	require.Equal(t, "0x12345678", cHex(0x12345678, 8))
+	require.Equal(t, "0x00abcdef", cHex(0xabcdef, 10))
+}
+
+// TestQPError checks that a failed completion is reported with the QP's
+// error: here the Terminate for an RDMA Read of a bad STag.
+func TestQPError(t *testing.T) {
+	p, _, _ := Parse([]string{"read_bw", "-n", "5"})
+	dev := verbs.Open(verbs.DeviceAttr{})
+	ln, err := dev.Listen("tcp", "127.0.0.1:0", verbs.ConnConfig{})
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv, err := newEndpoint(dev, p)
+	require.NoError(t, err)
+	defer srv.close()
+	go func() {
+		if req, err := ln.GetRequest(ctx); err == nil {
+			req.Accept(srv.qps[0].qp, nil)
+		}
+	}()
+	cli, err := newEndpoint(dev, p)
+	require.NoError(t, err)
+	defer cli.close()
+	_, err = cli.qps[0].qp.Dial(ctx, "tcp", ln.Addr().String(), nil, verbs.ConnConfig{})
+	require.NoError(t, err)
+	q := cli.qps[0]
+	q.remote = BufInfo{Addr: 64, RKey: 0x5a5a5a5a, Len: 1 << 20}
+	_, err = cli.runBW(ctx, 1024, true, false, nil)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "completion error on QP 0")
+	require.Contains(t, err.Error(), "Terminate")
+	require.Contains(t, err.Error(), "RDMAP")
+	t.Log(err)
+}

@@ -1,0 +1,271 @@
+package perf
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/goiwarp/iwarp/mpa"
+	"github.com/goiwarp/iwarp/tcpx"
+	"github.com/goiwarp/iwarp/verbs"
+)
+
+// WR IDs: the kind of WR in the top bits, the QP's index, the sequence
+// number of a data WR within its run.
+const (
+	idData   uint64 = 0 << 62
+	idCredit uint64 = 1 << 62
+	idEnd    uint64 = 2 << 62
+	idKind   uint64 = 3 << 62
+	idQPShft        = 40
+	idSeq    uint64 = 1<<idQPShft - 1
+)
+
+func wrID(kind uint64, qp int, seq uint64) uint64 { return kind | uint64(qp)<<idQPShft | seq }
+func idQP(id uint64) int                          { return int(id&^idKind) >> idQPShft }
+
+// recvReserve is how many receives beyond rx-depth a side of a send test
+// posts for the peer's credit messages (see bw.go), and sqReserve the send
+// queue slots beyond tx-depth for credit messages and end markers.
+const (
+	recvReserve = 8
+	sqReserve   = 16
+)
+
+// endpoint is one side's RDMA resources: one CQ for every completion of
+// every data QP, and per QP a memory region of two halves. The first half
+// is the local buffer (the source of Writes and Sends, the sink of Reads);
+// the second is what the peer may touch (the target of its Writes, the
+// source of its Reads, where Sends land), advertised in the exchange.
+type endpoint struct {
+	p    *Params
+	dev  *verbs.Device
+	pd   *verbs.PD
+	cq   *verbs.CQ
+	qps  []*qpEnd
+	half int // octets in each half
+	wcs  []verbs.WC
+
+	// send tests: credit messages come every batch receives.
+	batch int
+}
+
+// qpEnd is one data QP and its state.
+type qpEnd struct {
+	i      int
+	qp     *verbs.QP
+	mr     *verbs.MR
+	local  []byte // first half
+	target []byte // second half
+	remote BufInfo
+
+	// Per run, for the sender: WRs posted, completed, and to post.
+	scnt, ccnt, limit uint64
+	batch             []verbs.SendWR
+	sge               verbs.SGE
+
+	// Send tests, kept across the runs of -a (see bw.go).
+	credits   int  // Sends the peer can take now (its posted receives)
+	grant     int  // receives we reposted and not yet granted
+	endPosted bool // our end marker is posted...
+	endDone   bool // ...and completed
+	endSeen   bool // the peer's end marker arrived
+	rwr       verbs.RecvWR
+	reposts   []verbs.RecvWR
+}
+
+// pollBatch is how many completions one Poll takes.
+const pollBatch = 64
+
+// postBatch is how many WRs one PostSend carries at most.
+const postBatch = 32
+
+func newEndpoint(dev *verbs.Device, p *Params) (*endpoint, error) {
+	e := &endpoint{p: p, dev: dev, pd: dev.AllocPD(), half: max(p.MaxMsg(), 64), wcs: make([]verbs.WC, pollBatch)}
+	e.batch = max(1, (p.RxDepth+3)/4)
+	rq := e.recvDepth()
+	cq, err := dev.CreateCQ(p.QPs*(p.TxDepth+sqReserve+rq+recvReserve) + 64)
+	if err != nil {
+		return nil, err
+	}
+	e.cq = cq
+	for i := range p.QPs {
+		qp, err := e.pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, IRD: p.Outs, ORD: p.Outs,
+			Cap: verbs.QPCap{MaxSendWR: p.TxDepth + sqReserve, MaxRecvWR: max(rq, 1), MaxInline: max(p.Inline, 8)}})
+		if err != nil {
+			e.close()
+			return nil, err
+		}
+		mr, err := e.pd.RegMR(make([]byte, 2*e.half), verbs.LocalWrite|verbs.RemoteWrite|verbs.RemoteRead)
+		if err != nil {
+			qp.Close()
+			e.close()
+			return nil, err
+		}
+		b := mr.Buf()
+		q := &qpEnd{i: i, qp: qp, mr: mr, local: b[:e.half:e.half], target: b[e.half:], credits: p.RxDepth,
+			batch: make([]verbs.SendWR, postBatch)}
+		q.rwr = verbs.RecvWR{ID: wrID(idData, i, 0), SGL: []verbs.SGE{mr.SGE(e.half, e.half)}}
+		e.qps = append(e.qps, q)
+	}
+	return e, nil
+}
+
+// recvDepth is how many receives each QP of this side keeps posted.
+func (e *endpoint) recvDepth() int {
+	p := e.p
+	switch p.Test {
+	case SendBW:
+		if !p.Client() || p.Bidir {
+			return p.RxDepth + recvReserve
+		}
+		return recvReserve // credit messages only
+	case SendLat:
+		return p.RxDepth
+	}
+	return 0
+}
+
+// postRecvs posts the receives before the connection (iWARP has no
+// receiver-not-ready retry: a Send that finds none kills the connection).
+func (e *endpoint) postRecvs() error {
+	n := e.recvDepth()
+	for _, q := range e.qps {
+		for range n {
+			if _, err := q.qp.PostRecv(q.rwr); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (e *endpoint) verbsQPs() []*verbs.QP {
+	qps := make([]*verbs.QP, len(e.qps))
+	for i, q := range e.qps {
+		qps[i] = q.qp
+	}
+	return qps
+}
+
+// localInfo describes, per QP, what the peer may access: the second half.
+// It is valid once the QPs are connected (QPN is the local TCP port).
+func (e *endpoint) localInfo() []BufInfo {
+	bi := make([]BufInfo, len(e.qps))
+	for i, q := range e.qps {
+		bi[i] = BufInfo{Addr: q.mr.Addr() + uint64(e.half), RKey: q.mr.RKey(), Len: uint32(e.half), Outs: e.p.Outs}
+		if c := q.qp.Conn(); c != nil {
+			if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+				bi[i].QPN = uint32(a.Port)
+			}
+		}
+	}
+	return bi
+}
+
+func (e *endpoint) setRemote(remote []BufInfo) error {
+	for i, q := range e.qps {
+		if int(remote[i].Len) < e.p.MaxMsg() {
+			return fmt.Errorf("peer's buffer for QP %d has %d octets, the test needs %d", i, remote[i].Len, e.p.MaxMsg())
+		}
+		q.remote = remote[i]
+	}
+	return nil
+}
+
+// bannerInfo describes the connection for the banner.
+func (e *endpoint) bannerInfo(local, remote []BufInfo) bannerInfo {
+	qp := e.qps[0].qp
+	mp := qp.Params()
+	onoff := func(b bool) string {
+		if b {
+			return "ON"
+		}
+		return "OFF"
+	}
+	p2p := "OFF"
+	if mp.P2P {
+		p2p = "ON (RTR " + mp.RTR.String() + ")"
+	}
+	b := bannerInfo{mtu: qp.MULPDU(),
+		mpa: fmt.Sprintf("rev %d, CRC %s, markers tx %s rx %s, P2P %s, IRD/ORD %d/%d",
+			mp.Rev, onoff(mp.CRC), onoff(mp.MarkersTx), onoff(mp.MarkersRx), p2p, mp.IRD, mp.ORD)}
+	for i := range e.qps {
+		b.qpLines = append(b.qpLines, addrLine("local", e.p, local[i]))
+		b.qpLines = append(b.qpLines, addrLine("remote", e.p, remote[i]))
+	}
+	return b
+}
+
+// tcpStats formats TCP_INFO of each QP's connection.
+func (e *endpoint) tcpStats() []string {
+	var out []string
+	for _, q := range e.qps {
+		tc, ok := q.qp.Conn().(*net.TCPConn)
+		if !ok {
+			continue
+		}
+		s, err := tcpx.Info(tc)
+		if err != nil {
+			out = append(out, fmt.Sprintf(" TCP qp %d: %v", q.i, err))
+			continue
+		}
+		out = append(out, fmtTCPStats(fmt.Sprintf("qp %d", q.i), s))
+	}
+	return out
+}
+
+func fmtTCPStats(who string, s tcpx.Stats) string {
+	return fmt.Sprintf(" TCP %-6s: rtt %v (min %v) retransmits %d lost %d cwnd %d mss %d sent %d rwnd-limited %v sndbuf-limited %v",
+		who, s.RTT, s.MinRTT, s.Retransmits, s.Lost, s.SndCwnd, s.SndMSS, s.BytesSent, s.RwndLimited, s.SndbufLimited)
+}
+
+// close tears the QPs down: orderly where it can (the peer has every
+// octet we sent), abortive after a short wait.
+func (e *endpoint) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, q := range e.qps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if q.qp.Conn() != nil && q.qp.State() == verbs.StateRTS {
+				q.qp.Disconnect(ctx)
+			}
+			q.qp.Close()
+			q.mr.Dereg()
+		}()
+	}
+	wg.Wait()
+}
+
+// connConfig is the start-up and transport configuration of one side.
+func connConfig(p *Params, client bool) verbs.ConnConfig {
+	m := mpa.Config{Rev: p.MPARev, CRC: p.CRC}
+	c2s := p.Markers == MarkersTx || p.Markers == MarkersBoth
+	s2c := p.Markers == MarkersRx || p.Markers == MarkersBoth
+	if client {
+		m.MarkersRx = s2c // we ask the server to send markers
+	} else {
+		m.MarkersRx = c2s
+	}
+	if p.P2P != mpa.RTRNone {
+		m.P2P, m.RTRs = true, p.P2P
+	}
+	return verbs.ConnConfig{MPA: m, MaxFPDU: p.MaxFPDU}
+}
+
+// check turns a failed completion into the QP's error.
+func (e *endpoint) check(wc *verbs.WC) error {
+	if wc.Status == verbs.Success {
+		return nil
+	}
+	err := fmt.Errorf("completion error on QP %d: %v", idQP(wc.ID), *wc)
+	if wc.QP != nil {
+		return qpFailure(wc.QP, err)
+	}
+	return err
+}

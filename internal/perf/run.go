@@ -1,0 +1,369 @@
+package perf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+
+	"github.com/pkg/profile"
+
+	"github.com/goiwarp/iwarp/verbs"
+)
+
+// Main runs iwarp-perf with the given arguments and returns its exit
+// status: 0, 1 when the test fails, 2 for a bad command line. An interrupt
+// stops the test.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return MainContext(ctx, args, stdout, stderr)
+}
+
+// MainContext is Main without the signal handling.
+func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	p, demo, err := Parse(args)
+	if errors.Is(err, errHelp) {
+		fmt.Fprint(stdout, Usage)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "iwarp-perf: %v\nRun 'iwarp-perf -h' for usage.\n", err)
+		return 2
+	}
+	if p.Profile != "" {
+		mode := map[string]func(*profile.Profile){"cpu": profile.CPUProfile, "mem": profile.MemProfile,
+			"mutex": profile.MutexProfile, "block": profile.BlockProfile, "trace": profile.TraceProfile}[p.Profile]
+		defer profile.Start(mode, profile.ProfilePath("."), profile.NoShutdownHook).Stop()
+	}
+	if demo {
+		err = Demo(ctx, p, stdout)
+	} else {
+		_, err = Run(ctx, p, stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "iwarp-perf: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// Run runs one test as p says: as the server, the client, or both
+// (--loopback), printing to w. It returns the rows it printed.
+func Run(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
+	if p.Loopback {
+		return runLoopback(ctx, p, w)
+	}
+	if p.Client() {
+		return runClient(ctx, p, w, net.JoinHostPort(p.Server, strconv.Itoa(p.Port)))
+	}
+	pr := &printer{w: w, p: p}
+	if p.Test.TCP() {
+		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(p.Port)))
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		pr.waiting()
+		return serveTCP(ctx, p, pr, ln)
+	}
+	dev := verbs.Open(verbs.DeviceAttr{})
+	ln, err := dev.Listen("tcp", net.JoinHostPort("", strconv.Itoa(p.Port)), connConfig(p, false))
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	pr.waiting()
+	return serveRDMA(ctx, p, pr, dev, ln)
+}
+
+// waiting is perftest's server greeting.
+func (pr *printer) waiting() {
+	pr.printf("\n************************************\n* Waiting for client to connect... *\n************************************\n")
+}
+
+// runLoopback runs the server in a goroutine and the client here, over
+// 127.0.0.1 (an ephemeral port unless -p is given). Only the client
+// prints.
+func runLoopback(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
+	port := 0
+	if p.isSet("port") {
+		port = p.Port
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	sp := *p
+	sp.Output, sp.JSON = OutputFull, false
+	spr := &printer{w: io.Discard, p: &sp}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	if p.Test.TCP() {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		addr = ln.Addr().String()
+		go func() { _, err := serveTCP(sctx, &sp, spr, ln); errc <- err }()
+	} else {
+		dev := verbs.Open(verbs.DeviceAttr{})
+		ln, err := dev.Listen("tcp", addr, connConfig(p, false))
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		addr = ln.Addr().String()
+		go func() { _, err := serveRDMA(sctx, &sp, spr, dev, ln); errc <- err }()
+	}
+	cp := *p
+	cp.Server = "127.0.0.1"
+	reps, err := runClient(ctx, &cp, w, addr)
+	if err != nil {
+		cancel()
+		<-errc
+		return nil, err
+	}
+	if serr := <-errc; serr != nil {
+		return nil, fmt.Errorf("server: %w", serr)
+	}
+	return reps, nil
+}
+
+func runClient(ctx context.Context, p *Params, w io.Writer, addr string) ([]Report, error) {
+	pr := &printer{w: w, p: p}
+	if p.Test.TCP() {
+		s, err := dialTCPSide(ctx, p, addr)
+		if err != nil {
+			return nil, err
+		}
+		defer s.close()
+		return s.run(ctx, pr, true)
+	}
+	dev := verbs.Open(verbs.DeviceAttr{})
+	x, err := DialExchange(ctx, dev, addr, connConfig(p, true), p)
+	if err != nil {
+		return nil, err
+	}
+	defer x.Close()
+	return runRDMA(ctx, p, pr, dev, x, true)
+}
+
+func serveRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, ln *verbs.Listener) ([]Report, error) {
+	x, err := AcceptExchange(ctx, ln, dev, p)
+	if err != nil {
+		return nil, err
+	}
+	defer x.Close()
+	return runRDMA(ctx, p, pr, dev, x, false)
+}
+
+func serveTCP(ctx context.Context, p *Params, pr *printer, ln net.Listener) ([]Report, error) {
+	s, err := acceptTCPSide(ctx, p, ln)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	return s.run(ctx, pr, false)
+}
+
+// roles says what a side does in a measurement: sends the test's
+// operations (and measures), receives Sends, or only serves (and shows the
+// peer's numbers).
+func roles(p *Params, client bool) (sender, receiver bool) {
+	switch p.Test {
+	case WriteBW, ReadBW:
+		return client || p.Bidir, false // the target of Writes and Reads does nothing
+	case SendBW, TCPBW:
+		return client || p.Bidir, !client || p.Bidir
+	case ReadLat:
+		return client, false
+	}
+	return true, true // ping-pong
+}
+
+// pick is the row a side shows: its own measurement, the sum of both for
+// bidirectional tests, or the peer's when it only served.
+func pick(p *Params, client bool, mine, peer Report) Report {
+	sender, _ := roles(p, client)
+	switch {
+	case p.Test.BW() && p.Bidir:
+		return mine.add(peer)
+	case !sender:
+		return peer
+	}
+	return mine
+}
+
+// runRDMA is a side's part of an RDMA test once the exchange is open.
+func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x Exchange, client bool) ([]Report, error) {
+	e, err := newEndpoint(dev, p)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	if err := e.postRecvs(); err != nil {
+		return nil, err
+	}
+	if err := x.Connect(ctx, e.verbsQPs()); err != nil {
+		return nil, err
+	}
+	local := e.localInfo()
+	remote, err := x.SwapBufs(ctx, local)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.setRemote(remote); err != nil {
+		return nil, err
+	}
+	pr.banner(e.bannerInfo(local, remote))
+	if p.Duration > 0 && p.Test.BW() && p.isSet("duration") {
+		pr.printf(" WARNING: BW peak won't be measured in this run.\n")
+	}
+	pr.header()
+	sender, receiver := roles(p, client)
+	var rows []Report
+	var stats []string
+	for _, size := range p.Sizes() {
+		e.prepareLat(size)
+		if err := x.Sync(ctx); err != nil {
+			return rows, err
+		}
+		prog := startProgress(pr, size)
+		var mine Report
+		if p.Test.BW() {
+			mine, err = e.runBW(ctx, size, sender, receiver, prog)
+		} else {
+			mine, err = e.runLat(ctx, size, client, prog)
+		}
+		prog.done()
+		if err != nil {
+			return rows, err
+		}
+		// TCP_INFO now: once the peer has our report it may close.
+		stats = e.tcpStats()
+		peer, err := x.Report(ctx, mine)
+		if err != nil {
+			return rows, err
+		}
+		r := pick(p, client, mine, peer)
+		if err := pr.row(r); err != nil {
+			return rows, err
+		}
+		rows = append(rows, r)
+	}
+	pr.printf("%s", resultLine)
+	for _, l := range stats {
+		pr.printf("%s\n", l)
+	}
+	return rows, nil
+}
+
+// run is a side's part of a TCP test.
+func (s *tcpSide) run(ctx context.Context, pr *printer, client bool) ([]Report, error) {
+	p := s.p
+	pr.printf("%s", resultLine)
+	pr.printf("                    TCP %sTest\n", map[bool]string{true: "BW ", false: "Latency "}[p.Test.BW()])
+	if p.Test.BW() && p.Bidir {
+		pr.printf("                    (bidirectional)\n")
+	}
+	pr.printf(" Number of conns : %d\t\tTransport type : TCP\n", p.QPs)
+	pr.printf(" Control         : %v -> %v\n", s.ctl.conn.LocalAddr(), s.ctl.conn.RemoteAddr())
+	pr.printf("%s", resultLine)
+	if p.Duration > 0 && p.Test.BW() && p.isSet("duration") {
+		pr.printf(" WARNING: BW peak won't be measured in this run.\n")
+	}
+	pr.header()
+	sender, receiver := roles(p, client)
+	var rows []Report
+	var stats []string
+	for _, size := range p.Sizes() {
+		conns, err := s.connect(ctx)
+		if err != nil {
+			return rows, err
+		}
+		mine, err := func() (Report, error) {
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			if err := swap(ctx, s.ctl, msgSync, struct{}{}, nil); err != nil {
+				return Report{}, err
+			}
+			prog := startProgress(pr, size)
+			defer prog.done()
+			var r Report
+			var err error
+			if p.Test.BW() {
+				r, err = s.runTCPBW(ctx, conns, size, sender, receiver, prog)
+			} else {
+				r, err = s.runTCPLat(ctx, conns, size, client, prog)
+			}
+			stats = s.tcpStats(conns)
+			return r, err
+		}()
+		if err != nil {
+			return rows, err
+		}
+		var peer Report
+		if err := swap(ctx, s.ctl, msgReport, mine, &peer); err != nil {
+			return rows, err
+		}
+		r := pick(p, client, mine, peer)
+		if err := pr.row(r); err != nil {
+			return rows, err
+		}
+		rows = append(rows, r)
+	}
+	pr.printf("%s", resultLine)
+	for _, l := range stats {
+		pr.printf("%s\n", l)
+	}
+	return rows, nil
+}
+
+// Demo is iwarp-perf with no test: RDMA Write bandwidth over loopback with
+// the banner and table, then the same over plain TCP, and one line
+// comparing them.
+func Demo(ctx context.Context, p *Params, w io.Writer) error {
+	rows, err := Run(ctx, p, w)
+	if err != nil {
+		return err
+	}
+	if p.Output != OutputFull {
+		return nil
+	}
+	tp := *p
+	tp.Test, tp.JSON = TCPBW, false
+	trows, err := Run(ctx, &tp, io.Discard)
+	if err != nil {
+		return fmt.Errorf("raw TCP: %w", err)
+	}
+	pr := &printer{w: w, p: p}
+	unit := "MiB/s"
+	if p.Gbits {
+		unit = "Gb/s"
+	}
+	rb, tb := pr.bwUnit(rows[0].BWAvg), pr.bwUnit(trows[0].BWAvg)
+	ratio := 0.0
+	if tb > 0 {
+		ratio = rb / tb
+	}
+	fmt.Fprintf(w, "RDMA Write %s: %.1f %s = %.2f × raw TCP (%.1f %s)\n", sizeName(p.Size), rb, unit, ratio, tb, unit)
+	return nil
+}
+
+// sizeName writes n as "64 KiB", "2 MiB" or "100 B".
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,395 @@
+package perf
+
+// tcp_bw and tcp_lat: the same measurements over plain TCP sockets, the
+// baseline the iWARP numbers are judged against. The writer's Write
+// returning plays the part of a send completion (the data is handed to
+// TCP, as an iWARP Send or Write completes).
+//
+// Their control runs over the first TCP connection: frames of a 4-octet
+// big-endian length, a kind octet and JSON. The client's first frame ('H')
+// carries the session and the symmetric parameters, the server answers
+// with an empty 'H' or an 'X' carrying what differs. Every size then has
+// its own data connections (so that end of stream ends a measurement),
+// each opened with a 16-octet header: "IWPT", the session and the index.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/goiwarp/iwarp/tcpx"
+)
+
+const tcpMagic = "IWPT"
+
+// tcpCtl is the control connection of a TCP test.
+type tcpCtl struct {
+	conn    net.Conn
+	r       *bufio.Reader
+	session uint64
+}
+
+func (c *tcpCtl) send(ctx context.Context, kind byte, payload []byte) error {
+	defer context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Now()) })()
+	b := make([]byte, 5+len(payload))
+	binary.BigEndian.PutUint32(b, uint32(1+len(payload)))
+	b[4] = kind
+	copy(b[5:], payload)
+	_, err := c.conn.Write(b)
+	return err
+}
+
+func (c *tcpCtl) recv(ctx context.Context) (byte, []byte, error) {
+	defer context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Now()) })()
+	var h [4]byte
+	if _, err := io.ReadFull(c.r, h[:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = errors.New("the peer closed the connection")
+		}
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(h[:])
+	if n == 0 || n > 1<<20 {
+		return 0, nil, fmt.Errorf("protocol error: control frame of %d octets", n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c.r, b); err != nil {
+		return 0, nil, err
+	}
+	return b[0], b[1:], nil
+}
+
+// tcpSide is one side of a TCP test.
+type tcpSide struct {
+	p    *Params
+	ctl  *tcpCtl
+	ln   net.Listener // server
+	addr string       // client: the server
+}
+
+func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	c := &tcpCtl{conn: conn, r: bufio.NewReader(conn), session: randSession()}
+	b, _ := json.Marshal(hello{Session: c.session, Params: p.symmetric()})
+	if err := c.send(ctx, 'H', b); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	k, pl, err := c.recv(ctx)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%s: %w", addr, err)
+	}
+	if k == 'X' {
+		conn.Close()
+		return nil, fmt.Errorf("server refused the test: %s", pl)
+	}
+	if k != 'H' {
+		conn.Close()
+		return nil, fmt.Errorf("%s is not an iwarp-perf server", addr)
+	}
+	return &tcpSide{p: p, ctl: c, addr: addr}, nil
+}
+
+func acceptTCPSide(ctx context.Context, p *Params, ln net.Listener) (*tcpSide, error) {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+		c := &tcpCtl{conn: conn, r: bufio.NewReader(conn)}
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		k, pl, err := c.recv(hctx)
+		cancel()
+		var h hello
+		if err != nil || k != 'H' || json.Unmarshal(pl, &h) != nil {
+			conn.Close()
+			continue // not an iwarp-perf client, or a stray data connection
+		}
+		if d := p.symmetric().mismatch(h.Params); d != "" {
+			c.send(ctx, 'X', []byte(d))
+			conn.Close()
+			return nil, fmt.Errorf("client %v has different parameters: %s", conn.RemoteAddr(), d)
+		}
+		c.session = h.Session
+		c.conn.SetDeadline(time.Time{})
+		if err := c.send(ctx, 'H', nil); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return &tcpSide{p: p, ctl: c, ln: ln}, nil
+	}
+}
+
+func (s *tcpSide) close() { s.ctl.conn.Close() }
+
+// connect opens the data connections for one measurement.
+func (s *tcpSide) connect(ctx context.Context) ([]*net.TCPConn, error) {
+	n := s.p.QPs
+	conns := make([]*net.TCPConn, n)
+	fail := func(err error) ([]*net.TCPConn, error) {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+		return nil, err
+	}
+	var hdr [16]byte
+	if s.addr != "" {
+		var d net.Dialer
+		for i := range conns {
+			c, err := d.DialContext(ctx, "tcp", s.addr)
+			if err != nil {
+				return fail(err)
+			}
+			conns[i] = c.(*net.TCPConn)
+			copy(hdr[:], tcpMagic)
+			binary.BigEndian.PutUint64(hdr[4:], s.ctl.session)
+			binary.BigEndian.PutUint32(hdr[12:], uint32(i))
+			if _, err := c.Write(hdr[:]); err != nil {
+				return fail(err)
+			}
+		}
+		return conns, nil
+	}
+	stop := context.AfterFunc(ctx, func() { s.ln.(*net.TCPListener).SetDeadline(time.Now()) })
+	defer stop()
+	for left := n; left > 0; {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return fail(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = io.ReadFull(c, hdr[:])
+		c.SetReadDeadline(time.Time{})
+		i := int(binary.BigEndian.Uint32(hdr[12:]))
+		if err != nil || string(hdr[:4]) != tcpMagic || binary.BigEndian.Uint64(hdr[4:]) != s.ctl.session ||
+			i >= n || conns[i] != nil {
+			c.Close()
+			continue
+		}
+		conns[i] = c.(*net.TCPConn)
+		left--
+	}
+	return conns, nil
+}
+
+// writer is one connection's sending side of tcp_bw.
+type writer struct {
+	tposted []int64
+	comps   []completion
+	first   int64
+	last    int64
+	count   uint64
+	sampled uint64
+	err     error
+}
+
+// runTCPBW measures one size: each connection's writer writes size-octet
+// buffers (n of them, or for the duration), then half-closes; the
+// receiving side reads until end of stream.
+func (s *tcpSide) runTCPBW(ctx context.Context, conns []*net.TCPConn, size int, sender, receiver bool, prog *progress) (Report, error) {
+	p := s.p
+	dur := p.Duration > 0
+	m := p.margin()
+	tSample, tEnd, tStop := int64(m), int64(p.Duration-m), int64(p.Duration)
+	peak := p.peak()
+	stop := context.AfterFunc(ctx, func() {
+		for _, c := range conns {
+			c.SetDeadline(time.Now())
+		}
+	})
+	defer stop()
+	base := time.Now()
+	now := func() int64 { return int64(time.Since(base)) }
+	ws := make([]writer, len(conns))
+	rerr := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		if sender {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w := &ws[i]
+				buf := make([]byte, size)
+				if peak {
+					w.tposted = make([]int64, 0, p.Iters)
+					w.comps = make([]completion, 0, p.Iters)
+				}
+				w.first = now()
+				for k := 0; dur || k < p.Iters; k++ {
+					t := now()
+					if dur && t >= tStop {
+						break
+					}
+					if peak {
+						w.tposted = append(w.tposted, t)
+					}
+					if _, err := c.Write(buf); err != nil {
+						w.err = err
+						return
+					}
+					t = now()
+					w.count++
+					w.last = t
+					if peak {
+						w.comps = append(w.comps, completion{idx: k, t: t})
+					}
+					if dur && t >= tSample && t < tEnd {
+						w.sampled++
+					}
+					prog.add(1, size)
+				}
+				w.err = c.CloseWrite()
+			}()
+		}
+		if receiver {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, max(size, 256<<10))
+				for {
+					_, err := c.Read(buf)
+					if err == io.EOF {
+						return
+					}
+					if err != nil {
+						rerr[i] = err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for i := range conns {
+		if err := errors.Join(ws[i].err, rerr[i]); err != nil {
+			if ctx.Err() != nil {
+				return Report{}, ctx.Err()
+			}
+			return Report{}, fmt.Errorf("connection %d: %w", i, err)
+		}
+	}
+	if !sender {
+		return Report{Kind: kindBW, Size: size}, nil
+	}
+	if dur {
+		var n uint64
+		for _, w := range ws {
+			n += w.sampled
+		}
+		return bwDurReport(size, n, time.Duration(tEnd-tSample)), nil
+	}
+	if peak {
+		// All connections as one stream of messages, in time order.
+		var tp []int64
+		var ct []int64
+		for _, w := range ws {
+			tp = append(tp, w.tposted...)
+			for _, c := range w.comps {
+				ct = append(ct, c.t)
+			}
+		}
+		slices.Sort(tp)
+		slices.Sort(ct)
+		comps := make([]completion, len(ct))
+		for i, t := range ct {
+			comps[i] = completion{idx: i, t: t}
+		}
+		return bwReport(size, p.Iters*len(conns), tp, comps, true), nil
+	}
+	first, last := int64(math.MaxInt64), int64(0)
+	for _, w := range ws {
+		first, last = min(first, w.first), max(last, w.last)
+	}
+	return bwReport(size, p.Iters*len(conns), []int64{first}, []completion{{t: last}}, false), nil
+}
+
+// runTCPLat is a ping-pong of size octets on the first connection; the
+// client writes first.
+func (s *tcpSide) runTCPLat(ctx context.Context, conns []*net.TCPConn, size int, client bool, prog *progress) (Report, error) {
+	p := s.p
+	c := conns[0]
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
+	defer stop()
+	dur := p.Duration > 0
+	m := p.margin()
+	tSample, tEnd, tStop := int64(m), int64(p.Duration-m), int64(p.Duration)
+	buf := make([]byte, size)
+	var tposted []int64
+	var sampled uint64
+	base := time.Now()
+	now := func() int64 { return int64(time.Since(base)) }
+	fail := func(err error) (Report, error) {
+		if ctx.Err() != nil {
+			return Report{}, ctx.Err()
+		}
+		return Report{}, err
+	}
+	for k := 0; dur || k < p.Iters; k++ {
+		if !client || k > 0 {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				if err == io.EOF && dur {
+					break // the client's duration is over
+				}
+				return fail(err)
+			}
+		}
+		t := now()
+		if dur && t >= tStop {
+			break
+		}
+		if dur && t >= tSample && t < tEnd {
+			sampled++
+		}
+		if !dur {
+			tposted = append(tposted, t)
+		}
+		prog.add(1, size)
+		if _, err := c.Write(buf); err != nil {
+			return fail(err)
+		}
+	}
+	if client && !dur {
+		if _, err := io.ReadFull(c, buf); err != nil { // the server's last reply
+			return fail(err)
+		}
+	}
+	c.CloseWrite()
+	if dur {
+		// Drain what the peer still sends until it closes too.
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		io.Copy(io.Discard, c)
+		return latDurReport(size, sampled, time.Duration(tEnd-tSample), 2), nil
+	}
+	return latReport(size, tposted, 2), nil
+}
+
+func (s *tcpSide) tcpStats(conns []*net.TCPConn) []string {
+	var out []string
+	for i, c := range conns {
+		if st, err := tcpx.Info(c); err == nil {
+			out = append(out, fmtTCPStats(fmt.Sprintf("conn %d", i), st))
+		}
+	}
+	return out
+}
