@@ -45,7 +45,8 @@ type Device struct {
 	attr DeviceAttr
 
 	mu       sync.RWMutex
-	mrs      map[uint32]*MR // by STag index (STag >> 8)
+	mrs      mrTable // by STag index (STag >> 8); read without mu
+	nmr      int
 	nextIdx  uint32
 	mrBytes  uint64
 	nqp      int
@@ -81,7 +82,7 @@ func Open(attr DeviceAttr) *Device {
 	}
 	// STag indices start at a random point so that a peer cannot guess the
 	// STags of the first registrations.
-	return &Device{attr: d, mrs: make(map[uint32]*MR), nextIdx: randUint32() & 0xffffff}
+	return &Device{attr: d, nextIdx: randUint32() & 0xffffff}
 }
 
 // Attr returns the device limits.

@@ -37,14 +37,25 @@ func (a Access) String() string {
 // 24-bit index into the device's table and an 8-bit key drawn at random for
 // every registration, so that a stale or guessed STag misses.
 type MR struct {
-	pd     *PD
-	buf    []byte
-	addr   uint64
-	access Access
-	stag   uint32
-	fast   bool        // allocated for fast registration: remote invalidation allowed
-	valid  atomic.Bool // false once invalidated or deregistered
+	pd   *PD
+	idx  uint32
+	fast bool // allocated for fast registration: remote invalidation allowed
+	// b is the region's current binding. Fast registration replaces it;
+	// invalidation and deregistration replace it with a dead one. Lookups
+	// on the data path read it without a lock.
+	b atomic.Pointer[binding]
 }
+
+// binding is what an STag reaches: read-only once published.
+type binding struct {
+	stag   uint32
+	addr   uint64
+	buf    []byte
+	access Access
+	valid  bool
+}
+
+func addrOf(buf []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))) }
 
 // RegMR registers buf with the given access rights. Remote write and remote
 // atomic need local write, as in ibverbs.
@@ -55,22 +66,47 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0 {
 		return nil, fmt.Errorf("%w: remote write needs local write", ErrInvalidArg)
 	}
-	mr := &MR{pd: pd, buf: buf, addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), access: access}
-	if err := pd.dev.addMR(mr); err != nil {
+	mr := &MR{pd: pd}
+	if err := pd.dev.addMR(mr, &binding{addr: addrOf(buf), buf: buf, access: access, valid: true}); err != nil {
 		return nil, err
 	}
-	mr.valid.Store(true)
 	return mr, nil
 }
 
-func (d *Device) addMR(mr *MR) error {
+// mrTable maps STag indices to regions: two levels of atomic pointers, so
+// that a lookup takes no lock and a registration touches one slot.
+type mrTable struct {
+	pages [256]atomic.Pointer[mrPage]
+}
+
+type mrPage [1 << 16]atomic.Pointer[MR]
+
+func (t *mrTable) get(idx uint32) *MR {
+	p := t.pages[idx>>16&0xff].Load()
+	if p == nil {
+		return nil
+	}
+	return p[idx&0xffff].Load()
+}
+
+// set stores mr at idx; the device's mutex is held.
+func (t *mrTable) set(idx uint32, mr *MR) {
+	p := t.pages[idx>>16&0xff].Load()
+	if p == nil {
+		p = new(mrPage)
+		t.pages[idx>>16&0xff].Store(p)
+	}
+	p[idx&0xffff].Store(mr)
+}
+
+func (d *Device) addMR(mr *MR, b *binding) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return ErrClosed
 	}
-	n := uint64(len(mr.buf))
-	if len(d.mrs) >= d.attr.MaxMR || n > d.attr.MaxMRSize || d.mrBytes+n > d.attr.MaxMRTotal {
+	n := uint64(len(b.buf))
+	if d.nmr >= d.attr.MaxMR || n > d.attr.MaxMRSize || d.mrBytes+n > d.attr.MaxMRTotal {
 		return fmt.Errorf("%w: memory registration limits", ErrResources)
 	}
 	for {
@@ -78,13 +114,15 @@ func (d *Device) addMR(mr *MR) error {
 		if d.nextIdx == 0 {
 			continue // STag 0 is never issued: Chelsio and others treat it as invalid
 		}
-		if _, used := d.mrs[d.nextIdx]; !used {
+		if d.mrs.get(d.nextIdx) == nil {
 			break
 		}
 	}
-	key := uint32(randUint32() & 0xff)
-	mr.stag = d.nextIdx<<8 | key
-	d.mrs[d.nextIdx] = mr
+	mr.idx = d.nextIdx
+	b.stag = mr.idx<<8 | randUint32()&0xff
+	mr.b.Store(b)
+	d.mrs.set(mr.idx, mr)
+	d.nmr++
 	d.mrBytes += n
 	return nil
 }
@@ -95,101 +133,92 @@ func (mr *MR) Dereg() error {
 	d := mr.pd.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.mrs[mr.stag>>8] != mr {
+	if d.mrs.get(mr.idx) != mr {
 		return fmt.Errorf("%w: MR not registered", ErrInvalidArg)
 	}
 	// Dereg while WRs still point at the memory is the caller's error, as
 	// in ibverbs; Go keeps the memory alive, so it cannot corrupt anything
 	// but the caller's own data.
-	mr.valid.Store(false)
-	delete(d.mrs, mr.stag>>8)
-	d.mrBytes -= uint64(len(mr.buf))
+	old := mr.b.Load()
+	dead := *old
+	dead.valid = false
+	mr.b.Store(&dead)
+	d.mrs.set(mr.idx, nil)
+	d.nmr--
+	d.mrBytes -= uint64(len(old.buf))
 	return nil
 }
 
 // LKey returns the region's STag for local use.
-func (mr *MR) LKey() uint32 { return mr.get().stag }
+func (mr *MR) LKey() uint32 { return mr.b.Load().stag }
 
 // RKey returns the STag a peer uses to reach this region.
-func (mr *MR) RKey() uint32 { return mr.get().stag }
+func (mr *MR) RKey() uint32 { return mr.b.Load().stag }
 
 // Addr returns the region's base address, the tagged offset of its first
 // octet (virtual-address based, as ibverbs).
-func (mr *MR) Addr() uint64 { return mr.get().addr }
+func (mr *MR) Addr() uint64 { return mr.b.Load().addr }
 
 // Len returns the region's length in octets.
-func (mr *MR) Len() int { return len(mr.get().buf) }
+func (mr *MR) Len() int { return len(mr.b.Load().buf) }
 
 // Buf returns the registered memory.
-func (mr *MR) Buf() []byte { return mr.get().buf }
+func (mr *MR) Buf() []byte { return mr.b.Load().buf }
 
 // Access returns the region's access rights.
-func (mr *MR) Access() Access { return mr.get().access }
+func (mr *MR) Access() Access { return mr.b.Load().access }
 
 // Valid reports whether the STag can be used (not invalidated or
 // deregistered).
-func (mr *MR) Valid() bool { return mr.valid.Load() }
-
-type mrView struct {
-	stag   uint32
-	addr   uint64
-	buf    []byte
-	access Access
-}
-
-// get reads the fields a fast registration may change.
-func (mr *MR) get() mrView {
-	d := mr.pd.dev
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	return mrView{mr.stag, mr.addr, mr.buf, mr.access}
-}
+func (mr *MR) Valid() bool { return mr.b.Load().valid }
 
 // SGE returns a scatter/gather element for octets [off, off+n) of the region.
 func (mr *MR) SGE(off, n int) SGE {
-	v := mr.get()
-	return SGE{Addr: v.addr + uint64(off), Length: uint32(n), LKey: v.stag}
+	b := mr.b.Load()
+	return SGE{Addr: b.addr + uint64(off), Length: uint32(n), LKey: b.stag}
 }
 
-// lookupLocked returns the valid MR with the given STag (index and key must
-// match), or nil. d.mu is held.
-func (d *Device) lookupLocked(stag uint32) *MR {
-	mr := d.mrs[stag>>8]
-	if mr == nil || mr.stag != stag || !mr.valid.Load() {
-		return nil
+// lookup returns the region an STag names and its binding, if the index and
+// the key match and the binding is alive.
+func (d *Device) lookup(stag uint32) (*MR, *binding) {
+	mr := d.mrs.get(stag >> 8)
+	if mr == nil {
+		return nil, nil
 	}
-	return mr
+	b := mr.b.Load()
+	if b.stag != stag || !b.valid {
+		return nil, nil
+	}
+	return mr, b
 }
 
 // AllocMR allocates an STag for fast registration: it reaches no memory
-// until an OpRegMR work request binds a buffer to it, and, unlike regions
-// from RegMR, a peer may invalidate it with Send with Invalidate.
+// until a PostRegMR binds a buffer to it, and, unlike regions from RegMR, a
+// peer may invalidate it with Send with Invalidate.
 func (pd *PD) AllocMR() (*MR, error) {
-	mr := &MR{pd: pd, fast: true, buf: []byte{}}
-	if err := pd.dev.addMR(mr); err != nil {
+	mr := &MR{pd: pd, fast: true}
+	if err := pd.dev.addMR(mr, &binding{buf: []byte{}}); err != nil {
 		return nil, err
 	}
 	return mr, nil
 }
 
 // fastReg binds buf to a fast-registration MR under a fresh key, so that
-// the STag of its previous binding no longer matches (OpRegMR).
+// the STag of its previous binding no longer matches (PostRegMR).
 func (d *Device) fastReg(mr *MR, pd *PD, buf []byte, access Access) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !mr.fast || mr.pd != pd || d.mrs[mr.stag>>8] != mr || len(buf) == 0 ||
-		d.mrBytes-uint64(len(mr.buf))+uint64(len(buf)) > d.attr.MaxMRTotal {
+	old := mr.b.Load()
+	if !mr.fast || mr.pd != pd || d.mrs.get(mr.idx) != mr || len(buf) == 0 ||
+		d.mrBytes-uint64(len(old.buf))+uint64(len(buf)) > d.attr.MaxMRTotal {
 		return false
 	}
-	d.mrBytes += uint64(len(buf)) - uint64(len(mr.buf))
-	key := mr.stag & 0xff
-	for key == mr.stag&0xff {
+	d.mrBytes += uint64(len(buf)) - uint64(len(old.buf))
+	key := old.stag & 0xff
+	for key == old.stag&0xff {
 		key = randUint32() & 0xff
 	}
-	mr.stag = mr.stag&^0xff | key
-	mr.buf, mr.access = buf, access
-	mr.addr = uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf))))
-	mr.valid.Store(true)
+	mr.b.Store(&binding{stag: old.stag&^0xff | key, addr: addrOf(buf), buf: buf, access: access, valid: true})
 	return true
 }
 
@@ -199,11 +228,13 @@ func (d *Device) fastReg(mr *MR, pd *PD, buf []byte, access Access) bool {
 func (d *Device) invalidate(stag uint32, pd *PD, remote bool) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	mr := d.lookupLocked(stag)
+	mr, b := d.lookup(stag)
 	if mr == nil || mr.pd != pd || !mr.fast {
 		return false
 	}
-	mr.valid.Store(false)
+	dead := *b
+	dead.valid = false
+	mr.b.Store(&dead)
 	return true
 }
 
@@ -223,27 +254,25 @@ const (
 // STag valid, protection domain, access rights, bounds. It returns the slice
 // of the region to place into or read from.
 func (d *Device) check(stag uint32, pd *PD, need Access, to uint64, n int) ([]byte, *MR, accessErr) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	mr := d.lookupLocked(stag)
+	mr, b := d.lookup(stag)
 	if mr == nil {
 		return nil, nil, accessSTag
 	}
 	if mr.pd != pd {
 		return nil, mr, accessPD
 	}
-	if mr.access&need != need {
+	if b.access&need != need {
 		return nil, mr, accessRights
 	}
 	end := to + uint64(n)
 	if end < to {
 		return nil, mr, accessTOWrap
 	}
-	if to < mr.addr || end > mr.addr+uint64(len(mr.buf)) {
+	if to < b.addr || end > b.addr+uint64(len(b.buf)) {
 		return nil, mr, accessBounds
 	}
-	off := to - mr.addr
-	return mr.buf[off : off+uint64(n)], mr, accessOK
+	off := to - b.addr
+	return b.buf[off : off+uint64(n)], mr, accessOK
 }
 
 // localSlice resolves an SGE against the local STag table.

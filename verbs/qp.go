@@ -100,6 +100,7 @@ type QP struct {
 	err       error         // first fatal cause, set in errOnce
 	termMu    sync.Mutex    // guards term
 	term      []byte        // Terminate ULPDU for tx to send
+	termSet   atomic.Bool   // term was set
 	done      chan struct{} // closed when the QP is in ERROR and flushed
 	stop      chan struct{} // closed to stop the loops
 	stopOnce  sync.Once

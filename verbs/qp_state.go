@@ -67,6 +67,7 @@ func (qp *QP) fatal(err error, hdr []byte, ulpduLen int) {
 		qp.termMu.Lock()
 		qp.term = t.Append(nil)
 		qp.termMu.Unlock()
+		qp.termSet.Store(true)
 		wake(qp.wake)
 		// Bound the exchange: the peer gets termLinger to read the Terminate
 		// and close.
@@ -87,11 +88,9 @@ func (qp *QP) disconnected() {
 	qp.setError(ErrDisconnected)
 }
 
-func (qp *QP) termPending() bool {
-	qp.termMu.Lock()
-	defer qp.termMu.Unlock()
-	return qp.term != nil
-}
+// termPending reports whether a Terminate is due or was sent; the transmit
+// path asks once per FPDU, so it takes no lock.
+func (qp *QP) termPending() bool { return qp.termSet.Load() }
 
 // takeTerm returns the Terminate to send, once.
 func (qp *QP) takeTerm() []byte {
