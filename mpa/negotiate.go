@@ -212,7 +212,13 @@ func Respond(c Config, req Frame, pd []byte) (reply Frame, p Params, err error) 
 		// the responder picks exactly one of the offered RTRs.
 		p.P2P, p.RTR = true, pickRTR(peer.RTR&c.RTRs)
 		if p.RTR == RTRNone {
-			return Reject(c, req, nil), Params{}, errorf(CodeNoMatchingRTR, "initiator offers RTR %v, we accept %v", peer.RTR, c.RTRs)
+			// "If the responder does not support any of the
+			// initiator-specified RTR indication options, then the
+			// responder MUST set at least one RTR indication type option it
+			// supports": the Reject says which.
+			rej := Reject(c, req, nil)
+			rej.PrivateData = IRDORD{P2P: true, RTR: c.RTRs}.Append(nil)
+			return rej, Params{}, errorf(CodeNoMatchingRTR, "initiator offers RTR %v, we accept %v", peer.RTR, c.RTRs)
 		}
 	case enhanced && c.P2P:
 		return Reject(c, req, nil), Params{}, errorf(CodeNoMatchingRTR, "initiator did not ask for peer-to-peer mode")

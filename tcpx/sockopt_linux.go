@@ -41,6 +41,23 @@ func setSockopts(rc syscall.RawConn, cfg *Config, buffers bool) error {
 	return err
 }
 
+func buffered(rc syscall.RawConn) (int, error) {
+	var (
+		n   int
+		err error
+	)
+	cerr := rc.Control(func(fd uintptr) {
+		n, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	})
+	if cerr != nil {
+		return 0, fmt.Errorf("tcpx: %w", cerr)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("tcpx: ioctl SIOCINQ: %w", err)
+	}
+	return n, nil
+}
+
 func emss(rc syscall.RawConn) (int, error) {
 	var (
 		mss int

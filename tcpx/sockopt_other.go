@@ -15,4 +15,6 @@ func setSockopts(syscall.RawConn, *Config, bool) error { return errUnsupported }
 
 func emss(syscall.RawConn) (int, error) { return 0, errUnsupported }
 
+func buffered(syscall.RawConn) (int, error) { return 0, errUnsupported }
+
 func info(syscall.RawConn) (Stats, error) { return Stats{}, errUnsupported }

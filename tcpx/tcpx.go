@@ -199,6 +199,16 @@ func EMSS(c *net.TCPConn) (int, error) {
 	return emss(rc)
 }
 
+// Buffered returns the octets that have arrived on c and are not read yet
+// (SIOCINQ); it does not wait and ignores c's deadlines.
+func Buffered(c *net.TCPConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("tcpx: %w", err)
+	}
+	return buffered(rc)
+}
+
 // Info returns the kernel's TCP_INFO statistics for c.
 func Info(c *net.TCPConn) (Stats, error) {
 	rc, err := c.SyscallConn()

@@ -115,7 +115,7 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, pd []byte, cfg Con
 	}
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("verbs: MPA start-up with %s: %w", addr, err)
+		return nil, fmt.Errorf("verbs: MPA start-up with %s: %w", addr, ctxErr(ctx, err))
 	}
 	params, err := mpa.ConfirmReply(mcfg, req, rep)
 	if err != nil {
@@ -123,7 +123,7 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, pd []byte, cfg Con
 		// its LLP code before the close, as siw does.
 		var me *mpa.Error
 		if errors.As(err, &me) {
-			startupTerminate(conn, rep.CRC || req.CRC, err)
+			startupTerminate(conn, rep.CRC || req.CRC, rep.Markers, err)
 		}
 		conn.Close()
 		return nil, err
@@ -146,6 +146,20 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, pd []byte, cfg Con
 		return nil, err
 	}
 	return peerPD, nil
+}
+
+// ctxErr adds ctx's error to err when ctx has ended: the deadline Dial took
+// from it, or its cancellation, is what cut the start-up short. The conn
+// deadline may fire a moment before ctx's own timer, hence the clock check.
+func ctxErr(ctx context.Context, err error) error {
+	cerr := ctx.Err()
+	if d, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(d) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr == nil {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cerr, err)
 }
 
 // Listener accepts iWARP connections: it reads each MPA Request (bounded by
@@ -261,6 +275,19 @@ func (l *Listener) handshake(conn *net.TCPConn) {
 	if err != nil {
 		return // wrong key, revision > 2, oversized, silent or slow: close, as siw
 	}
+	// RFC 5044 section 7.1.1 Rev: a revision we cannot interoperate with
+	// closes the connection. Respond never accepts the pre-standard Rev 0,
+	// so the application must not see it.
+	if req.Rev == 0 {
+		return
+	}
+	// Octets behind the Request: the initiator sent them before it could
+	// have our Reply (section 7.1.2 rule 3), so they are private data beyond
+	// PD_Length, which section 7.1.1 closes for. siw: "peer sent extra
+	// data", -EPROTO.
+	if earlyData(conn) > 0 {
+		return
+	}
 	upd, err := req.ULPPrivateData()
 	if err != nil {
 		// Enhanced without its IRD/ORD word: siw rejects.
@@ -341,6 +368,12 @@ func (r *ConnRequest) accept(qp *QP, pd []byte) error {
 	}
 	mcfg := cfg.mpaConfig(qp)
 	rep, params, err := mpa.Respond(mcfg, r.req, pd)
+	// The same check as the handshake's, for octets that came while the
+	// application made up its mind: still before our Reply.
+	if n := earlyData(conn); err == nil && n > 0 {
+		conn.Close()
+		return &mpa.Error{Code: mpa.CodeInvalidReqRep, Msg: fmt.Sprintf("initiator sent %d octets before the MPA Reply", n)}
+	}
 	if b, e := rep.Append(nil); e == nil && (err == nil || rep.Reject) {
 		conn.SetWriteDeadline(time.Now().Add(cfg.RequestTimeout))
 		if _, werr := conn.Write(b); werr != nil && err == nil {
@@ -379,10 +412,21 @@ func (r *ConnRequest) Reject(pd []byte) error {
 	return err
 }
 
+// earlyData returns the octets queued on conn beyond the MPA Request (0 if
+// the platform cannot tell).
+func earlyData(conn *net.TCPConn) int {
+	n, err := tcpx.Buffered(conn)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
 // startupTerminate sends the Terminate for a start-up error (layer LLP) as
-// the first and only FPDU.
-func startupTerminate(conn net.Conn, crc bool, err error) {
-	w := mpa.NewWriter(conn, crc, false)
+// the first and only FPDU, with markers if the responder asked for them (RFC
+// 5044 section 7.1.2 rule 7: then the first octets are the marker).
+func startupTerminate(conn net.Conn, crc, markers bool, err error) {
+	w := mpa.NewWriter(conn, crc, markers)
 	hdr, term := terminateFPDU(err)
 	conn.SetWriteDeadline(time.Now().Add(time.Second))
 	w.Append(hdr, term)

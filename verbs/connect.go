@@ -100,13 +100,19 @@ func (qp *QP) rxRTR(tagged bool, op rdmap.Opcode, n int) (handled bool, err erro
 	x := &qp.rx
 	want := x.expectRTR
 	x.expectRTR = mpa.RTRNone
-	defer close(qp.rtrDone)
+	if !tagged && op == rdmap.OpTerminate {
+		// RFC 6581 section 9.2: an initiator that can send none of our RTRs
+		// sends a Terminate instead. It is the peer's: never echo it; the
+		// usual path records it and closes, and Accept reports it.
+		return false, nil
+	}
 	ok := n == 0 || (want == mpa.RTRRead && n == rdmap.ReadRequestLen)
 	switch want {
 	case mpa.RTRSend:
 		ok = ok && !tagged && op == rdmap.OpSend
 		if ok {
 			x.sendMSN++ // the RTR Send takes MSN 1 but no receive buffer
+			x.rtrSeen = true
 			return true, nil
 		}
 	case mpa.RTRWrite:
@@ -117,10 +123,14 @@ func (qp *QP) rxRTR(tagged bool, op rdmap.Opcode, n int) (handled bool, err erro
 	if !ok {
 		return true, &mpa.Error{Code: mpa.CodeNoMatchingRTR, Msg: fmt.Sprintf("first message is %v, agreed RTR %v", op, want)}
 	}
+	x.rtrSeen = true
 	return false, nil // a zero-length Write or Read Request: the usual path handles it
 }
 
-// awaitRTR waits for the initiator's RTR message.
+// awaitRTR waits for the initiator's RTR message. rtrDone is closed only for
+// an RTR that passed all checks, its CRC included (RFC 5044 section 7.1.2
+// rule 4: "receive and validate"); anything else ends the QP, and Accept
+// reports why.
 func (qp *QP) awaitRTR(timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()

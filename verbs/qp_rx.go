@@ -31,6 +31,7 @@ type rxState struct {
 	readOff uint32 // octets of the oldest outstanding Read placed so far
 
 	expectRTR mpa.RTR // peer-to-peer responder: the RTR the first FPDU must be
+	rtrSeen   bool    // the current FPDU is that RTR: close rtrDone once it checked out
 
 	// What the current segment does once its CRC has checked out: payload
 	// may be placed before the CRC arrives, but nothing a segment causes
@@ -71,6 +72,10 @@ func (qp *QP) rxLoop() {
 		if err == nil {
 			err = qp.rxCommit()
 			qp.rxSeen.Add(1)
+		}
+		if err == nil && x.rtrSeen {
+			x.rtrSeen = false
+			close(qp.rtrDone)
 		}
 		if err != nil {
 			qp.rxFailed(err)
