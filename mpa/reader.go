@@ -85,6 +85,10 @@ func (r *Reader) Next() (int, error) {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
 				return 0, io.EOF
 			}
+			var me *Error
+			if errors.As(err, &me) {
+				me.Msg = "connection failed between FPDUs"
+			}
 			return 0, err
 		}
 	}

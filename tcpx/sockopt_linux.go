@@ -92,6 +92,18 @@ func info(rc syscall.RawConn) (Stats, error) {
 	return statsFromInfo(ti), nil
 }
 
+// tcpClose is TCP_CLOSE of the kernel's TCP states (include/net/tcp_states.h).
+const tcpClose = 7
+
+func stateClosed(rc syscall.RawConn) bool {
+	closed := false
+	rc.Control(func(fd uintptr) {
+		ti, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		closed = err == nil && ti.State == tcpClose
+	})
+	return closed
+}
+
 func usec[T uint32 | uint64](v T) time.Duration { return time.Duration(v) * time.Microsecond }
 
 func statsFromInfo(ti *unix.TCPInfo) Stats {

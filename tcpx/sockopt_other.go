@@ -18,3 +18,5 @@ func emss(syscall.RawConn) (int, error) { return 0, errUnsupported }
 func buffered(syscall.RawConn) (int, error) { return 0, errUnsupported }
 
 func info(syscall.RawConn) (Stats, error) { return Stats{}, errUnsupported }
+
+func stateClosed(syscall.RawConn) bool { return false }

@@ -209,6 +209,20 @@ func Buffered(c *net.TCPConn) (int, error) {
 	return buffered(rc)
 }
 
+// Reset reports whether c's connection was reset or timed out while c is
+// still open: the kernel's TCP state is CLOSE. The reset's error
+// (ECONNRESET, ETIMEDOUT) goes only to the first read or write that meets
+// it; later reads see end of stream, and Reset tells that apart from the
+// peer's orderly close (state CLOSE-WAIT). It is false where TCP_INFO is
+// not available.
+func Reset(c *net.TCPConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	return stateClosed(rc)
+}
+
 // Info returns the kernel's TCP_INFO statistics for c.
 func Info(c *net.TCPConn) (Stats, error) {
 	rc, err := c.SyscallConn()

@@ -3,12 +3,15 @@ package verbs
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"github.com/goiwarp/iwarp/ddp"
 	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/rdmap"
+	"github.com/goiwarp/iwarp/tcpx"
 )
 
 // rxState is owned by the receive loop.
@@ -90,6 +93,22 @@ func (qp *QP) rxLoop() {
 // rxFailed turns a receive error into the QP's fate.
 func (qp *QP) rxFailed(err error) {
 	var remote *rdmap.RemoteError
+	if (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && qp.State() == StateRTS {
+		// The kernel reports a reset or a timeout (ECONNRESET, ETIMEDOUT)
+		// to the first call that meets it; a later read sees end of stream.
+		// If that first call was the transmit side's write, our EOF is no
+		// orderly close (nor a stream cut inside an FPDU that a Terminate
+		// could answer): the socket is in CLOSE, not CLOSE-WAIT. The
+		// transmit side records its error before it releases txMu, so
+		// taking txMu once lets its errno win. (Only in RTS: once we have
+		// sent our own FIN, the socket reaches CLOSE through TIME-WAIT.)
+		if tc, ok := qp.conn.(*net.TCPConn); ok && tcpx.Reset(tc) {
+			qp.txMu.Lock()
+			qp.txMu.Unlock()
+			qp.connLost(fmt.Errorf("connection reset or timed out (read: %w)", err))
+			return
+		}
+	}
 	switch {
 	case errors.Is(err, io.EOF):
 		qp.disconnected()

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/rdmap"
 )
 
@@ -37,6 +38,14 @@ func (e *TerminateError) Error() string {
 }
 
 func (e *TerminateError) Unwrap() error { return e.Err }
+
+// Is makes a Terminate we sent because the TCP stream broke inside an FPDU
+// (RFC 5044 LLP error 0x01, "TCP connection closed, terminated or lost")
+// match ErrConnLost, so that errors.Is(qp.Err(), ErrConnLost) finds every
+// lost connection, wherever in the stream it broke.
+func (e *TerminateError) Is(target error) bool {
+	return target == ErrConnLost && !e.Remote && errors.Is(e.Err, &mpa.Error{Code: mpa.CodeStreamLost})
+}
 
 // setError records the first fatal cause and moves the QP to ERROR. It
 // reports whether this call was the first.

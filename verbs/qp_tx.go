@@ -56,11 +56,14 @@ func (qp *QP) txLoop() {
 		default:
 		}
 		worked, err := qp.txRun()
-		qp.txMu.Unlock()
 		if err != nil {
+			// Recorded before txMu is released: rxFailed waits on txMu for
+			// a write that may have taken the socket's error (see there).
 			qp.connLost(err)
+			qp.txMu.Unlock()
 			return
 		}
+		qp.txMu.Unlock()
 		if !worked {
 			select {
 			case <-qp.wake:
@@ -107,10 +110,10 @@ func (qp *QP) txInline(small bool) {
 	} else {
 		more = true
 	}
-	qp.txMu.Unlock()
 	if err != nil {
-		qp.connLost(err)
+		qp.connLost(err) // before the unlock, as in txLoop
 	}
+	qp.txMu.Unlock()
 	if more {
 		wake(qp.wake)
 	}
