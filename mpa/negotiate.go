@@ -66,6 +66,12 @@ type Config struct {
 	// take our ORD or wants more than our IRD, instead of lowering ORD to the
 	// peer's IRD (siw's relaxed_ird_negotiation, the default).
 	StrictIRD bool
+	// StrictRTR fails the start-up (CodeNoMatchingRTR) when the responder
+	// picks an RTR we did not offer. By default we accept any single one,
+	// since we can send all three: Linux siw picks Write whatever is
+	// offered, and the Terminate a strict initiator sends for it crashes
+	// the Linux 6.1 iw_cm (kernel BUG at iwcm.c:969).
+	StrictRTR bool
 }
 
 // settled returns c with its defaults filled in.
@@ -321,7 +327,9 @@ func ConfirmReply(c Config, req, rep Frame) (Params, error) {
 	switch {
 	case mine.P2P && !peer.P2P:
 		return Params{}, errorf(CodeNoMatchingRTR, "responder did not echo peer-to-peer flag A")
-	case mine.P2P && (!singleRTR(peer.RTR) || peer.RTR&^mine.RTR != 0):
+	case mine.P2P && !singleRTR(peer.RTR):
+		return Params{}, errorf(CodeNoMatchingRTR, "responder chose RTR %v, not exactly one", peer.RTR)
+	case mine.P2P && peer.RTR&^mine.RTR != 0 && c.StrictRTR:
 		return Params{}, errorf(CodeNoMatchingRTR, "responder chose RTR %v, we offered %v", peer.RTR, mine.RTR)
 	case !mine.P2P && peer.RTR != RTRNone:
 		// A alone is harmless: iw_cxgb4 may set it unasked.

@@ -313,19 +313,24 @@ func TestPeerToPeerBadReplies(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		req  Frame
-		v    IRDORD
-		want RTR // RTRNone: CodeNoMatchingRTR
+		req    Frame
+		v      IRDORD
+		strict bool
+		want   RTR // RTRNone: CodeNoMatchingRTR
 	}{
-		{"no A echoed", req, IRDORD{RTR: RTRWrite}, RTRNone},
-		{"two chosen", req, IRDORD{P2P: true, RTR: RTRWrite | RTRRead}, RTRNone},
-		{"none chosen", req, IRDORD{P2P: true}, RTRNone},
-		{"not offered", req, IRDORD{P2P: true, RTR: RTRSend}, RTRNone},
-		{"chosen unasked", plain, IRDORD{P2P: true, RTR: RTRWrite}, RTRNone},
-		{"read", req, IRDORD{P2P: true, RTR: RTRRead}, RTRRead},
+		{"no A echoed", req, IRDORD{RTR: RTRWrite}, false, RTRNone},
+		{"two chosen", req, IRDORD{P2P: true, RTR: RTRWrite | RTRRead}, false, RTRNone},
+		{"none chosen", req, IRDORD{P2P: true}, false, RTRNone},
+		{"not offered, strict", req, IRDORD{P2P: true, RTR: RTRSend}, true, RTRNone},
+		// Relaxed (the default): we can send any RTR, so we take the
+		// responder's single choice (siw picks Write whatever is offered).
+		{"not offered, relaxed", req, IRDORD{P2P: true, RTR: RTRSend}, false, RTRSend},
+		{"chosen unasked", plain, IRDORD{P2P: true, RTR: RTRWrite}, false, RTRNone},
+		{"read", req, IRDORD{P2P: true, RTR: RTRRead}, false, RTRRead},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg
+			c.StrictRTR = tc.strict
 			c.P2P = tc.req.PrivateData[0]&0x80 != 0
 			p, err := ConfirmReply(c, tc.req, reply(tc.v))
 			if tc.want == RTRNone {

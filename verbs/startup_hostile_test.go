@@ -848,6 +848,9 @@ func TestHostileDial(t *testing.T) {
 		bug        string
 	}
 	p2p := ConnConfig{MPA: mpa.Config{P2P: true, RTRs: mpa.RTRWrite}}
+	// StrictRTR: the default accepts a single RTR we did not offer (siw
+	// picks Write whatever is offered); strict refuses it, as siw does.
+	p2pStrict := ConnConfig{MPA: mpa.Config{P2P: true, RTRs: mpa.RTRWrite, StrictRTR: true}}
 	cases := []tc{
 		// RFC 5044 section 7.1.2 rule 3: "if the Rejected Connection bit is
 		// set to '1', the implementation MUST exit MPA, leaving the TCP
@@ -934,8 +937,9 @@ func TestHostileDial(t *testing.T) {
 		// RTRs, RFC 6581 section 9.2: "If the initiator is not able to
 		// generate any of the responder-supported RTR indications, then it
 		// MUST send a TERM message ... Error Code 7"; so does siw for an RTR
-		// it did not offer. We offer only Write.
-		{name: "Reply chooses the Read RTR", cfg: p2p, reply: mpaFrame(repKey, flagC|flagH, 2, 4, irdord(wordA|8, wordD|8)),
+		// it did not offer. We offer only Write; with StrictRTR we refuse
+		// (the relaxed default takes it: see the Wireshark/siw notes).
+		{name: "Reply chooses the Read RTR", cfg: p2pStrict, reply: mpaFrame(repKey, flagC|flagH, 2, 4, irdord(wordA|8, wordD|8)),
 			term: mpa.CodeNoMatchingRTR, is: []error{mpa.ErrNoMatchingRTR}},
 		{name: "Reply chooses two RTRs", cfg: p2p, reply: mpaFrame(repKey, flagC|flagH, 2, 4, irdord(wordA|8, wordC|wordD|8)),
 			term: mpa.CodeNoMatchingRTR, is: []error{mpa.ErrNoMatchingRTR}},
@@ -948,7 +952,7 @@ func TestHostileDial(t *testing.T) {
 		// The Reply asked for markers (M) and we accept them (RefuseMarkers
 		// is off): our first octets in full operation, the Terminate's, must
 		// start with the marker 0x00000000 (RFC 5044 section 7.1.2 rule 7).
-		{name: "Reply with M chooses the Read RTR", cfg: p2p, reply: mpaFrame(repKey, flagM|flagC|flagH, 2, 4, irdord(wordA|8, wordD|8)),
+		{name: "Reply with M chooses the Read RTR", cfg: p2pStrict, reply: mpaFrame(repKey, flagM|flagC|flagH, 2, 4, irdord(wordA|8, wordD|8)),
 			term: mpa.CodeNoMatchingRTR, is: []error{mpa.ErrNoMatchingRTR}, bug: bugTermMarkers},
 	}
 	for _, k := range cases {
