@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,7 +32,11 @@ func capture(t *testing.T, port int) (pcap string, stop func()) {
 	cmd := exec.Command(bin, "-Z", "root", "--immediate-mode", "-i", "lo", "-s", "0", "-w", pcap, fmt.Sprintf("tcp port %d", port))
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
+	// tcpdump dies with the test binary, and with the test if it fails
+	// before stopping the capture itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start(), "starting tcpdump (needs root)")
+	var once sync.Once
 	ready := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -55,11 +60,15 @@ func capture(t *testing.T, port int) (pcap string, stop func()) {
 		cmd.Process.Kill()
 		t.Fatal("tcpdump did not start")
 	}
-	return pcap, func() {
-		time.Sleep(200 * time.Millisecond) // let the last segments reach the ring
-		cmd.Process.Signal(syscall.SIGINT)
-		cmd.Wait()
+	stop = func() {
+		once.Do(func() {
+			time.Sleep(200 * time.Millisecond) // let the last segments reach the ring
+			cmd.Process.Signal(syscall.SIGINT)
+			cmd.Wait()
+		})
 	}
+	t.Cleanup(stop)
+	return pcap, stop
 }
 
 // verdict is what Wireshark's dissectors make of a capture (the same
