@@ -312,7 +312,7 @@ func TestPeerToPeerBadReplies(t *testing.T) {
 		return Frame{Reply: true, CRC: true, Enhanced: true, Rev: 2, PrivateData: v.Append(nil)}
 	}
 	for _, tc := range []struct {
-		name string
+		name   string
 		req    Frame
 		v      IRDORD
 		strict bool
