@@ -172,7 +172,11 @@ func (qp *QP) Params() mpa.Params { return qp.params }
 func (qp *QP) MULPDU() int { return qp.mulpdu }
 
 // Conn returns the QP's TCP connection (nil before it connects).
-func (qp *QP) Conn() net.Conn { return qp.conn }
+func (qp *QP) Conn() net.Conn {
+	qp.startMu.Lock()
+	defer qp.startMu.Unlock()
+	return qp.conn
+}
 
 // Done is closed when the QP has reached ERROR and flushed its work
 // requests.
