@@ -8,6 +8,10 @@
 //	iwarp-perf write_bw                 # server: wait for a client
 //	iwarp-perf write_bw 192.0.2.1       # client
 //	iwarp-perf send_lat --loopback -a   # both sides in this process
+//	iwarp-perf write_bw -R 192.0.2.1    # client of Linux perftest's "ib_write_bw -R"
+//
+// A server also serves Linux perftest's clients ("ib_write_bw -R HOST"),
+// with perftest's own exchange; -R makes a client speak it.
 //
 // Run iwarp-perf -h for the flags. The logic lives in internal/perf.
 package main

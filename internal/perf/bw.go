@@ -28,9 +28,20 @@ package perf
 //     all the data is in by then.
 //
 // Bidirectional send tests run both roles on each side at once.
+//
+// With perftest's exchange (-R) send_bw uses perftest's credits for iWARP
+// instead (ctx.send_rcredit; notes in perftest_exchange.go), so that
+// either side may be perftest: no credit messages and no end marker. The
+// receiver posts rx-depth receives before the test and reposts each; on
+// its r-th receive on a QP, whenever (r % rx-depth) % (rx-depth/3) == 0,
+// it RDMA Writes r, a little-endian 32-bit word, into the credit word the
+// sender advertised for the QP. The sender keeps scnt - credit word below
+// rx-depth - 1 before each post, and the receiver stops after -n receives
+// per QP.
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"runtime"
@@ -63,6 +74,13 @@ type bwRun struct {
 	comps      []completion
 	keepPosted bool // keep every post time (for the peak)
 	prog       *progress
+
+	// perftest's send_bw credits (-R)
+	pt         bool
+	creditWait bool  // a QP waits for the peer's credit word to move
+	rFirst     int64 // receiver: the first and last receive completions
+	rLast      int64
+	rTotal     int
 }
 
 func (r *bwRun) now() int64 { return int64(time.Since(r.base)) }
@@ -81,6 +99,7 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 		r.op = verbs.OpSend
 	}
 	send := r.op == verbs.OpSend
+	r.pt = send && p.Perftest
 	if size <= p.Inline && r.op != verbs.OpRDMARead {
 		r.flags |= verbs.Inline
 	}
@@ -99,9 +118,10 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 	}
 	for _, q := range e.qps {
 		q.scnt, q.ccnt, q.limit = 0, 0, limit
-		q.endPosted = !sender || !send
+		q.endPosted = !sender || !send || r.pt
 		q.endDone = q.endPosted
 		q.endSeen = !receiver
+		q.rcnt, q.credSent, q.credDue, q.credHigh = 0, 0, 0, 0
 		if !sender {
 			q.limit = 0
 			continue
@@ -170,6 +190,14 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 			continue
 		}
 		idle = 0
+		if r.creditWait {
+			// perftest's credits arrive as RDMA Writes, which complete
+			// nothing here: poll the credit word. (Spinning instead, with
+			// Gosched, measured no faster over loopback, and takes the
+			// processor the QPs' receive loops need.)
+			time.Sleep(20 * time.Microsecond)
+			continue
+		}
 		if err := e.cq.Wait(waitCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			if ctx.Err() != nil {
 				return Report{}, ctx.Err()
@@ -178,6 +206,11 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 		}
 	}
 	if !sender {
+		if r.pt && r.rTotal > 0 {
+			// perftest's receiver reports its own: first to last receive,
+			// no peak.
+			return bwReport(size, r.rTotal, []int64{r.rFirst}, []completion{{r.rTotal - 1, r.rLast}}, false), nil
+		}
 		return Report{Kind: kindBW, Size: size}, nil
 	}
 	if r.dur {
@@ -205,10 +238,18 @@ func (r *bwRun) post(t int64) (int, error) {
 	send := r.op == verbs.OpSend
 	mod := uint64(p.CQMod)
 	total := 0
+	r.creditWait = false
 	for _, q := range r.e.qps {
 		if q.scnt < q.limit {
 			avail := min(q.limit-q.scnt, uint64(p.TxDepth)-(q.scnt-q.ccnt), postBatch)
-			if send {
+			switch {
+			case r.pt:
+				w := r.window(q)
+				if w == 0 {
+					r.creditWait = true
+				}
+				avail = min(avail, w)
+			case send:
 				avail = min(avail, uint64(max(q.credits, 0)))
 			}
 			if avail > 0 {
@@ -232,7 +273,7 @@ func (r *bwRun) post(t int64) (int, error) {
 				}
 				q.scnt += uint64(n)
 				total += n
-				if send {
+				if send && !r.pt {
 					q.credits -= n
 				}
 			}
@@ -256,6 +297,23 @@ func (r *bwRun) post(t int64) (int, error) {
 
 var endMarker = [1]byte{'E'}
 
+// window is how many Sends perftest's credits let q post now: the sender
+// keeps fewer than rx-depth Sends beyond the receiver's credit word.
+func (r *bwRun) window(q *qpEnd) uint64 {
+	// Only counts the receiver can have written: no more than we sent, and
+	// one of its credit points (which also rejects a word caught half
+	// written).
+	rx := uint64(r.e.p.RxDepth)
+	if c := loadCredit(r.e.credit.Buf(), 4*q.i); c > q.credHigh && c <= q.scnt && (c%rx)%max(rx/3, 1) == 0 {
+		q.credHigh = c
+	}
+	out := q.scnt - q.credHigh
+	if out+1 >= rx {
+		return 0
+	}
+	return rx - 1 - out
+}
+
 // credit reposts the receives reaped and sends the credit messages due.
 func (r *bwRun) credit() (int, error) {
 	n := 0
@@ -266,6 +324,25 @@ func (r *bwRun) credit() (int, error) {
 			if err != nil {
 				return n, qpFailure(q.qp, err)
 			}
+		}
+		if r.pt {
+			// perftest's credit: the count, written once its receives are
+			// reposted (a later count supersedes one not yet sent).
+			if q.credDue > q.credSent && len(q.reposts) == 0 {
+				var v [4]byte
+				binary.LittleEndian.PutUint32(v[:], uint32(q.credDue))
+				wr := verbs.SendWR{ID: wrID(idCredit, q.i, 0), Opcode: verbs.OpRDMAWrite, Flags: verbs.Inline,
+					InlineData: v[:], RemoteAddr: q.remote.Addr, RKey: q.remote.RKey}
+				if _, err := q.qp.PostSend(wr); err != nil {
+					if !errors.Is(err, verbs.ErrQueueFull) {
+						return n, qpFailure(q.qp, err)
+					}
+				} else {
+					q.credSent = q.credDue
+					n++
+				}
+			}
+			continue
 		}
 		for q.grant >= r.e.batch {
 			wr := verbs.SendWR{ID: wrID(idCredit, q.i, 0), Opcode: verbs.OpSend, Flags: verbs.Solicited}
@@ -292,6 +369,24 @@ func (r *bwRun) reap(wcs []verbs.WC, t int64) error {
 			return err
 		}
 		q := e.qps[idQP(wc.ID)]
+		if wc.Opcode == verbs.WCRecv && r.pt {
+			q.reposts = append(q.reposts, q.rwr)
+			q.rcnt++
+			rx := uint64(e.p.RxDepth)
+			if (q.rcnt%rx)%max(rx/3, 1) == 0 {
+				q.credDue = q.rcnt
+			}
+			if r.rTotal == 0 {
+				r.rFirst = t
+			}
+			r.rTotal++
+			r.rLast = t
+			done++
+			if q.rcnt >= uint64(e.p.Iters) {
+				q.endSeen = true
+			}
+			continue
+		}
 		if wc.Opcode == verbs.WCRecv {
 			q.reposts = append(q.reposts, q.rwr)
 			switch {
@@ -337,4 +432,14 @@ func (r *bwRun) done() bool {
 		}
 	}
 	return true
+}
+
+// loadCredit reads the credit word at b[off:] that the peer's RDMA Writes
+// update, as perftest polls it: without synchronisation but the value
+// itself (see loadByte).
+//
+//go:norace
+//go:noinline
+func loadCredit(b []byte, off int) uint64 {
+	return uint64(binary.LittleEndian.Uint32(b[off:]))
 }

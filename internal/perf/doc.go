@@ -10,8 +10,10 @@
 //     dependencies (force_dependecies).
 //   - exchange.go: the out-of-band conversation (parameters, QP connection,
 //     buffer addresses and RKeys, barriers, results) behind the Exchange
-//     interface, so that perftest's wire-compatible exchange can replace
-//     the native one.
+//     interface: iwarp-perf's own.
+//   - perftest_exchange.go: Linux perftest's -R exchange behind the same
+//     interface (-R, or a perftest peer detected), so that either side can
+//     be ib_write_bw -R and co.; its messages are in internal/perftest.
 //   - rdma.go: one side's resources (device, PD, CQ, QPs, memory regions).
 //   - bw.go: the bandwidth loops, and the credit scheme send_bw needs on
 //     iWARP (no receiver-not-ready retry).
@@ -20,4 +22,21 @@
 //   - report.go: perftest's arithmetic (print_report_bw, print_report_lat)
 //     and formats.
 //   - run.go: the roles of client and server, --loopback, the demo.
+//
+// # Linux perftest
+//
+// Either side may be Linux perftest's ib_TEST -R (rdma_cm), on siw or an
+// iWARP NIC. A server tells the two exchanges apart by the client's MPA
+// Request: iwarp-perf's carries a hello in its private data, perftest's
+// none. A client speaks perftest's exchange with -R, and also goes over to
+// it when the server's MPA Reply has no private data (perftest's server).
+// -R also selects perftest's defaults: no MPA CRCs (--crc), -o 128 for read
+// tests and 1 otherwise, and --fpdu-delay 200 ms when dialing (siw as
+// responder loses a first FPDU that arrives too soon after its Reply). In
+// perftest's exchange, send_bw uses perftest's iWARP credits (bw.go),
+// write_lat's server writes first, and each side prints what perftest's
+// would. perftest checks no parameter of its peer, so -s, -n, -q and -r
+// must be given alike, as between two perftests; -a, -b and -D (but for
+// write_bw and read_bw) are not supported with it. interop/perftest_test.go
+// runs every test both ways against perftest 6.06 on siw.
 package perf

@@ -153,6 +153,11 @@ func DialExchange(ctx context.Context, dev *verbs.Device, addr string, cfg verbs
 		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
 	}
 	if string(pd) != okReply {
+		if len(pd) == 0 {
+			// No private data at all: perftest's rdma_cm server (ib_*_* -R)
+			// accepts whatever the Request carries. Go on with its exchange.
+			return startPerftest(ctx, ctl, true, dev, addr, cfg, nil, p, true)
+		}
 		ctl.close()
 		return nil, fmt.Errorf("%s is not an iwarp-perf server (reply %q)", addr, pd)
 	}
@@ -161,16 +166,21 @@ func DialExchange(ctx context.Context, dev *verbs.Device, addr string, cfg verbs
 
 // AcceptExchange waits on ln for a client's control QP and checks its
 // parameters against ours; a client that differs is rejected with the
-// differences, and AcceptExchange fails.
+// differences, and AcceptExchange fails. A client whose MPA Request is not
+// iwarp-perf's (no private data: perftest's ib_*_* -R) gets perftest's
+// exchange instead.
 func AcceptExchange(ctx context.Context, ln *verbs.Listener, dev *verbs.Device, p *Params) (Exchange, error) {
 	for {
 		req, err := ln.GetRequest(ctx)
 		if err != nil {
 			return nil, err
 		}
+		if !bytes.HasPrefix(req.PrivateData, []byte(protoPrefix)) {
+			return acceptPerftest(ctx, req, ln, dev, p)
+		}
 		if !bytes.HasPrefix(req.PrivateData, []byte(helloPrefix)) {
 			req.Reject([]byte(rejectPrefix + "expected a hello first"))
-			continue // a stray data QP of an earlier client, or not iwarp-perf
+			continue // a stray data QP of an earlier client
 		}
 		var h hello
 		if err := json.Unmarshal(req.PrivateData[len(helloPrefix):], &h); err != nil {

@@ -72,6 +72,9 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	intVar(&p.MaxFPDU, "", "fpdu", 0)
 	fs.StringVar(&p.Profile, "profile", "", "")
 	boolVar(&p.Loopback, "", "loopback")
+	boolVar(&p.Perftest, "R", "rdma_cm")
+	var fpduDelay int
+	intVar(&fpduDelay, "", "fpdu-delay", 0)
 	help := false
 	boolVar(&help, "h", "help")
 
@@ -96,7 +99,8 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 		return nil, false, errHelp
 	}
 	short := map[string]string{"s": "size", "a": "all", "n": "iters", "D": "duration", "q": "qp", "t": "tx-depth",
-		"r": "rx-depth", "p": "port", "b": "bidirectional", "I": "inline_size", "o": "outs", "Q": "cq-mod"}
+		"r": "rx-depth", "p": "port", "b": "bidirectional", "I": "inline_size", "o": "outs", "Q": "cq-mod",
+		"R": "rdma_cm"}
 	fs.Visit(func(f *flag.Flag) {
 		name := f.Name
 		if l, ok := short[name]; ok {
@@ -111,6 +115,10 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 		return nil, false, usagef("--mpa-rev %d: 1 or 2", rev)
 	}
 	p.MPARev = uint8(rev)
+	if fpduDelay < 0 {
+		return nil, false, usagef("--fpdu-delay %d: not negative", fpduDelay)
+	}
+	p.FPDUDelay = time.Duration(fpduDelay) * time.Millisecond
 	p.Duration = time.Duration(dur) * time.Second
 	switch output {
 	case "":
@@ -232,7 +240,8 @@ perftest-style benchmarks for the goiwarp iWARP stack. Without SERVER the
 test listens and serves one client; with SERVER it connects to one;
 --loopback runs both sides in this process over 127.0.0.1. With no TEST it
 runs the demo: RDMA Write bandwidth at 64 KiB over loopback for 3 seconds,
-then the same over plain TCP sockets, and compares them.
+then the same over plain TCP sockets, and compares them. Either side may be
+Linux perftest's ib_TEST -R (see "With Linux perftest" below).
 
 Tests: write_bw read_bw send_bw write_lat read_lat send_lat tcp_bw tcp_lat
 
@@ -247,21 +256,40 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -p, --port=N          TCP port to listen on or connect to (default 18515)
   -b, --bidirectional   measure both directions at once (SYMMETRIC)
   -I, --inline_size=N   largest message sent inline (default 220 write_lat, 236 send_lat, 0 otherwise)
-  -o, --outs=N          outstanding RDMA Reads: the QP's IRD and ORD (default 16)
+  -o, --outs=N          outstanding RDMA Reads: the QP's IRD and ORD (default 16; with -R
+                        128 for read tests, 1 otherwise, as perftest on siw)
   -Q, --cq-mod=N        signal every N-th send WR (default 100; 1 above 8 KiB unless given)
       --report_gbits    report Gb/s instead of MiB/s
       --output=WHAT     print only one number: bandwidth, message_rate or latency
       --out_json        also write the results as JSON to perftest_out.json
       --out_json_file=F write the JSON to F (implies --out_json)
       --loopback        run server and client in this process over 127.0.0.1
+  -R, --rdma_cm         speak perftest's -R exchange (wire-compatible with ib_TEST -R)
 iWARP options (both sides alike):
       --mpa-rev=1|2     MPA revision (default 2)
-      --crc=on|off|required|strict   MPA CRC policy (default on)
+      --crc=on|off|required|strict   MPA CRC policy (default on; off with -R)
       --markers=none|tx|rx|both      MPA markers; tx is client to server (default none)
       --p2p=none|send|write|read     peer-to-peer mode with that RTR message (default none)
       --fpdu=N          cap the FPDU size at N octets (default: the TCP segment)
+      --fpdu-delay=MS   when connecting, hold our first FPDU back MS ms after the MPA
+                        Reply (default 0; 200 with -R): siw as responder loses one
+                        that comes too soon
 Diagnostics:
       --profile=cpu|mem|mutex|block|trace   write cpu.pprof, mem.pprof, ... in the working
                         directory (github.com/pkg/profile)
   -h, --help            this text
+
+With Linux perftest (5.70 to 6.27, and 6.29 untested; tested: 6.06 on siw):
+  iwarp-perf TEST -R [options] HOST   runs against "ib_TEST -R [options]" on HOST
+  iwarp-perf TEST [options]           serves "ib_TEST -R [options] OURHOST" as well
+                                      as iwarp-perf clients: a server tells them apart
+                                      by their MPA Request
+  A client without -R that finds a perftest server goes on with perftest's
+  exchange too. perftest checks no parameter: give both sides the same -s, -n
+  and -q (and -r for send_bw), as between two perftests. With perftest's
+  exchange, send_bw uses perftest's credits (the receiver RDMA Writes its
+  receive count to the sender), write_lat's server writes first, the
+  write_bw/read_bw server shows the client's numbers, a send_bw server its
+  own, and read_lat's server none. -a, -b and, but for write_bw and read_bw,
+  -D are not supported with -R.
 `

@@ -169,6 +169,19 @@ type Params struct {
 	Loopback bool
 	Server   string // the server to connect to; "" listens
 
+	// Perftest (-R, --rdma_cm) speaks perftest's own exchange (see
+	// perftest_exchange.go) instead of iwarp-perf's, so that either side
+	// can be Linux perftest's ib_*_* -R. A server understands both anyway.
+	Perftest bool
+	// FPDUDelay holds back our first FPDU after an MPA Reply when we dial
+	// (verbs.ConnConfig.FirstFPDUDelay): siw as responder loses an FPDU
+	// that arrives too soon. With -R it defaults to perftestFPDUDelay.
+	FPDUDelay time.Duration
+	// cycle is perftest's cycle_buffer as agreed with a perftest peer (the
+	// larger page size): the span of the peer's address cycling. 0 without
+	// perftest's exchange.
+	cycle int
+
 	// set records the flags given on the command line (by long name).
 	set map[string]bool
 }
@@ -307,7 +320,44 @@ func (p *Params) finish() error {
 	if p.JSONFile == "" {
 		p.JSONFile = "perftest_out.json"
 	}
+	if p.Perftest {
+		switch {
+		case p.All:
+			return fmt.Errorf("-a is not supported with -R (perftest's exchange)")
+		case p.Bidir:
+			return fmt.Errorf("-b is not supported with -R (perftest's exchange)")
+		case p.Duration > 0 && p.Test != WriteBW && p.Test != ReadBW:
+			return fmt.Errorf("-D is supported with -R for write_bw and read_bw only")
+		case p.Test.TCP():
+			return fmt.Errorf("-R is for the RDMA tests")
+		}
+		if !p.isSet("crc") {
+			p.CRC = mpa.CRCOff // what siw and perftest use
+		}
+		if !p.isSet("fpdu-delay") && !p.Loopback {
+			p.FPDUDelay = perftestFPDUDelay
+		}
+		*p = *p.asPerftest()
+	}
 	return nil
+}
+
+// asPerftest returns p for a run with perftest's exchange (-R, or a
+// perftest client that came to a server without -R): perftest's defaults
+// where they differ from ours.
+func (p *Params) asPerftest() *Params {
+	q := *p
+	q.Perftest = true
+	if !q.isSet("outs") {
+		// perftest: the device's max_qp_rd_atom (128 on siw) for read tests,
+		// 1 otherwise. (perftest asks MPA for IRD = ORD = 0 then; verbs
+		// cannot, but the responder's Reply comes out 0/0 either way.)
+		q.Outs = 1
+		if q.Test.verb() == verbRead {
+			q.Outs = perftestOuts
+		}
+	}
+	return &q
 }
 
 // symmetric is the part of Params both sides must agree on; the client

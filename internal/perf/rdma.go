@@ -50,6 +50,11 @@ type endpoint struct {
 
 	// send tests: credit messages come every batch receives.
 	batch int
+
+	// perftest's send_bw credits (-R): one little-endian 32-bit word per
+	// QP, at offset 4*i, that the receiver RDMA Writes its cumulative
+	// receive count into (see bw.go).
+	credit *verbs.MR
 }
 
 // qpEnd is one data QP and its state.
@@ -65,6 +70,11 @@ type qpEnd struct {
 	scnt, ccnt, limit uint64
 	batch             []verbs.SendWR
 	sge               verbs.SGE
+
+	// perftest's send_bw credits: receives taken, and the count last
+	// written to the peer and due to be (see bw.go).
+	rcnt, credSent, credDue uint64
+	credHigh                uint64 // the highest credit word seen (sender)
 
 	// Send tests, kept across the runs of -a (see bw.go).
 	credits   int  // Sends the peer can take now (its posted receives)
@@ -84,6 +94,18 @@ const postBatch = 32
 
 func newEndpoint(dev *verbs.Device, p *Params) (*endpoint, error) {
 	e := &endpoint{p: p, dev: dev, pd: dev.AllocPD(), half: max(p.MaxMsg(), 64), wcs: make([]verbs.WC, pollBatch)}
+	if p.Perftest {
+		// A perftest peer cycles its Writes and Reads over
+		// roundup64(max(size, cycle_buffer)) octets from our address.
+		e.half = (max(p.MaxMsg(), p.cycle, 64) + 63) &^ 63
+		if p.Test == SendBW {
+			mr, err := e.pd.RegMR(make([]byte, 4*p.QPs), verbs.LocalWrite|verbs.RemoteWrite)
+			if err != nil {
+				return nil, err
+			}
+			e.credit = mr
+		}
+	}
 	e.batch = max(1, (p.RxDepth+3)/4)
 	rq := e.recvDepth()
 	cq, err := dev.CreateCQ(p.QPs*(p.TxDepth+sqReserve+rq+recvReserve) + 64)
@@ -118,6 +140,14 @@ func (e *endpoint) recvDepth() int {
 	p := e.p
 	switch p.Test {
 	case SendBW:
+		if p.Perftest {
+			// perftest's credits come as RDMA Writes: the receiver needs
+			// no receive beyond rx-depth, and the sender none.
+			if !p.Client() {
+				return p.RxDepth
+			}
+			return 0
+		}
 		if !p.Client() || p.Bidir {
 			return p.RxDepth + recvReserve
 		}
@@ -156,6 +186,10 @@ func (e *endpoint) localInfo() []BufInfo {
 	bi := make([]BufInfo, len(e.qps))
 	for i, q := range e.qps {
 		bi[i] = BufInfo{Addr: q.mr.Addr() + uint64(e.half), RKey: q.mr.RKey(), Len: uint32(e.half), Outs: e.p.Outs}
+		if e.credit != nil {
+			// perftest's send_bw advertises the credit word instead.
+			bi[i].Addr, bi[i].RKey, bi[i].Len = e.credit.Addr()+uint64(4*i), e.credit.RKey(), 4
+		}
 		if c := q.qp.Conn(); c != nil {
 			if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
 				bi[i].QPN = uint32(a.Port)
@@ -240,6 +274,9 @@ func (e *endpoint) close() {
 		}()
 	}
 	wg.Wait()
+	if e.credit != nil {
+		e.credit.Dereg()
+	}
 }
 
 // connConfig is the start-up and transport configuration of one side.
@@ -255,7 +292,11 @@ func connConfig(p *Params, client bool) verbs.ConnConfig {
 	if p.P2P != mpa.RTRNone {
 		m.P2P, m.RTRs = true, p.P2P
 	}
-	return verbs.ConnConfig{MPA: m, MaxFPDU: p.MaxFPDU}
+	c := verbs.ConnConfig{MPA: m, MaxFPDU: p.MaxFPDU}
+	if client {
+		c.FirstFPDUDelay = p.FPDUDelay
+	}
+	return c
 }
 
 // check turns a failed completion into the QP's error.

@@ -144,7 +144,13 @@ func runClient(ctx context.Context, p *Params, w io.Writer, addr string) ([]Repo
 		return s.run(ctx, pr, true)
 	}
 	dev := verbs.Open(verbs.DeviceAttr{})
-	x, err := DialExchange(ctx, dev, addr, connConfig(p, true), p)
+	var x Exchange
+	var err error
+	if p.Perftest {
+		x, err = DialPerftest(ctx, dev, addr, connConfig(p, true), p)
+	} else {
+		x, err = DialExchange(ctx, dev, addr, connConfig(p, true), p)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +206,18 @@ func pick(p *Params, client bool, mine, peer Report) Report {
 
 // runRDMA is a side's part of an RDMA test once the exchange is open.
 func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x Exchange, client bool) ([]Report, error) {
+	switch x := x.(type) {
+	case *perftestExchange:
+		p = x.p // perftest's defaults, and what the exchange agreed
+		pr = &printer{w: pr.w, p: p}
+	case *nativeExchange:
+		if p.Perftest { // a server with -R, and an iwarp-perf client without
+			q := *p
+			q.Perftest = false
+			p = &q
+			pr = &printer{w: pr.w, p: p}
+		}
+	}
 	e, err := newEndpoint(dev, p)
 	if err != nil {
 		return nil, err
@@ -223,7 +241,9 @@ func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 	if p.Duration > 0 && p.Test.BW() && p.isSet("duration") {
 		pr.printf(" WARNING: BW peak won't be measured in this run.\n")
 	}
-	pr.header()
+	if !(p.Perftest && p.Test == ReadLat && !client) { // perftest's read_lat server shows no results
+		pr.header()
+	}
 	sender, receiver := roles(p, client)
 	var rows []Report
 	var stats []string
@@ -237,7 +257,7 @@ func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		if p.Test.BW() {
 			mine, err = e.runBW(ctx, size, sender, receiver, prog)
 		} else {
-			mine, err = e.runLat(ctx, size, client, prog)
+			mine, err = e.runLat(ctx, size, client, latFirst(p, client), prog)
 		}
 		prog.done()
 		if err != nil {
@@ -250,6 +270,9 @@ func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 			return rows, err
 		}
 		r := pick(p, client, mine, peer)
+		if r.Kind == "" {
+			continue // nothing to show: the server of perftest's read_lat
+		}
 		if err := pr.row(r); err != nil {
 			return rows, err
 		}
@@ -260,6 +283,15 @@ func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		pr.printf("%s\n", l)
 	}
 	return rows, nil
+}
+
+// latFirst says whether this side sends first in a ping-pong: the client,
+// but in perftest's write_lat the server.
+func latFirst(p *Params, client bool) bool {
+	if p.Perftest && p.Test == WriteLat {
+		return !client
+	}
+	return client
 }
 
 // run is a side's part of a TCP test.

@@ -1,0 +1,489 @@
+package perf
+
+// perftest's exchange: what Linux perftest's ib_{write,read,send}_{bw,lat}
+// -R (rdma_cm) send over their control connection, so that iwarp-perf
+// interoperates with them on siw or an iWARP NIC, in either role. The
+// codecs are in internal/perftest; the protocol, checked against captures
+// of perftest 6.06 on siw, is this (C is the client, S the server):
+//
+//   - C dials a control QP to S's port with no private data, then the
+//     test's QPs to the same port, one connection each. MPA IRD/ORD are
+//     0/0 but for the test QPs of read tests: -o (128 by default, siw's
+//     max_qp_rd_atom, as perftest). perftest asks for no CRCs (siw's
+//     default), and so does -R unless --crc says otherwise.
+//   - Every message is one Send on the control QP, of exactly the size the
+//     peer expects (perftest posts a single 56-octet receive), in strict
+//     lock-step: in each exchange C sends first and S answers with a
+//     message of the same kind.
+//   - X1 the version ("6.06", 16 octets), X2 the page size, X3 the cache
+//     line (4 octets each, big-endian), X4 the MTU enum ("3", 2 octets), X5
+//     an all-zero pingpong_dest (56 octets, 64 to perftest 6.29). Then C
+//     dials the test QPs and X6 is another zero dest.
+//   - Then the dests, in an order that depends on the test (SwapBufs): per
+//     QP ("dest[i]") and QP 0's only ("dest0"), each carrying the RKey and
+//     address of the memory the peer may touch (send_bw: the credit word).
+//     The last dest0 (Sync) starts the measurement.
+//   - After it: write_bw and read_bw have an end-sync dest0, C's report in
+//     five 8-octet messages (S answers with whatever), and a closing dest0;
+//     send_bw, send_lat and read_lat only the closing dest0; write_lat
+//     nothing. S of write_bw/read_bw shows C's report; each side of the
+//     other tests shows its own, but read_lat's S shows nothing.
+//   - In write_lat the server Writes first; send_bw has perftest's iWARP
+//     credits (bw.go).
+//
+// perftest checks nothing else: -s, -n, -q and, for send_bw, -r must be
+// given alike on both sides, as between perftests.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/goiwarp/iwarp/internal/perftest"
+	"github.com/goiwarp/iwarp/verbs"
+)
+
+const (
+	// perftestOuts is perftest's out_reads on siw: max_qp_rd_atom.
+	perftestOuts = 128
+	// perftestFPDUDelay is the default of --fpdu-delay when we dial with
+	// -R: siw as responder (6.1) hands the socket to its QP only after its
+	// MPA Reply is out, and an FPDU that arrives in between is not read
+	// until more data comes; perftest then waits forever for our first
+	// message. Under emulation (QEMU TCG) it takes 100-200 ms.
+	perftestFPDUDelay = 200 * time.Millisecond
+	// A perftest server listens for the test QPs only after it has sent
+	// X5, so the client retries a refused connection, as perftest >= 26.04
+	// does: every perftestRetry, perftestRetries times.
+	perftestRetry   = 100 * time.Millisecond
+	perftestRetries = 20
+	// perftestVersionWait bounds a client's wait for the server's X1.
+	perftestVersionWait = 15 * time.Second
+	// perftestCloseGrace is how long a client waits for the server to
+	// close the control connection before it closes it (see Close).
+	perftestCloseGrace = time.Second
+)
+
+// perftestVersion is the version we claim: 6.06's formats, below 6.28 so
+// that newer perftests do not start their parameter negotiation. (A
+// variable for tests.)
+var perftestVersion = perftest.OurVersion
+
+// perftestExchange is perftest's -R exchange, on either side.
+type perftestExchange struct {
+	client bool
+	p      *Params // the run's parameters with perftest's defaults
+	ctl    *ctlQP
+	// client side
+	addr string
+	cfg  verbs.ConnConfig
+	// server side
+	ln *verbs.Listener
+
+	version string // the peer's
+	destLen int    // perftest.DestLen, or DestLen629 for a 6.29 peer
+	mine    []perftest.Dest
+	synced  bool
+
+	// sent records the size of every message we sent, in order (tests).
+	sent []int
+}
+
+// DialPerftest opens perftest's exchange with the server at addr (perftest's
+// ib_*_* -R, or iwarp-perf): the control QP, then X1 to X5.
+func DialPerftest(ctx context.Context, dev *verbs.Device, addr string, cfg verbs.ConnConfig, p *Params) (Exchange, error) {
+	ctl, err := newCtlQP(dev)
+	if err != nil {
+		return nil, err
+	}
+	if err := dialRetry(ctx, ctl.qp, addr, cfg); err != nil {
+		ctl.close()
+		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	return startPerftest(ctx, ctl, true, dev, addr, cfg, nil, p, false)
+}
+
+// acceptPerftest accepts req, the control QP of a perftest client, and
+// runs X1 to X5.
+func acceptPerftest(ctx context.Context, req *verbs.ConnRequest, ln *verbs.Listener, dev *verbs.Device, p *Params) (Exchange, error) {
+	ctl, err := newCtlQP(dev)
+	if err != nil {
+		req.Reject(nil)
+		return nil, err
+	}
+	if err := req.Accept(ctl.qp, nil); err != nil {
+		ctl.close()
+		return nil, fmt.Errorf("accepting %v: %w", req.RemoteAddr(), err)
+	}
+	return startPerftest(ctx, ctl, false, dev, "", verbs.ConnConfig{}, ln, p, false)
+}
+
+// startPerftest runs X1 to X5 on a connected control QP. fallback says
+// that a client dialed for iwarp-perf's exchange and found perftest: the
+// first-FPDU delay perftest needs is then still to be taken.
+func startPerftest(ctx context.Context, ctl *ctlQP, client bool, dev *verbs.Device, addr string, cfg verbs.ConnConfig,
+	ln *verbs.Listener, p *Params, fallback bool) (Exchange, error) {
+	x := &perftestExchange{client: client, p: p.asPerftest(), ctl: ctl, addr: addr, cfg: cfg, ln: ln, destLen: perftest.DestLen}
+	if fallback && !p.isSet("fpdu-delay") && !p.Loopback && cfg.FirstFPDUDelay == 0 {
+		x.cfg.FirstFPDUDelay = perftestFPDUDelay
+		x.p.FPDUDelay = perftestFPDUDelay
+		t := time.NewTimer(perftestFPDUDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			ctl.close()
+			return nil, ctx.Err()
+		}
+	}
+	if err := x.open(ctx); err != nil {
+		x.Close()
+		return nil, err
+	}
+	return x, nil
+}
+
+// dialRetry dials qp, retrying while the server refuses (or, through a
+// forwarder such as QEMU's, accepts and closes at once).
+func dialRetry(ctx context.Context, qp *verbs.QP, addr string, cfg verbs.ConnConfig) error {
+	for i := 0; ; i++ {
+		_, err := qp.Dial(ctx, "tcp", addr, nil, cfg)
+		if err == nil {
+			return nil
+		}
+		if i >= perftestRetries || ctx.Err() != nil || !refused(err) || qp.State() != verbs.StateIdle {
+			return err
+		}
+		t := time.NewTimer(perftestRetry)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+func refused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// xchg is one exchange: the client sends msg and receives the peer's, the
+// server the other way round. The peer's message must have one of the
+// sizes in want.
+func (x *perftestExchange) xchg(ctx context.Context, what string, msg []byte, want ...int) ([]byte, error) {
+	var peer []byte
+	var err error
+	if x.client {
+		if err = x.send(ctx, msg); err == nil {
+			peer, err = x.ctl.recvRaw(ctx)
+		}
+	} else {
+		if peer, err = x.ctl.recvRaw(ctx); err == nil {
+			err = x.send(ctx, msg)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("perftest exchange (%s): %w", what, err)
+	}
+	for _, n := range want {
+		if len(peer) == n {
+			return peer, nil
+		}
+	}
+	return nil, fmt.Errorf("perftest exchange (%s): the peer sent %d octets, expected %v", what, len(peer), want)
+}
+
+func (x *perftestExchange) send(ctx context.Context, msg []byte) error {
+	x.sent = append(x.sent, len(msg))
+	return x.ctl.sendRaw(ctx, msg)
+}
+
+// open is X1 to X5.
+func (x *perftestExchange) open(ctx context.Context) error {
+	// perftest answers X1 at once (ib_write_bw after a second). A client
+	// that hears nothing has most likely lost the race with siw's
+	// responder that FirstFPDUDelay avoids: say so rather than hang.
+	vctx, cancel := ctx, context.CancelFunc(func() {})
+	if x.client {
+		vctx, cancel = context.WithTimeout(ctx, perftestVersionWait)
+	}
+	b, err := x.xchg(vctx, "version", perftest.Version(perftestVersion), perftest.VersionLen)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("no answer from the server in %v: a server on siw loses a first message that comes "+
+				"too soon after its MPA Reply; try a larger --fpdu-delay (now %d ms)",
+				perftestVersionWait, x.cfg.FirstFPDUDelay.Milliseconds())
+		}
+		return err
+	}
+	v, err := perftest.ParseVersion(b)
+	if err != nil {
+		return err
+	}
+	x.version = v
+	switch f := atof(v); {
+	case f >= 6.29:
+		x.destLen = perftest.DestLen629
+	case f >= 6.28:
+		// 6.28 always runs its parameter negotiation after X4, which only
+		// a 6.28 understands.
+		return fmt.Errorf("perftest %s is not supported (use an older or newer perftest)", v)
+	}
+	b, err = x.xchg(ctx, "cycle buffer", perftest.Int(perftest.PageSize), perftest.SysDataLen)
+	if err != nil {
+		return err
+	}
+	cycle, _ := perftest.ParseInt(b)
+	if cycle > 1<<30 {
+		return fmt.Errorf("perftest exchange: the peer's cycle buffer is %d octets", cycle)
+	}
+	x.p.cycle = max(perftest.PageSize, cycle)
+	if _, err := x.xchg(ctx, "cache line", perftest.Int(perftest.CacheLine), perftest.SysDataLen); err != nil {
+		return err
+	}
+	if _, err := x.xchg(ctx, "MTU", perftest.MTU(perftest.MTUEnum1024), perftest.MTULen); err != nil {
+		return err
+	}
+	_, err = x.zero(ctx, "sync before the test connections")
+	return err
+}
+
+// zero exchanges an all-zero dest (X5, X6).
+func (x *perftestExchange) zero(ctx context.Context, what string) ([]byte, error) {
+	return x.xchg(ctx, what, make([]byte, x.destLen), x.destLen)
+}
+
+func (x *perftestExchange) Connect(ctx context.Context, qps []*verbs.QP) error {
+	if x.client {
+		// One after the other: the server numbers the QPs in the order it
+		// accepts them.
+		for i, qp := range qps {
+			if err := dialRetry(ctx, qp, x.addr, x.cfg); err != nil {
+				return fmt.Errorf("connecting QP %d: %w", i, err)
+			}
+		}
+	} else {
+		for k := 0; k < len(qps); {
+			req, err := x.ln.GetRequest(ctx)
+			if err != nil {
+				return fmt.Errorf("waiting for the client's QPs: %w", err)
+			}
+			if len(req.PrivateData) > 0 {
+				req.Reject([]byte(rejectPrefix + "not a QP of the test in progress"))
+				continue
+			}
+			if err := req.Accept(qps[k], nil); err != nil {
+				return fmt.Errorf("accepting QP %d: %w", k, err)
+			}
+			k++
+		}
+	}
+	_, err := x.zero(ctx, "sync after the test connections")
+	return err
+}
+
+func (x *perftestExchange) SwapBufs(ctx context.Context, local []BufInfo) ([]BufInfo, error) {
+	p := x.p
+	x.mine = make([]perftest.Dest, len(local))
+	var psn [4]byte
+	for i, b := range local {
+		randRead(psn[:])
+		d := perftest.Dest{OutReads: 1, QPN: b.QPN, PSN: uint32(psn[0]) | uint32(psn[1])<<8 | uint32(psn[2])<<16,
+			RKey: b.RKey, VAddr: b.Addr}
+		if p.Test.verb() == verbRead {
+			d.OutReads = uint32(p.Outs)
+		}
+		x.mine[i] = d
+	}
+	remote := make([]BufInfo, len(local))
+	// The peer's area, as perftest sizes it: at least the largest message.
+	area := uint32(min((max(p.MaxMsg(), p.cycle)+63)&^63, math.MaxUint32))
+	perQP := func() error {
+		for i := range local {
+			b, err := x.xchg(ctx, fmt.Sprintf("QP %d", i), x.mine[i].Marshal(x.destLen), x.destLen)
+			if err != nil {
+				return err
+			}
+			d, err := perftest.ParseDest(b)
+			if err != nil {
+				return err
+			}
+			remote[i] = BufInfo{Addr: d.VAddr, RKey: d.RKey, Len: area, QPN: d.QPN, Outs: int(d.OutReads)}
+		}
+		return nil
+	}
+	dest0 := func() error {
+		_, err := x.xchg(ctx, "QP 0", x.mine[0].Marshal(x.destLen), x.destLen)
+		return err
+	}
+	// perftest_communication.c's order of ctx_hand_shake calls; the last
+	// dest0 is Sync.
+	var steps []func() error
+	switch p.Test {
+	case WriteBW, ReadBW:
+		steps = []func() error{perQP, perQP}
+	case SendBW, SendLat:
+		steps = []func() error{perQP, dest0, perQP}
+	case WriteLat, ReadLat:
+		steps = []func() error{dest0, perQP, perQP}
+	default:
+		return nil, fmt.Errorf("perftest has no %v", p.Test)
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return nil, err
+		}
+	}
+	return remote, nil
+}
+
+// Sync is the last dest0 before the measurement: "after RTR", or for send
+// tests the "go" once the receives are posted.
+func (x *perftestExchange) Sync(ctx context.Context) error {
+	if x.synced {
+		return errors.New("perftest exchange: one measurement only")
+	}
+	x.synced = true
+	_, err := x.xchg(ctx, "start", x.mine[0].Marshal(x.destLen), x.destLen)
+	return err
+}
+
+func (x *perftestExchange) Report(ctx context.Context, mine Report) (Report, error) {
+	p := x.p
+	dest0 := func(what string) error {
+		_, err := x.xchg(ctx, what, x.mine[0].Marshal(x.destLen), x.destLen)
+		return err
+	}
+	switch p.Test {
+	case WriteLat:
+		return mine, nil // no message after the test
+	case SendBW, SendLat:
+		return mine, dest0("close")
+	case ReadLat:
+		if !x.client {
+			mine = Report{} // perftest's server shows nothing
+		}
+		return mine, dest0("close")
+	}
+	// write_bw, read_bw: the end sync, the client's report, the close.
+	if err := dest0("end of test"); err != nil {
+		return Report{}, err
+	}
+	var msgs [5][]byte
+	if x.client {
+		msgs = x.toPerftest(mine).Messages()
+	} else {
+		msgs = perftest.Report{}.Messages() // perftest's server sends garbage
+	}
+	var got [5][]byte
+	names := [5]string{"report size", "report iterations", "report BW peak", "report BW average", "report message rate"}
+	for i, m := range msgs {
+		b, err := x.xchg(ctx, names[i], m, perftest.ReportField)
+		if err != nil {
+			return Report{}, err
+		}
+		got[i] = b
+	}
+	if err := dest0("close"); err != nil {
+		return Report{}, err
+	}
+	if x.client {
+		return mine, nil
+	}
+	r, err := perftest.ParseReport(got)
+	if err != nil {
+		return Report{}, err
+	}
+	return x.fromPerftest(r), nil
+}
+
+// bwScale is the unit of perftest's report in octets per second.
+func (x *perftestExchange) bwScale() float64 {
+	if x.p.Gbits {
+		return 125e6
+	}
+	return 1 << 20
+}
+
+func (x *perftestExchange) toPerftest(r Report) perftest.Report {
+	s := x.bwScale()
+	return perftest.Report{Size: uint64(r.Size), Iters: r.Iters, BWPeak: r.BWPeak / s, BWAvg: r.BWAvg / s, MsgRate: r.MsgRate / 1e6}
+}
+
+func (x *perftestExchange) fromPerftest(r perftest.Report) Report {
+	s := x.bwScale()
+	return Report{Kind: kindBW, Size: int(r.Size), Iters: r.Iters, BWPeak: r.BWPeak * s, BWAvg: r.BWAvg * s, MsgRate: r.MsgRate * 1e6}
+}
+
+func (x *perftestExchange) Close() error {
+	if x.client && x.ctl.qp.State() == verbs.StateRTS {
+		// Let the server close first. siw fails a Send that it has sent in
+		// full if the peer's FIN arrives before the send call returns
+		// (siw_qp_sq_proc_tx: tx_suspend is checked before the last
+		// segment counts as done), so perftest's server could see its
+		// last message, which we have, fail ("Bad wc status 2") and exit 1.
+		t := time.NewTimer(perftestCloseGrace)
+		select {
+		case <-x.ctl.qp.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if x.ctl.qp.State() == verbs.StateRTS {
+		x.ctl.qp.Disconnect(ctx)
+	}
+	x.ctl.close()
+	return nil
+}
+
+// sendRaw posts one message as it is (perftest's have no kind octet).
+func (c *ctlQP) sendRaw(ctx context.Context, msg []byte) error {
+	if len(msg) > ctlSlot {
+		return fmt.Errorf("control message of %d octets", len(msg))
+	}
+	for c.sends < c.posted {
+		if err := c.poll(ctx); err != nil {
+			return err
+		}
+	}
+	off := ctlRecvs * ctlSlot
+	copy(c.mr.Buf()[off:], msg)
+	if _, err := c.qp.PostSend(verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(off, len(msg))}}); err != nil {
+		return qpFailure(c.qp, err)
+	}
+	c.posted++
+	return nil
+}
+
+// recvRaw returns the next message as it is.
+func (c *ctlQP) recvRaw(ctx context.Context) ([]byte, error) {
+	for len(c.inbox) == 0 {
+		if err := c.poll(ctx); err != nil && len(c.inbox) == 0 {
+			return nil, err
+		}
+	}
+	m := c.inbox[0]
+	c.inbox = c.inbox[1:]
+	return m, nil
+}
+
+// atof reads the number at the start of s, as C's atof.
+func atof(s string) float64 {
+	end, dot := 0, false
+	for end < len(s) && (s[end] >= '0' && s[end] <= '9' || s[end] == '.' && !dot) {
+		dot = dot || s[end] == '.'
+		end++
+	}
+	f, _ := strconv.ParseFloat(s[:end], 64)
+	return f
+}
