@@ -425,13 +425,12 @@ func TestSiwTerminate(t *testing.T) {
 	})
 }
 
-// Peer-to-peer offering only a Send RTR: siw cannot take one (it would need
-// a receive posted) and counter-proposes a Write RTR, which we did not offer:
-// our initiator fails the start-up with "no matching RTR option" and sends
-// the Terminate RFC 6581 asks for. siw, waiting for the RTR, hands the
-// resulting close to iw_cm while the connection is not yet established,
-// and iw_cm (Linux 6.1) hits BUG() in cm_close_handler: the guest's
-// connection manager is dead from then on. Hence a VM of its own.
+// TestSiwP2PSendRTR: we offer only the zero-length Send RTR; siw picks
+// Write whatever is offered. A strict initiator (mpa.Config.StrictRTR)
+// would Terminate, which crashes the Linux 6.1 iw_cm (kernel BUG at
+// iwcm.c:969, seen every time while this test was strict); by default we
+// take siw's single choice, since we can send every RTR, and the connection
+// works.
 func TestSiwP2PSendRTR(t *testing.T) {
 	hp := freePort(t)
 	vm := siwVM(t, "rping -s -a 10.0.2.15 -p 7001 -V -v & waitport 7001 && echo LISTENING; sleep 600",
@@ -445,26 +444,14 @@ func TestSiwP2PSendRTR(t *testing.T) {
 	cfg := rping.ConnConfig(verbs.ConnConfig{MPA: mpa.Config{Rev: 2, CRC: mpa.CRCOn, P2P: true, RTRs: mpa.RTRSend},
 		FirstFPDUDelay: siwFirstFPDUDelay})
 	_, err = e.QP.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", hp), nil, cfg)
-	t.Logf("our Dial: %v", err)
-	var me *mpa.Error
-	require.ErrorAs(t, err, &me)
-	require.Equal(t, mpa.CodeNoMatchingRTR, me.Code)
-	require.Contains(t, err.Error(), "responder chose RTR Write, we offered Send")
+	require.NoError(t, err)
+	require.Equal(t, mpa.RTRWrite, e.QP.Params().RTR, "siw's choice, taken")
+	require.NoError(t, e.Client(ctx, 3, 64, true))
+	require.NoError(t, e.QP.Disconnect(ctx))
 	time.Sleep(time.Second) // for siw's close
 	stop()
-	judgeSiw(t, pcap, true, 1, 1) // our Terminate (LLP, no matching RTR), with a good CRC
-
-	// The guest kernel's reaction, for the record.
-	bug := regexp.MustCompile(`kernel BUG at ([^!\s]+)`)
-	var m []string
-	for deadline := time.Now().Add(10 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		m = bug.FindStringSubmatch(vm.Console())
-	}
-	if m != nil {
-		t.Logf("guest kernel: kernel BUG at %s (iw_cm cm_close_handler: CLOSE before ESTABLISHED)", m[1])
-	} else {
-		t.Logf("guest kernel: no BUG this time; last lines:\n%s", vm.Console())
-	}
+	judgeSiw(t, pcap, true, 1+3*4, 0)
+	require.NotContains(t, vm.Console(), "kernel BUG")
 }
 
 // TestSiwFirstFPDURace measures how long our first FPDU must wait after
