@@ -131,3 +131,23 @@ func TestFirstFPDUDelay(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
 	exercise(t, c, s, 10)
 }
+
+// A QP created with negative IRD/ORD advertises MPA IRD/ORD 0/0 (what
+// perftest sends for tests without Reads), and a Read Request to it is
+// answered with a Terminate: it serves none.
+func TestZeroIRDORD(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{ird: -1, ord: -1})
+	require.Zero(t, c.qp.Params().IRD)
+	require.Zero(t, c.qp.Params().ORD)
+	require.Zero(t, s.qp.Params().IRD)
+	// Sends and Writes work; a Read cannot be issued at all.
+	src := c.regFilled(t, 100, 0, 9)
+	dst := s.regMR(t, 100, LocalWrite|RemoteWrite|RemoteRead)
+	_, err := c.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 100)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCRDMAWrite)
+	sink := c.regMR(t, 100, LocalWrite)
+	_, err = c.qp.PostSend(SendWR{ID: 2, Opcode: OpRDMARead, SGL: []SGE{sink.SGE(0, 100)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	require.ErrorIs(t, err, ErrInvalidArg)
+}

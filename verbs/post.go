@@ -154,6 +154,9 @@ func (qp *QP) fill(e *sqe, wr *SendWR) error {
 	case OpImmediate:
 		return nil
 	case OpAtomicFetchAdd, OpAtomicCmpSwap:
+		if qp.ord == 0 {
+			return fmt.Errorf("%w: the connection negotiated ORD 0: no atomics", ErrInvalidArg)
+		}
 		if len(wr.SGL) != 1 || wr.SGL[0].Length != 8 {
 			return fmt.Errorf("%w: an atomic takes one 8-octet SGE for the original value", ErrInvalidArg)
 		}
@@ -191,6 +194,9 @@ func (qp *QP) fill(e *sqe, wr *SendWR) error {
 			e.length += len(b)
 		}
 	case OpRDMARead:
+		if qp.ord == 0 {
+			return fmt.Errorf("%w: the connection negotiated ORD 0: no RDMA Reads", ErrInvalidArg)
+		}
 		// iWARP Read sinks are a single tagged buffer (siw SIW_MAX_SGE_RD).
 		if len(wr.SGL) != 1 {
 			return fmt.Errorf("%w: RDMA Read takes exactly 1 sink SGE, got %d", ErrTooManySGE, len(wr.SGL))

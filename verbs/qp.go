@@ -47,7 +47,8 @@ type QPConfig struct {
 	SigAll bool
 	// IRD and ORD: inbound RDMA Reads served at once and outbound Reads
 	// outstanding. Negotiated at connection time (MPA rev 2) and never
-	// above these. 0 means the device maximum.
+	// above these. 0 means the device maximum; a negative value means none
+	// (MPA IRD/ORD 0, as perftest advertises for tests without Reads).
 	IRD, ORD int
 }
 
@@ -127,12 +128,13 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
 	}
-	if cfg.IRD <= 0 || cfg.IRD > a.MaxIRD {
+	if cfg.IRD == 0 || cfg.IRD > a.MaxIRD {
 		cfg.IRD = a.MaxIRD
 	}
-	if cfg.ORD <= 0 || cfg.ORD > a.MaxORD {
+	if cfg.ORD == 0 || cfg.ORD > a.MaxORD {
 		cfg.ORD = a.MaxORD
 	}
+	cfg.IRD, cfg.ORD = max(cfg.IRD, 0), max(cfg.ORD, 0)
 	d.mu.Lock()
 	if d.nqp >= a.MaxQP {
 		d.mu.Unlock()
