@@ -82,6 +82,12 @@ func (c *ConnConfig) mpaConfig(qp *QP) mpa.Config {
 // *mpa.RejectError, carries the responder's private data.
 func (qp *QP) Dial(ctx context.Context, network, addr string, pd []byte, cfg ConnConfig) ([]byte, error) {
 	cfg.defaults()
+	qp.startMu.Lock()
+	closed := qp.closed
+	qp.startMu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%w: Dial on a closed QP", ErrClosed)
+	}
 	if qp.State() != StateIdle {
 		return nil, fmt.Errorf("%w: Dial on a QP in %s", ErrQPState, qp.State())
 	}

@@ -20,6 +20,9 @@ const rtrSTag = 1
 func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool) error {
 	qp.startMu.Lock()
 	defer qp.startMu.Unlock()
+	if qp.closed {
+		return fmt.Errorf("%w: QP is closed", ErrClosed)
+	}
 	if qp.State() != StateIdle || qp.conn != nil {
 		return fmt.Errorf("%w: QP in %s", ErrQPState, qp.State())
 	}

@@ -151,3 +151,24 @@ func TestZeroIRDORD(t *testing.T) {
 	_, err = c.qp.PostSend(SendWR{ID: 2, Opcode: OpRDMARead, SGL: []SGE{sink.SGE(0, 100)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
 	require.ErrorIs(t, err, ErrInvalidArg)
 }
+
+// Close gives the QP's slot back once, and a closed QP does not connect.
+func TestCloseIdleQP(t *testing.T) {
+	checkRoutines(t)
+	d := Open(DeviceAttr{MaxQP: 1})
+	pd := d.AllocPD()
+	cq, err := d.CreateCQ(8)
+	require.NoError(t, err)
+	cfg := QPConfig{SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4}}
+	qp, err := pd.CreateQP(cfg)
+	require.NoError(t, err)
+	_, err = pd.CreateQP(cfg)
+	require.ErrorIs(t, err, ErrResources)
+	require.NoError(t, qp.Close())
+	require.NoError(t, qp.Close())
+	_, err = qp.Dial(context.Background(), "tcp", "127.0.0.1:1", nil, ConnConfig{})
+	require.ErrorIs(t, err, ErrClosed)
+	qp2, err := pd.CreateQP(cfg)
+	require.NoError(t, err, "the closed QP's slot is free again, once")
+	qp2.Close()
+}

@@ -61,8 +61,10 @@ type QP struct {
 	recvCQ *CQ
 	srq    *SRQ
 
-	state   atomic.Int32
-	startMu sync.Mutex // serialises connecting
+	state     atomic.Int32
+	startMu   sync.Mutex // serialises connecting; guards conn and closed
+	closed    bool       // Close was called
+	closeOnce sync.Once
 
 	// Send queue ring, guarded by sqMu. Entries [sqHead, sqNext) are being
 	// carried out or awaiting completion; [sqNext, sqTail) wait for the

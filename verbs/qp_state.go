@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/goiwarp/iwarp/mpa"
@@ -207,18 +206,17 @@ func (qp *QP) Close() error {
 	return nil
 }
 
-var closeResOnce sync.Mutex
-
+// closeResources gives the QP's slot back to the device, once, and keeps a
+// closed, never-connected QP from connecting later.
 func (qp *QP) closeResources() {
-	closeResOnce.Lock()
-	defer closeResOnce.Unlock()
-	if qp.sq == nil {
-		return
-	}
-	qp.dev.mu.Lock()
-	qp.dev.nqp--
-	qp.dev.mu.Unlock()
-	qp.sq = nil
+	qp.closeOnce.Do(func() {
+		qp.startMu.Lock()
+		qp.closed = true
+		qp.startMu.Unlock()
+		qp.dev.mu.Lock()
+		qp.dev.nqp--
+		qp.dev.mu.Unlock()
+	})
 }
 
 // Disconnect closes the connection in an orderly way: it waits until every
