@@ -280,3 +280,28 @@ func TestReaderErrors(t *testing.T) {
 		require.ErrorIs(t, err, ErrShortULPDU)
 	})
 }
+
+// EndsAtMarker predicts, before each Append, whether the FPDU will end
+// where a marker is due; the writer's stream offset after the Append says.
+func TestWriterEndsAtMarker(t *testing.T) {
+	w := NewWriter(io.Discard, true, true)
+	rng := rand.New(rand.NewPCG(1, 2))
+	hits := 0
+	for i := 0; i < 20000; i++ {
+		n := 4 + rng.IntN(1500)
+		if i%3 == 0 {
+			n = 28 // header-only FPDUs of one size, as Read Requests
+		}
+		want := w.EndsAtMarker(n)
+		require.NoError(t, w.Append(nil, make([]byte, n)))
+		require.Equal(t, want, w.pos%MarkerInterval == 0, "FPDU %d (ULPDU %d) at stream offset %d", i, n, w.pos)
+		if want {
+			hits++
+		}
+		if i%100 == 0 {
+			require.NoError(t, w.Flush())
+		}
+	}
+	require.Positive(t, hits, "no FPDU ended at a marker: the test proves nothing")
+	require.False(t, NewWriter(io.Discard, true, false).EndsAtMarker(506), "without markers")
+}

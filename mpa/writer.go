@@ -128,6 +128,30 @@ func (w *Writer) AppendV(hdr []byte, payload [][]byte) error {
 	return nil
 }
 
+// EndsAtMarker reports whether an FPDU with a ULPDU of n octets, appended
+// next, would end exactly where a marker is due. RFC 5044 section 4.3 puts
+// that marker at the start of the following FPDU; a sender that keeps FPDUs
+// and TCP segments aligned can shorten such an FPDU for packet analysers
+// that count the marker in the segment it ends (Wireshark 4.0 does). It is
+// false without markers.
+func (w *Writer) EndsAtMarker(n int) bool {
+	if !w.markers {
+		return false
+	}
+	pos, left := w.pos, uint64(FPDULen(n))
+	for left > 0 {
+		d := uint64(toNextMarker(pos))
+		if d == 0 {
+			pos += MarkerLen
+			continue
+		}
+		step := min(d, left)
+		pos += step
+		left -= step
+	}
+	return toNextMarker(pos) == 0
+}
+
 // emit queues b as FPDU octets, splitting it where markers are due and
 // folding it into the running CRC.
 func (w *Writer) emit(b []byte, copied bool) {

@@ -41,19 +41,23 @@ func setSockopts(rc syscall.RawConn, cfg *Config, buffers bool) error {
 	return err
 }
 
-func buffered(rc syscall.RawConn) (int, error) {
+func buffered(rc syscall.RawConn) (int, error) { return ioctlInt(rc, unix.SIOCINQ, "SIOCINQ") }
+
+func unsent(rc syscall.RawConn) (int, error) { return ioctlInt(rc, unix.SIOCOUTQNSD, "SIOCOUTQNSD") }
+
+func ioctlInt(rc syscall.RawConn, req uint, name string) (int, error) {
 	var (
 		n   int
 		err error
 	)
 	cerr := rc.Control(func(fd uintptr) {
-		n, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+		n, err = unix.IoctlGetInt(int(fd), req)
 	})
 	if cerr != nil {
 		return 0, fmt.Errorf("tcpx: %w", cerr)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("tcpx: ioctl SIOCINQ: %w", err)
+		return 0, fmt.Errorf("tcpx: ioctl %s: %w", name, err)
 	}
 	return n, nil
 }

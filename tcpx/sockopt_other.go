@@ -17,6 +17,8 @@ func emss(syscall.RawConn) (int, error) { return 0, errUnsupported }
 
 func buffered(syscall.RawConn) (int, error) { return 0, errUnsupported }
 
+func unsent(syscall.RawConn) (int, error) { return 0, errUnsupported }
+
 func info(syscall.RawConn) (Stats, error) { return Stats{}, errUnsupported }
 
 func stateClosed(syscall.RawConn) bool { return false }

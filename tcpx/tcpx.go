@@ -209,6 +209,17 @@ func Buffered(c *net.TCPConn) (int, error) {
 	return buffered(rc)
 }
 
+// Unsent returns the octets written to c that TCP has not sent yet
+// (SIOCOUTQNSD): held back by the peer's window, congestion control or
+// corking. It does not wait.
+func Unsent(c *net.TCPConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("tcpx: %w", err)
+	}
+	return unsent(rc)
+}
+
 // Reset reports whether c's connection was reset or timed out while c is
 // still open: the kernel's TCP state is CLOSE. The reset's error
 // (ECONNRESET, ETIMEDOUT) goes only to the first read or write that meets

@@ -402,3 +402,31 @@ func TestBadArguments(t *testing.T) {
 	require.Error(t, err)
 	require.True(t, errors.Is(err, context.Canceled), "%v", err)
 }
+
+// Buffered sees what arrived and was not read; Unsent what was written and
+// is held back, here by a receiver that does not read and has a small window.
+func TestBufferedUnsent(t *testing.T) {
+	c, s := pair(t, "tcp", "127.0.0.1:0", Config{SendBuffer: 1 << 20}, Config{RecvBuffer: 4096})
+	n, err := Unsent(c)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing written yet")
+
+	const size = 256 << 10
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(10*time.Second)))
+	_, err = c.Write(make([]byte, size))
+	require.NoError(t, err, "fits the 1 MiB send buffer")
+	require.Eventually(t, func() bool {
+		in, err := Buffered(s)
+		return err == nil && in > 0
+	}, 5*time.Second, time.Millisecond, "the receiver holds data")
+	n, err = Unsent(c)
+	require.NoError(t, err)
+	require.Greater(t, n, size/2, "most of it waits for the receiver's window")
+
+	go io.CopyN(io.Discard, s, size)
+	require.Eventually(t, func() bool {
+		u, err1 := Unsent(c)
+		in, err2 := Buffered(s)
+		return err1 == nil && err2 == nil && u == 0 && in == 0
+	}, 10*time.Second, time.Millisecond, "all sent and read")
+}

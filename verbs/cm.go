@@ -32,10 +32,15 @@ type ConnConfig struct {
 	// ReadBuffer is the receive buffer of the QP's MPA reader (default
 	// mpa.DefaultReadBuffer).
 	ReadBuffer int
-	// SegmentPerFPDU hands each FPDU to TCP with its own write instead of
-	// batching many per writev. It costs throughput; it is for packet
-	// analysers that assume one FPDU per TCP segment (Wireshark's marker
-	// decoding does).
+	// SegmentPerFPDU puts each FPDU in a TCP segment of its own: it is
+	// handed to TCP with its own write, once TCP has sent everything before
+	// it (so that Linux does not append it to a segment still waiting for
+	// the window). An FPDU is at most one segment (MaxFPDU, EMSS), so each
+	// segment then starts with an FPDU and holds just that one, as RFC 5044
+	// section 8 recommends but does not require. It costs throughput; it is
+	// for packet analysers that assume it (Wireshark's marker decoding
+	// does). The wait for TCP is bounded: a peer that closes its window
+	// for longer (segmentWaitMax) gets the next FPDU appended anyway.
 	SegmentPerFPDU bool
 	// FirstFPDUDelay holds the initiator's first FPDU back for this long
 	// after the MPA Reply. RFC 5044 lets the initiator send at once, and

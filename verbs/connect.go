@@ -50,6 +50,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	qp.tx.batch = txBatch
 	if cfg.SegmentPerFPDU {
 		qp.tx.batch = 1
+		qp.tx.align, _ = conn.(*net.TCPConn)
 	}
 	qp.rx.r = mpa.NewReader(conn, p.CRC, p.MarkersRx, cfg.ReadBuffer, nil)
 	qp.rx.sendMSN, qp.rx.readMSN, qp.rx.atomicMSN = 1, 1, 1

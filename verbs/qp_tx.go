@@ -1,11 +1,13 @@
 package verbs
 
 import (
+	"net"
 	"time"
 
 	"github.com/goiwarp/iwarp/ddp"
 	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/rdmap"
+	"github.com/goiwarp/iwarp/tcpx"
 )
 
 // txBatch is how many stream octets the transmit loop queues before it
@@ -16,7 +18,8 @@ const txBatch = 256 << 10
 // txState is owned by the transmit loop.
 type txState struct {
 	w         *mpa.Writer
-	batch     int // octets queued before a flush: txBatch, or 1 with SegmentPerFPDU
+	batch     int          // octets queued before a flush: txBatch, or 1 with SegmentPerFPDU
+	align     *net.TCPConn // with SegmentPerFPDU: wait for it to send all before a flush
 	hdr       [mpa.MaxHeader]byte
 	pieces    [maxSGE][]byte
 	sendMSN   uint32 // MSN of the last Send started (QN 0); the first is 1
@@ -50,7 +53,7 @@ func (qp *QP) txLoop() {
 		}
 		select {
 		case <-qp.stop:
-			qp.tx.w.Flush()
+			qp.tx.flush()
 			qp.txMu.Unlock()
 			return
 		default:
@@ -80,12 +83,32 @@ func (qp *QP) txRun() (bool, error) {
 	qp.txRxSeen.Store(qp.rxSeen.Load())
 	worked, err := qp.txFill()
 	if err == nil && t.w.Buffered() > 0 {
-		if err = t.w.Flush(); err == nil {
+		if err = t.flush(); err == nil {
 			qp.txCompleted()
 		}
 	}
 	return worked, err
 }
+
+// flush writes the queued FPDUs. With SegmentPerFPDU it first waits, a
+// bounded time, until TCP has sent all it holds, so that the FPDU starts a
+// segment of its own instead of joining one TCP keeps back.
+func (t *txState) flush() error {
+	if t.align != nil && t.w.Buffered() > 0 {
+		wait := time.Microsecond
+		for deadline := time.Now().Add(segmentWaitMax); time.Now().Before(deadline); {
+			if n, err := tcpx.Unsent(t.align); err != nil || n == 0 {
+				break
+			}
+			time.Sleep(wait)
+			wait = min(2*wait, time.Millisecond)
+		}
+	}
+	return t.w.Flush()
+}
+
+// segmentWaitMax bounds flush's wait for TCP to send what it holds.
+const segmentWaitMax = time.Second
 
 // inlineTxMax bounds the WRs PostSend transmits itself: small enough that
 // the write does not block the caller for long.
@@ -98,7 +121,9 @@ const inlineTxMax = 16 << 10
 // peer since we last transmitted. A stream of posts is better left to the
 // loop, which batches many FPDUs per writev.
 func (qp *QP) txInline(small bool) {
-	if !small || qp.rxSeen.Load() == qp.txRxSeen.Load() || !qp.txMu.TryLock() {
+	// (tx.align is set before the loops start and never changes; its
+	// flushes may wait for TCP, which a poster should not.)
+	if !small || qp.tx.align != nil || qp.rxSeen.Load() == qp.txRxSeen.Load() || !qp.txMu.TryLock() {
 		wake(qp.wake)
 		return
 	}
@@ -180,6 +205,29 @@ func (qp *QP) nextSQ() (*sqe, uint64) {
 	return e, idx
 }
 
+// segment gathers the payload of e's next FPDU, starting at off: as much as
+// an FPDU of mulpdu octets with a header of hdrLen holds, less what fit
+// takes off.
+func (t *txState) segment(e *sqe, off, mulpdu, hdrLen int) ([][]byte, int) {
+	p, n := t.segPayload(e, off, mulpdu-hdrLen)
+	if m := t.fit(n, hdrLen); m != n {
+		p, n = t.segPayload(e, off, m)
+	}
+	return p, n
+}
+
+// fit returns how much of n payload octets the next FPDU carries: all of
+// them, but when FPDUs are aligned with segments (SegmentPerFPDU) and the
+// FPDU would end where a marker is due, one word less, so that the marker
+// falls inside the next FPDU (see mpa.Writer.EndsAtMarker). An FPDU without
+// four octets of payload to spare keeps its length.
+func (t *txState) fit(n, hdrLen int) int {
+	if t.align != nil && n >= 4 && t.w.EndsAtMarker(hdrLen+n) {
+		return n - 4
+	}
+	return n
+}
+
 // segPayload gathers up to max octets of e's data starting at off.
 func (t *txState) segPayload(e *sqe, off, max int) ([][]byte, int) {
 	n, k := 0, 0
@@ -223,7 +271,7 @@ func (qp *QP) txSQ() error {
 			op = rdmap.OpSendSE
 		}
 		for t.w.Buffered() < t.batch {
-			p, n := t.segPayload(e, t.curOff, qp.mulpdu-ddp.UntaggedHdrLen)
+			p, n := t.segment(e, t.curOff, qp.mulpdu, ddp.UntaggedHdrLen)
 			last := t.curOff+n == e.length
 			h := ddp.AppendUntagged(t.hdr[:0], last, rdmap.Ctrl(op), e.invKey, rdmap.QNSend, t.curMSN, uint32(t.curOff))
 			if err := t.w.AppendV(h, p); err != nil {
@@ -237,7 +285,7 @@ func (qp *QP) txSQ() error {
 		}
 	case OpRDMAWrite, OpRDMAWriteWithImm:
 		for t.w.Buffered() < t.batch {
-			p, n := t.segPayload(e, t.curOff, qp.mulpdu-ddp.TaggedHdrLen)
+			p, n := t.segment(e, t.curOff, qp.mulpdu, ddp.TaggedHdrLen)
 			last := t.curOff+n == e.length
 			h := ddp.AppendTagged(t.hdr[:0], last, rdmap.Ctrl(rdmap.OpWrite), e.rkey, e.raddr+uint64(t.curOff))
 			if err := t.w.AppendV(h, p); err != nil {
@@ -360,7 +408,7 @@ func (qp *QP) txReadResponse() error {
 		return nil
 	}
 	for t.w.Buffered() < t.batch {
-		n := min(len(j.buf)-t.rrOff, qp.mulpdu-ddp.TaggedHdrLen)
+		n := t.fit(min(len(j.buf)-t.rrOff, qp.mulpdu-ddp.TaggedHdrLen), ddp.TaggedHdrLen)
 		last := t.rrOff+n == len(j.buf)
 		h := ddp.AppendTagged(t.hdr[:0], last, rdmap.Ctrl(rdmap.OpReadResponse), j.stag, j.to+uint64(t.rrOff))
 		if err := t.w.Append(h, j.buf[t.rrOff:t.rrOff+n]); err != nil {
@@ -385,9 +433,9 @@ const termLinger = 2 * time.Second
 func (qp *QP) txTerminate(term []byte) {
 	t := &qp.tx
 	qp.conn.SetWriteDeadline(time.Now().Add(termLinger))
-	t.w.Flush() // FPDUs already queued go first, as on the wire they would
+	t.flush() // FPDUs already queued go first, as on the wire they would
 	h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpTerminate), 0, rdmap.QNTerminate, 1, 0)
 	t.w.Append(h, term)
-	t.w.Flush()
+	t.flush()
 	closeWrite(qp.conn)
 }

@@ -70,6 +70,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	fs.StringVar(&markers, "markers", "none", "")
 	fs.StringVar(&p2p, "p2p", "none", "")
 	intVar(&p.MaxFPDU, "", "fpdu", 0)
+	boolVar(&p.SegmentPerFPDU, "", "fpdu-per-segment")
 	fs.StringVar(&p.Profile, "profile", "", "")
 	boolVar(&p.Loopback, "", "loopback")
 	boolVar(&p.Perftest, "R", "rdma_cm")
@@ -271,6 +272,8 @@ iWARP options (both sides alike):
       --markers=none|tx|rx|both      MPA markers; tx is client to server (default none)
       --p2p=none|send|write|read     peer-to-peer mode with that RTR message (default none)
       --fpdu=N          cap the FPDU size at N octets (default: the TCP segment)
+      --fpdu-per-segment  hand TCP one FPDU per write, so that each segment starts an
+                        FPDU (for analyzers that assume it: Wireshark with markers)
       --fpdu-delay=MS   when connecting, hold our first FPDU back MS ms after the MPA
                         Reply (default 0; 200 with -R): siw as responder loses one
                         that comes too soon

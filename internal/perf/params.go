@@ -164,6 +164,9 @@ type Params struct {
 	Markers Markers
 	P2P     mpa.RTR // RTRNone: peer-to-peer mode off
 	MaxFPDU int
+	// SegmentPerFPDU hands TCP one FPDU per write
+	// (verbs.ConnConfig.SegmentPerFPDU).
+	SegmentPerFPDU bool
 
 	Profile  string
 	Loopback bool

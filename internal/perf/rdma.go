@@ -292,7 +292,7 @@ func connConfig(p *Params, client bool) verbs.ConnConfig {
 	if p.P2P != mpa.RTRNone {
 		m.P2P, m.RTRs = true, p.P2P
 	}
-	c := verbs.ConnConfig{MPA: m, MaxFPDU: p.MaxFPDU}
+	c := verbs.ConnConfig{MPA: m, MaxFPDU: p.MaxFPDU, SegmentPerFPDU: p.SegmentPerFPDU}
 	if client {
 		c.FirstFPDUDelay = p.FPDUDelay
 	}
