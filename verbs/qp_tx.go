@@ -58,13 +58,16 @@ func (qp *QP) txLoop() {
 			return
 		default:
 		}
-		worked, err := qp.txRun()
+		worked, err := qp.txRun(true)
 		if err != nil {
 			// Recorded before txMu is released: rxFailed waits on txMu for
 			// a write that may have taken the socket's error (see there).
 			qp.connLost(err)
 			qp.txMu.Unlock()
 			return
+		}
+		if !worked {
+			qp.tx.w.Idle()
 		}
 		qp.txMu.Unlock()
 		if !worked {
@@ -77,17 +80,43 @@ func (qp *QP) txLoop() {
 	}
 }
 
-// txRun queues what is ready, up to a batch, and flushes it. txMu is held.
-func (qp *QP) txRun() (bool, error) {
+// txRun queues and flushes a batch, and more while there is work if all is
+// set, then completes the WRs it wrote. txMu is held.
+//
+// Completing once the loop runs dry rather than after every batch means
+// that an application keeping the SQ full is woken once per SQ's worth of
+// completions instead of once per batch: on a two-core machine running
+// both ends, that is a quarter more bandwidth. The delay of a completion is
+// bounded by what the SQ holds.
+func (qp *QP) txRun(all bool) (bool, error) {
 	t := &qp.tx
 	qp.txRxSeen.Store(qp.rxSeen.Load())
-	worked, err := qp.txFill()
-	if err == nil && t.w.Buffered() > 0 {
-		if err = t.flush(); err == nil {
-			qp.txCompleted()
+	any := false
+	for {
+		worked, err := qp.txFill()
+		if err == nil && t.w.Buffered() > 0 {
+			err = t.flush()
+		}
+		if err != nil {
+			return any, err
+		}
+		any = any || worked
+		if !all || !worked || qp.termPending() || qp.stopping() {
+			break
 		}
 	}
-	return worked, err
+	qp.txCompleted()
+	return any, nil
+}
+
+// stopping reports whether the QP's loops have been told to stop.
+func (qp *QP) stopping() bool {
+	select {
+	case <-qp.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // flush writes the queued FPDUs. With SegmentPerFPDU it first waits, a
@@ -130,13 +159,16 @@ func (qp *QP) txInline(small bool) {
 	var err error
 	more := false
 	if qp.State() == StateRTS && !qp.termPending() {
-		_, err = qp.txRun()
+		_, err = qp.txRun(false)
 		more = qp.txPending()
 	} else {
 		more = true
 	}
 	if err != nil {
 		qp.connLost(err) // before the unlock, as in txLoop
+	}
+	if !more {
+		qp.tx.w.Idle()
 	}
 	qp.txMu.Unlock()
 	if more {
