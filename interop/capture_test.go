@@ -29,7 +29,7 @@ func capture(t *testing.T, port int) (pcap string, stop func()) {
 		dir = t.TempDir()
 	}
 	pcap = filepath.Join(dir, strings.NewReplacer("/", "_", "=", "-").Replace(t.Name())+".pcap")
-	cmd := exec.Command(bin, "-Z", "root", "--immediate-mode", "-i", "lo", "-s", "0", "-w", pcap, fmt.Sprintf("tcp port %d", port))
+	cmd := exec.Command(bin, "-Z", "root", "--immediate-mode", "-B", "131072", "-i", "lo", "-s", "0", "-w", pcap, fmt.Sprintf("tcp port %d", port))
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	// tcpdump dies with the test binary, and with the test if it fails

@@ -28,7 +28,7 @@ var sweepOnce sync.Once
 // requireNetns fails (never skips) unless the tests can make namespaces:
 // they are opt-in through the build tag already, and a test that passes
 // without running would hide that.
-func requireNetns(t *testing.T) {
+func requireNetns(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the netns tests need root (ip netns, TUN devices, setns)")
@@ -42,7 +42,7 @@ func requireNetns(t *testing.T) {
 }
 
 // newNet makes a Net that is removed when the test ends, whatever happens.
-func newNet(t *testing.T, kind LinkKind) *Net {
+func newNet(t testing.TB, kind LinkKind) *Net {
 	t.Helper()
 	requireNetns(t)
 	n, err := NewNet(kind)
