@@ -120,9 +120,18 @@ type RejectError struct {
 	// PrivateData is the ULP private data of the Reject (without an IRD/ORD
 	// word); it often says why.
 	PrivateData []byte
+	// Responder is the IRD/ORD word of an enhanced (Rev 2) Reject, nil
+	// without one: the responder's IRD and ORD (RFC 6581 section 9.1: the
+	// initiator passes them to its ULP, which may retry with other
+	// values) and, for a refused peer-to-peer Request, the RTRs it
+	// accepts.
+	Responder *IRDORD
 }
 
 func (e *RejectError) Error() string {
+	if e.Responder != nil {
+		return fmt.Sprintf("%v (%d octets of private data; responder IRD %d ORD %d)", ErrRejected, len(e.PrivateData), e.Responder.IRD, e.Responder.ORD)
+	}
 	return fmt.Sprintf("%v (%d octets of private data)", ErrRejected, len(e.PrivateData))
 }
 
@@ -223,7 +232,7 @@ func Respond(c Config, req Frame, pd []byte) (reply Frame, p Params, err error) 
 			// responder MUST set at least one RTR indication type option it
 			// supports": the Reject says which.
 			rej := Reject(c, req, nil)
-			rej.PrivateData = IRDORD{P2P: true, RTR: c.RTRs}.Append(nil)
+			rej.PrivateData = IRDORD{IRD: c.IRD, ORD: c.ORD, P2P: true, RTR: c.RTRs}.Append(nil)
 			return rej, Params{}, errorf(CodeNoMatchingRTR, "initiator offers RTR %v, we accept %v", peer.RTR, c.RTRs)
 		}
 	case enhanced && c.P2P:
@@ -243,8 +252,10 @@ func Respond(c Config, req Frame, pd []byte) (reply Frame, p Params, err error) 
 
 // Reject returns a Reply that refuses req, carrying the ULP private data pd
 // (for example, why). It has req's revision (capped at ours), and for an
-// enhanced Request an IRD/ORD word that is zero but for echoing A, which
-// RFC 6581 section 9.2 asks of every Reply.
+// enhanced Request an IRD/ORD word with our IRD and ORD, which RFC 6581
+// section 9.1 has the initiator pass to its ULP (a Reject for too small an
+// initiator IRD says there which ORD the responder needs), echoing A as
+// section 9.2 asks of every Reply.
 func Reject(c Config, req Frame, pd []byte) Frame {
 	ours := c.Rev
 	if ours == 0 {
@@ -255,7 +266,7 @@ func Reject(c Config, req Frame, pd []byte) Frame {
 	if rev == 2 && req.HasIRDORD() {
 		f.Enhanced = true
 		peer, _ := req.IRDORD() // a short word still gets a well-formed Reject
-		v := IRDORD{P2P: peer.P2P}
+		v := IRDORD{IRD: c.IRD, ORD: c.ORD, P2P: peer.P2P}
 		f.PrivateData = append(v.Append(make([]byte, 0, IRDORDLen+len(pd))), pd...)
 	}
 	return f
@@ -281,7 +292,11 @@ func ConfirmReply(c Config, req, rep Frame) (Params, error) {
 	}
 	if rep.Reject {
 		pd, _ := rep.ULPPrivateData() // siw sends R|H with no word at all
-		return Params{}, &RejectError{PrivateData: pd}
+		e := &RejectError{PrivateData: pd}
+		if v, err := rep.IRDORD(); err == nil && rep.HasIRDORD() {
+			e.Responder = &v
+		}
+		return Params{}, e
 	}
 	if rep.Rev == 0 || rep.Rev > req.Rev {
 		return Params{}, errorf(CodeInvalidReqRep, "Reply revision %d to a revision %d Request", rep.Rev, req.Rev)

@@ -391,6 +391,9 @@ func TestRejects(t *testing.T) {
 	}{
 		{"rev 2", Config{}, siwReq, "MPA ID Rep Frame|30 02 0008 0000 0000 62757379"},
 		{"rev 2 p2p echoes A", Config{}, p2pReq, "MPA ID Rep Frame|30 02 0008 8000 0000 62757379"},
+		// RFC 6581 section 9.1: the Reject says the responder's IRD and
+		// ORD, which the initiator passes to its ULP.
+		{"rev 2 with our IRD/ORD", Config{IRD: 16, ORD: 2}, siwReq, "MPA ID Rep Frame|30 02 0008 0010 0002 62757379"},
 		{"rev 1 responder", Config{Rev: 1}, siwReq, "MPA ID Rep Frame|20 01 0004 62757379"},
 		{"rev 1 request", Config{}, rev1Req, "MPA ID Rep Frame|20 01 0004 62757379"},
 	} {
@@ -405,6 +408,12 @@ func TestRejects(t *testing.T) {
 			var re *RejectError
 			require.ErrorAs(t, err, &re)
 			require.Equal(t, []byte("busy"), re.PrivateData)
+			if rej.HasIRDORD() {
+				require.NotNil(t, re.Responder, "the Reject's IRD/ORD word reaches the ULP")
+				require.Equal(t, IRDORD{IRD: tc.c.IRD, ORD: tc.c.ORD, P2P: rej.PrivateData[0]&0x80 != 0}, *re.Responder)
+			} else {
+				require.Nil(t, re.Responder)
+			}
 		})
 	}
 
@@ -415,6 +424,7 @@ func TestRejects(t *testing.T) {
 	var re *RejectError
 	require.ErrorAs(t, err, &re)
 	require.Empty(t, re.PrivateData)
+	require.Nil(t, re.Responder, "no word, no IRD/ORD")
 }
 
 func TestRespondBadRequests(t *testing.T) {

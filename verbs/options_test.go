@@ -103,6 +103,45 @@ func TestRejectWithPrivateData(t *testing.T) {
 	require.Equal(t, StateIdle, c.qp.State())
 }
 
+// A responder that cannot meet the initiator's ORD rejects, and the Reject
+// tells the initiator the responder's IRD and ORD (RFC 6581 section 9.1) so
+// that it can retry with what the responder offers.
+func TestRejectCarriesResponderIRDORD(t *testing.T) {
+	checkRoutines(t)
+	srv := newSide(t, pairOpts{ird: 4, ord: 2})
+	defer srv.qp.Close()
+	ln, err := srv.dev.Listen("tcp", "127.0.0.1:0", ConnConfig{MPA: mpa.Config{StrictIRD: true}})
+	require.NoError(t, err)
+	defer ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	accepted := make(chan error, 2)
+	go func() {
+		for range 2 {
+			req, err := ln.GetRequest(ctx)
+			if err == nil {
+				err = req.Accept(srv.qp, nil)
+			}
+			accepted <- err
+		}
+	}()
+	c := newSide(t, pairOpts{ird: 64, ord: 64})
+	defer c.qp.Close()
+	_, err = c.qp.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
+	var re *mpa.RejectError
+	require.ErrorAs(t, err, &re)
+	require.NotNil(t, re.Responder)
+	require.ErrorIs(t, <-accepted, mpa.ErrInsufficientIRD)
+	require.Equal(t, mpa.IRDORD{IRD: 4, ORD: 2}, *re.Responder)
+
+	// Retrying with what the responder offers connects.
+	c2 := newSide(t, pairOpts{ird: int(re.Responder.ORD), ord: int(re.Responder.IRD)})
+	defer c2.qp.Close()
+	_, err = c2.qp.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
+	require.NoError(t, err)
+	require.NoError(t, <-accepted)
+}
+
 func TestPrivateDataExchange(t *testing.T) {
 	checkRoutines(t)
 	c, s := connect(t, pairOpts{clientPD: []byte("hello from client"), serverPD: []byte("hello from server")})

@@ -476,7 +476,7 @@ func TestHostileRequestAnswered(t *testing.T) {
 		// Markers: currently not supported"), the Reject has no M.
 		{name: "markers asked, RefuseMarkers", mpa: mpa.Config{RefuseMarkers: true},
 			req:   mpaFrame(reqKey, flagM|flagC|flagH, 2, 4, irdord(8, 8)),
-			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(0, 0)), err: mpa.ErrRefused},
+			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(4, 4)), err: mpa.ErrRefused},
 		// CRC (RFC 5044 section 7.1.1 C): "When this bit is '1' in either the
 		// MPA Request Frame or MPA Reply Frame, CRCs MUST be generated and
 		// checked by both endpoints". CRCStrict cannot, so it rejects (siw
@@ -484,7 +484,7 @@ func TestHostileRequestAnswered(t *testing.T) {
 		// initiator did not; one that does not ask follows the initiator.
 		{name: "CRC asked, CRCStrict", mpa: mpa.Config{CRC: mpa.CRCStrict},
 			req:   mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(8, 8)),
-			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(0, 0)), err: mpa.ErrRefused,
+			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(4, 4)), err: mpa.ErrRefused,
 			good: mpa.Config{CRC: mpa.CRCOff, IRD: 4, ORD: 4}},
 		{name: "no CRC asked, CRCStrict", mpa: mpa.Config{CRC: mpa.CRCStrict},
 			req:   mpaFrame(reqKey, flagH, 2, 4, irdord(8, 8)),
@@ -500,15 +500,17 @@ func TestHostileRequestAnswered(t *testing.T) {
 		// and "responder ORD <= initiator IRD". With StrictIRD we do not
 		// lower our ORD nor take more Reads than our IRD: "The responder MAY
 		// reject the connection request if the initiator IRD is not
-		// sufficient", and Accept reports LLP code 0x06. (siw with
+		// sufficient and specify the required ORD in the MPA Reject Frame
+		// responder ORD": every Reject to an enhanced Request carries our
+		// IRD and ORD. Accept reports LLP code 0x06. (siw with
 		// relaxed_ird_negotiation off just closes.) Relaxed, the Reply
 		// carries what we agree to.
 		{name: "StrictIRD, initiator ORD above our IRD", mpa: mpa.Config{StrictIRD: true},
 			req:   mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(8, 16)),
-			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(0, 0)), err: mpa.ErrInsufficientIRD},
+			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(4, 4)), err: mpa.ErrInsufficientIRD},
 		{name: "StrictIRD, initiator IRD below our ORD", mpa: mpa.Config{StrictIRD: true},
 			req:   mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(1, 4)),
-			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(0, 0)), err: mpa.ErrInsufficientIRD},
+			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(4, 4)), err: mpa.ErrInsufficientIRD},
 		{name: "relaxed IRD/ORD",
 			req:   mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(1, 16)),
 			reply: mpaFrame(repKey, flagC|flagH, 2, 4, irdord(4, 1)), crc: true},
@@ -518,7 +520,7 @@ func TestHostileRequestAnswered(t *testing.T) {
 		// Flag A to 0 if Control Flag A is 0 in the request").
 		{name: "peer-to-peer listener, client-server Request", mpa: mpa.Config{P2P: true},
 			req:   mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(8, 8)),
-			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(0, 0)), err: mpa.ErrNoMatchingRTR,
+			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(4, 4)), err: mpa.ErrNoMatchingRTR,
 			good: mpa.Config{P2P: true, RTRs: mpa.RTRWrite, IRD: 4, ORD: 4}},
 		// Only a Send RTR offered, we take only Reads: the Reject echoes A
 		// and, RFC 6581 section 9.2, "If the responder does not support any
@@ -527,7 +529,7 @@ func TestHostileRequestAnswered(t *testing.T) {
 		// supports": D.
 		{name: "no common RTR", mpa: mpa.Config{P2P: true, RTRs: mpa.RTRRead | mpa.RTRWrite},
 			req:   mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(wordA|wordB|8, 8)),
-			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(wordA, wordC|wordD)), err: mpa.ErrNoMatchingRTR,
+			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(wordA|4, wordC|wordD|4)), err: mpa.ErrNoMatchingRTR,
 			good: mpa.Config{P2P: true, RTRs: mpa.RTRWrite, IRD: 4, ORD: 4}, bug: bugRejectRTR},
 	}
 	for _, k := range cases {
