@@ -6,7 +6,8 @@
 # build cache into the package's testdata/fuzz/, so they are replayed by
 # `go test` and can be committed, and report the statement coverage of the
 # package that replaying the target's corpus reaches.
-# FUZZPARALLEL=N sets the number of fuzzing workers (default: GOMAXPROCS).
+# FUZZPARALLEL=N sets the number of fuzzing workers (default: GOMAXPROCS);
+# FUZZONLY=REGEXP runs only the targets whose names match.
 # With a duration, Go 1.26's fuzz coordinator can end a clean run with a bare
 # "context deadline exceeded" (go.dev/issue/75804, fixed in Go 1.27): a
 # failure is real only when a failing input is written to testdata/fuzz.
@@ -23,6 +24,7 @@ rc=0
 for pkg in $(go list "${pkgs[@]}"); do
   dir=$(go list -f '{{.Dir}}' "$pkg")
   for f in $(grep -hoE '^func Fuzz[A-Za-z0-9_]+\(' "$dir"/*_test.go 2>/dev/null | sed -E 's/^func (Fuzz[A-Za-z0-9_]+)\(/\1/' | sort -u); do
+    if [ -n "${FUZZONLY:-}" ] && ! [[ $f =~ $FUZZONLY ]]; then continue; fi
     echo "== $pkg $f ($dur)"
     go test -run='^$' -fuzz="^${f}\$" -fuzztime="$dur" ${FUZZPARALLEL:+-parallel=$FUZZPARALLEL} "$pkg" >"$log" 2>&1 || true
     grep -E '^fuzz: elapsed' "$log" | tail -1 | sed 's/^/   /'

@@ -1,7 +1,10 @@
 package verbs
 
 import (
+	"fmt"
+
 	"github.com/goiwarp/iwarp/ddp"
+	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/rdmap"
 )
 
@@ -111,6 +114,9 @@ func (qp *QP) rxReadRequest(h ddp.Untagged, n int) error {
 	}
 	rr := rdmap.ReadRequest(x.hdr[ddp.UntaggedHdrLen:x.hl])
 	size := rr.Size()
+	if x.rtrSeen && size != 0 {
+		return &mpa.Error{Code: mpa.CodeNoMatchingRTR, Msg: fmt.Sprintf("the Read RTR asks for %d octets; an RTR Read has none", size)}
+	}
 	var src []byte
 	if size > 0 {
 		b, _, e := qp.dev.check(rr.SrcSTag(), qp.pd, RemoteRead, rr.SrcTO(), int(size))

@@ -753,6 +753,10 @@ func TestHostileRTR(t *testing.T) {
 			first: sendULPDU(rdmap.OpSend, 0, rdmap.QNSend, 1, 0, true, []byte("hello")), term: rtrTerm, err: mpa.ErrNoMatchingRTR},
 		{name: "zero-length Write instead of the Read RTR", offer: mpa.RTRRead,
 			first: writeULPDU(rtrSTag, 0, nil), term: rtrTerm, err: mpa.ErrNoMatchingRTR},
+		// The Read RTR is a zero-length RDMA Read (RFC 6581 section 9.2): a
+		// Read Request for data is no RTR, whatever its STag.
+		{name: "Read RTR asking for data", offer: mpa.RTRRead,
+			first: readReqULPDU(1, rtrSTag, 0, 16, rtrSTag, 0), term: rtrTerm, err: mpa.ErrNoMatchingRTR},
 		// RFC 5044 section 7.1.2 rule 4: the responder must "receive and
 		// validate" the FPDU; a bad CRC is LLP code 0x02 (section 8).
 		{name: "Write RTR with a bad CRC", offer: mpa.RTRWrite,
