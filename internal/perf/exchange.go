@@ -285,7 +285,7 @@ type ctlQP struct {
 }
 
 const (
-	ctlSlot  = 16 << 10
+	ctlSlot  = 128 << 10 // the buffer records of 1024 QPs (MaxQPs) fit one message
 	ctlRecvs = 4
 )
 

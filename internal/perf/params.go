@@ -125,7 +125,7 @@ const (
 	DefOuts      = 16
 	MaxSize      = 8 << 20 // -a runs 2 .. MaxSize
 	MinIters     = 5
-	MaxQPs       = 128
+	MaxQPs       = 1024 // the 256-QP target and room above it
 	maxDepth     = 8192
 	defInlineWr  = 220 // DEF_INLINE_WRITE, latency tests
 	defInlineSnd = 236 // DEF_INLINE_SEND_RC_UC, latency tests
