@@ -123,6 +123,12 @@ func TestTests(t *testing.T) {
 		{"send_bw/p2p", []string{"send_bw", "-n", "20", "--p2p", "send", "--markers", "tx", "-s", "2000"}, 2000, 1},
 		{"read_lat/p2p", []string{"read_lat", "-n", "20", "--p2p", "read", "--crc", "required"}, 2, 1},
 		{"write_bw/p2p", []string{"write_bw", "-n", "400", "--p2p", "write", "-s", "200", "-I", "256"}, 200, 1},
+		// RFC 7306 atomics: 8 octets; the client checks the target word
+		// afterwards (and fails the run if the atomics did not happen).
+		{"atomic_bw", []string{"atomic_bw", "-n", "200"}, 8, 1},
+		{"atomic_bw/cas/qps", []string{"atomic_bw", "-n", "100", "-A", "CMP_AND_SWAP", "-q", "3", "-o", "4"}, 8, 1},
+		{"atomic_lat", []string{"atomic_lat", "-n", "50"}, 8, 1},
+		{"atomic_lat/cas", []string{"atomic_lat", "-n", "50", "--atomic_type=CMP_AND_SWAP"}, 8, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -171,6 +177,8 @@ func TestOutput(t *testing.T) {
 		{"send_bw", "-n", "20", "-s", "1024", "--output=message_rate", "--report_gbits"},
 		{"read_lat", "-n", "20", "--output=latency"},
 		{"tcp_lat", "-n", "20", "--output", "latency"},
+		{"atomic_bw", "-n", "50", "--output=message_rate"},
+		{"atomic_lat", "-n", "20", "--output=latency"},
 	} {
 		t.Run(c[0]+"/"+c[len(c)-1], func(t *testing.T) {
 			code, out, errs := run(t, append(c, "--loopback")...)
@@ -243,6 +251,11 @@ func TestBadFlags(t *testing.T) {
 		{"write_bw", "-I", "1000"},
 		{"write_bw", "host1", "host2"},
 		{"write_bw", "--loopback", "host1"},
+		{"atomic_bw", "-A", "SWAP"},
+		{"atomic_bw", "-s", "16"},
+		{"atomic_lat", "-a"},
+		{"write_bw", "-A", "CMP_AND_SWAP"},
+		{"atomic_bw", "-R", "host1"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			code, out, errs := run(t, args...)
@@ -281,8 +294,12 @@ func waitListening(t *testing.T, port string) {
 // would.
 func TestServerClient(t *testing.T) {
 	leakCheck(t)
-	for _, tc := range []string{"write_bw", "tcp_bw"} {
+	for _, tc := range []string{"write_bw", "tcp_bw", "atomic_bw"} {
 		t.Run(tc, func(t *testing.T) {
+			size := "8192"
+			if tc == "atomic_bw" {
+				size = "8"
+			}
 			port := freePort(t)
 			type result struct {
 				code     int
@@ -290,11 +307,11 @@ func TestServerClient(t *testing.T) {
 			}
 			done := make(chan result)
 			go func() {
-				code, out, errs := run(t, tc, "-p", port, "-n", "20", "-s", "8192")
+				code, out, errs := run(t, tc, "-p", port, "-n", "20", "-s", size)
 				done <- result{code, out, errs}
 			}()
 			waitListening(t, port)
-			code, out, errs := run(t, tc, "-n", "20", "-s", "8192", "-p", port, "127.0.0.1")
+			code, out, errs := run(t, tc, "-n", "20", "-s", size, "-p", port, "127.0.0.1")
 			require.Equal(t, 0, code, "client stderr: %s", errs)
 			s := <-done
 			require.Equal(t, 0, s.code, "server stderr: %s", s.err)

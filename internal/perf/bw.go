@@ -95,12 +95,17 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 		r.op = verbs.OpRDMAWrite
 	case verbRead:
 		r.op = verbs.OpRDMARead
+	case verbAtomic:
+		r.op = verbs.OpAtomicFetchAdd
+		if p.Atomic == CmpAndSwap {
+			r.op = verbs.OpAtomicCmpSwap
+		}
 	default:
 		r.op = verbs.OpSend
 	}
 	send := r.op == verbs.OpSend
 	r.pt = send && p.Perftest
-	if size <= p.Inline && r.op != verbs.OpRDMARead {
+	if size <= p.Inline && !p.Test.verb().oneSided() {
 		r.flags |= verbs.Inline
 	}
 	limit := uint64(p.Iters)
@@ -133,6 +138,8 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 			if r.op != verbs.OpSend {
 				wr.RemoteAddr, wr.RKey = q.remote.Addr, q.remote.RKey
 			}
+			// perftest's ATOMIC_ADD_VALUE and ATOMIC_SWAP_VALUE.
+			wr.CompareAdd, wr.Swap = atomicAdd, atomicSwap
 			if r.flags&verbs.Inline != 0 {
 				wr.SGL, wr.InlineData = nil, q.local[:size]
 			}

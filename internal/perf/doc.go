@@ -1,6 +1,6 @@
 // Package perf is the engine of cmd/iwarp-perf: perftest's bandwidth and
-// latency tests (ib_write_bw, ib_read_bw, ib_send_bw and their _lat
-// siblings) over the goiwarp verbs, with perftest's flags, defaults, banner,
+// latency tests (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw and their
+// _lat siblings; the atomics are RFC 7306's) over the goiwarp verbs, with perftest's flags, defaults, banner,
 // tables and JSON keys, and the same measurements over plain TCP sockets
 // for comparison.
 //
@@ -17,6 +17,8 @@
 //   - rdma.go: one side's resources (device, PD, CQ, QPs, memory regions).
 //   - bw.go: the bandwidth loops, and the credit scheme send_bw needs on
 //     iWARP (no receiver-not-ready retry).
+//   - atomic.go: the atomic tests' operands and the read-back that checks
+//     the target word after a run.
 //   - lat.go: the latency loops (ping-pong; RDMA Write latency polls memory).
 //   - tcp.go: tcp_bw and tcp_lat and their control connection.
 //   - report.go: perftest's arithmetic (print_report_bw, print_report_lat)

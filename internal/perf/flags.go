@@ -62,7 +62,9 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	boolVar(&p.Gbits, "", "report_gbits")
 	boolVar(&p.JSON, "", "out_json")
 	fs.StringVar(&p.JSONFile, "out_json_file", "", "")
-	var output, crc, markers, p2p string
+	var output, crc, markers, p2p, atomicType string
+	fs.StringVar(&atomicType, "A", "FETCH_AND_ADD", "")
+	fs.StringVar(&atomicType, "atomic_type", "FETCH_AND_ADD", "")
 	fs.StringVar(&output, "output", "", "")
 	var rev int
 	intVar(&rev, "", "mpa-rev", 2)
@@ -99,7 +101,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	if help {
 		return nil, false, errHelp
 	}
-	short := map[string]string{"s": "size", "a": "all", "n": "iters", "D": "duration", "q": "qp", "t": "tx-depth",
+	short := map[string]string{"A": "atomic_type", "s": "size", "a": "all", "n": "iters", "D": "duration", "q": "qp", "t": "tx-depth",
 		"r": "rx-depth", "p": "port", "b": "bidirectional", "I": "inline_size", "o": "outs", "Q": "cq-mod",
 		"R": "rdma_cm"}
 	fs.Visit(func(f *flag.Flag) {
@@ -167,6 +169,14 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 		p.P2P = mpa.RTRRead
 	default:
 		return nil, false, usagef("invalid --p2p=%s: use none, send, write or read", p2p)
+	}
+	switch atomicType {
+	case "FETCH_AND_ADD":
+		p.Atomic = FetchAndAdd
+	case "CMP_AND_SWAP":
+		p.Atomic = CmpAndSwap
+	default:
+		return nil, false, usagef("invalid atomic type %q: choose from {CMP_AND_SWAP,FETCH_AND_ADD}", atomicType)
 	}
 	switch p.Profile {
 	case "", "cpu", "mem", "mutex", "block", "trace":
@@ -245,6 +255,7 @@ then the same over plain TCP sockets, and compares them. Either side may be
 Linux perftest's ib_TEST -R (see "With Linux perftest" below).
 
 Tests: write_bw read_bw send_bw write_lat read_lat send_lat tcp_bw tcp_lat
+       atomic_bw atomic_lat (RFC 7306 atomics: 8 octets; both sides enable RFC 7306)
 
 Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -s, --size=N          message size (default 65536 for BW, 2 for LAT) (SYMMETRIC)
@@ -257,7 +268,8 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -p, --port=N          TCP port to listen on or connect to (default 18515)
   -b, --bidirectional   measure both directions at once (SYMMETRIC)
   -I, --inline_size=N   largest message sent inline (default 220 write_lat, 236 send_lat, 0 otherwise)
-  -o, --outs=N          outstanding RDMA Reads: the QP's IRD and ORD (default 16; with -R
+  -A, --atomic_type=T   CMP_AND_SWAP or FETCH_AND_ADD (default), atomic tests (SYMMETRIC)
+  -o, --outs=N          outstanding RDMA Reads and atomics: the QP's IRD and ORD (default 16; with -R
                         128 for read tests, 1 otherwise, as perftest on siw)
   -Q, --cq-mod=N        signal every N-th send WR (default 100; 1 above 8 KiB unless given)
       --report_gbits    report Gb/s instead of MiB/s

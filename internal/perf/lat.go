@@ -53,8 +53,8 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 	p := e.p
 	q := e.qps[0]
 	v := p.Test.verb()
-	if v == verbRead && !client {
-		return Report{Kind: kindLat, Size: size}, nil // the server only serves the Reads
+	if v.oneSided() && !client {
+		return Report{Kind: kindLat, Size: size}, nil // the server only serves the Reads or atomics
 	}
 	l := &latRun{e: e, q: q, ctx: ctx, waitCtx: ctx, spin: latSpin}
 	if p.Loopback || sameHost(q.qp.Conn()) {
@@ -89,8 +89,15 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 		wr.RemoteAddr, wr.RKey = q.remote.Addr, q.remote.RKey
 	case verbSend:
 		wr.Opcode = verbs.OpSend
+	case verbAtomic:
+		wr.Opcode = verbs.OpAtomicFetchAdd
+		if p.Atomic == CmpAndSwap {
+			wr.Opcode = verbs.OpAtomicCmpSwap
+		}
+		wr.RemoteAddr, wr.RKey = q.remote.Addr, q.remote.RKey
+		wr.CompareAdd, wr.Swap = atomicAdd, atomicSwap
 	}
-	inline := size <= p.Inline && v != verbRead
+	inline := size <= p.Inline && !v.oneSided()
 	if inline {
 		wr.Flags |= verbs.Inline
 		wr.SGL, wr.InlineData = nil, q.local[:size]
@@ -105,8 +112,8 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 	}
 	l.base = time.Now()
 	var scnt, rcnt uint64
-	if v == verbRead {
-		rcnt = n // nothing comes back but the Read Responses
+	if v.oneSided() {
+		rcnt = n // nothing comes back but the responses
 	}
 	for scnt < n || rcnt < n {
 		if l.timeUp() {
@@ -170,8 +177,9 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 			}
 		}
 	}
+	q.scnt = scnt // what checkAtomics expects
 	rtt := 2.0
-	if v == verbRead {
+	if v.oneSided() {
 		rtt = 1
 	}
 	if dur {

@@ -21,9 +21,12 @@ const (
 	SendLat
 	TCPBW
 	TCPLat
+	AtomicBW  // RFC 7306 atomics, as perftest's ib_atomic_bw
+	AtomicLat // as ib_atomic_lat
 )
 
-var testNames = [...]string{"write_bw", "read_bw", "send_bw", "write_lat", "read_lat", "send_lat", "tcp_bw", "tcp_lat"}
+var testNames = [...]string{"write_bw", "read_bw", "send_bw", "write_lat", "read_lat", "send_lat", "tcp_bw", "tcp_lat",
+	"atomic_bw", "atomic_lat"}
 
 func (t Test) String() string {
 	if int(t) < len(testNames) {
@@ -43,7 +46,7 @@ func ParseTest(name string) (Test, bool) {
 }
 
 // BW reports whether t is a bandwidth test.
-func (t Test) BW() bool { return t == WriteBW || t == ReadBW || t == SendBW || t == TCPBW }
+func (t Test) BW() bool { return t == WriteBW || t == ReadBW || t == SendBW || t == TCPBW || t == AtomicBW }
 
 // TCP reports whether t runs over plain TCP sockets instead of iWARP.
 func (t Test) TCP() bool { return t == TCPBW || t == TCPLat }
@@ -56,7 +59,12 @@ const (
 	verbRead
 	verbSend
 	verbTCP
+	verbAtomic
 )
+
+// oneSided reports whether the peer takes no part but answering: Reads and
+// atomics, whose responses complete the requester's WRs.
+func (v verb) oneSided() bool { return v == verbRead || v == verbAtomic }
 
 func (t Test) verb() verb {
 	switch t {
@@ -66,6 +74,8 @@ func (t Test) verb() verb {
 		return verbRead
 	case SendBW, SendLat:
 		return verbSend
+	case AtomicBW, AtomicLat:
+		return verbAtomic
 	}
 	return verbTCP
 }
@@ -79,8 +89,27 @@ func (t Test) title() string {
 		return "RDMA_Read"
 	case verbSend:
 		return "Send"
+	case verbAtomic:
+		return "Atomic"
 	}
 	return "TCP"
+}
+
+// AtomicOp is the operation of the atomic tests (perftest's -A,
+// --atomic_type).
+type AtomicOp uint8
+
+// The atomic operations, named as perftest's atomicTypesStr.
+const (
+	FetchAndAdd AtomicOp = iota // perftest's default
+	CmpAndSwap
+)
+
+func (a AtomicOp) String() string {
+	if a == CmpAndSwap {
+		return "CMP_AND_SWAP"
+	}
+	return "FETCH_AND_ADD"
 }
 
 // Output selects perftest's --output verbosity: one number instead of the
@@ -123,6 +152,7 @@ const (
 	DefRxSend    = 512
 	DefCQMod     = 100
 	DefOuts      = 16
+	sizeAtomic   = 8 // DEF_SIZE_ATOMIC: RFC 7306 atomics are 64-bit
 	MaxSize      = 8 << 20 // -a runs 2 .. MaxSize
 	MinIters     = 5
 	MaxQPs       = 1024 // the issue's 256-QP target and room above it
@@ -151,7 +181,8 @@ type Params struct {
 	Port     int
 	Bidir    bool // symmetric
 	Inline   int  // max inline data; -1: the test's default
-	Outs     int  // outstanding RDMA Reads (IRD/ORD)
+	Outs     int  // outstanding RDMA Reads and atomics (IRD/ORD)
+	Atomic   AtomicOp
 	CQMod    int  // signal every CQMod-th send WR
 	Gbits    bool // --report_gbits
 	Output   Output
@@ -231,6 +262,16 @@ func (p *Params) isSet(name string) bool { return p.set[name] }
 func (p *Params) finish() error {
 	t := p.Test
 	lat := !t.BW()
+	if t.verb() == verbAtomic {
+		// perftest: "Message size cannot be changed for Atomic tests".
+		if p.isSet("size") && p.Size != sizeAtomic || p.All {
+			return fmt.Errorf("message size cannot be changed for atomic tests (always %d)", sizeAtomic)
+		}
+		p.Size = sizeAtomic
+		p.set["size"] = true
+	} else if p.isSet("atomic_type") {
+		return fmt.Errorf("-A is for the atomic tests (atomic_bw, atomic_lat)")
+	}
 	if !p.isSet("size") {
 		p.Size = DefSizeBW
 		if lat {
@@ -317,7 +358,7 @@ func (p *Params) finish() error {
 			p.Inline = defInlineSnd
 		}
 	}
-	if t.verb() == verbRead || t.TCP() {
+	if t.verb().oneSided() || t.TCP() {
 		p.Inline = 0
 	}
 	if p.JSONFile == "" {
@@ -333,6 +374,10 @@ func (p *Params) finish() error {
 			return fmt.Errorf("-D is supported with -R for write_bw and read_bw only")
 		case p.Test.TCP():
 			return fmt.Errorf("-R is for the RDMA tests")
+		case p.Test.verb() == verbAtomic:
+			// perftest's atomics over rdma_cm would need RFC 7306 on both
+			// sides; siw has none, and perftest does not negotiate it.
+			return fmt.Errorf("-R is not supported for the atomic tests (they need RFC 7306 on both sides)")
 		}
 		if !p.isSet("crc") {
 			p.CRC = mpa.CRCOff // what siw and perftest use
@@ -374,6 +419,7 @@ type symmetric struct {
 	QPs      int    `json:"qps"`
 	RxDepth  int    `json:"rx_depth,omitempty"`
 	Bidir    bool   `json:"bidir,omitempty"`
+	Atomic   string `json:"atomic,omitempty"`
 }
 
 func (p *Params) symmetric() symmetric {
@@ -384,6 +430,9 @@ func (p *Params) symmetric() symmetric {
 	}
 	if p.Test.verb() == verbSend {
 		s.RxDepth = p.RxDepth
+	}
+	if p.Test.verb() == verbAtomic {
+		s.Atomic = p.Atomic.String()
 	}
 	return s
 }
@@ -405,5 +454,6 @@ func (s symmetric) mismatch(peer symmetric) string {
 	add("number of QPs (-q)", s.QPs, peer.QPs)
 	add("rx depth (-r)", s.RxDepth, peer.RxDepth)
 	add("bidirectional (-b)", s.Bidir, peer.Bidir)
+	add("atomic type (-A)", s.Atomic, peer.Atomic)
 	return strings.Join(d, "; ")
 }

@@ -25,6 +25,8 @@ func TestDefaults(t *testing.T) {
 		{[]string{"send_lat"}, 2, 1000, 1, 1, 236},
 		{[]string{"read_lat", "-I", "64"}, 2, 1000, 1, 1, 0},
 		{[]string{"tcp_bw", "-D", "2"}, 65536, 1000, 128, 1, 0},
+		{[]string{"atomic_bw"}, 8, 1000, 128, 100, 0}, // perftest: DEF_SIZE_ATOMIC
+		{[]string{"atomic_lat", "-s", "8"}, 8, 1000, 1, 1, 0},
 	} {
 		p, demo, err := Parse(c.args)
 		require.NoError(t, err, "%v", c.args)
@@ -153,4 +155,49 @@ func TestQPError(t *testing.T) {
 	require.Contains(t, err.Error(), "Terminate")
 	require.Contains(t, err.Error(), "RDMAP")
 	t.Log(err)
+}
+
+// checkAtomics fails a run whose atomics did not all happen: here the
+// client believes it did one fetch-and-add more than the target saw.
+func TestCheckAtomics(t *testing.T) {
+	for _, op := range []string{"FETCH_AND_ADD", "CMP_AND_SWAP"} {
+		t.Run(op, func(t *testing.T) {
+			p, _, err := Parse([]string{"atomic_bw", "-n", "40", "-A", op})
+			require.NoError(t, err)
+			dev := verbs.Open(verbs.DeviceAttr{})
+			cfg := connConfig(p, false)
+			require.True(t, cfg.RFC7306)
+			ln, err := dev.Listen("tcp", "127.0.0.1:0", cfg)
+			require.NoError(t, err)
+			defer ln.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			srv, err := newEndpoint(dev, p)
+			require.NoError(t, err)
+			defer srv.close()
+			go func() {
+				if req, err := ln.GetRequest(ctx); err == nil {
+					req.Accept(srv.qps[0].qp, nil)
+				}
+			}()
+			cli, err := newEndpoint(dev, p)
+			require.NoError(t, err)
+			defer cli.close()
+			_, err = cli.qps[0].qp.Dial(ctx, "tcp", ln.Addr().String(), nil, connConfig(p, true))
+			require.NoError(t, err)
+			require.NoError(t, cli.setRemote(srv.localInfo()))
+			_, err = cli.runBW(ctx, sizeAtomic, true, false, nil)
+			require.NoError(t, err)
+			require.Equal(t, uint64(40), cli.qps[0].scnt)
+			require.NoError(t, cli.checkAtomics(ctx), "the target saw every atomic")
+
+			cli.qps[0].scnt++
+			err = cli.checkAtomics(ctx)
+			if op == "FETCH_AND_ADD" {
+				require.ErrorContains(t, err, "the target word reads 40 after 41 FETCH_AND_ADD, want 41")
+			} else {
+				require.NoError(t, err, "compare-and-swap never changes the word")
+			}
+		})
+	}
 }

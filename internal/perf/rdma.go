@@ -120,7 +120,7 @@ func newEndpoint(dev *verbs.Device, p *Params) (*endpoint, error) {
 			e.close()
 			return nil, err
 		}
-		mr, err := e.pd.RegMR(make([]byte, 2*e.half), verbs.LocalWrite|verbs.RemoteWrite|verbs.RemoteRead)
+		mr, err := e.pd.RegMR(make([]byte, 2*e.half), verbs.LocalWrite|verbs.RemoteWrite|verbs.RemoteRead|verbs.RemoteAtomic)
 		if err != nil {
 			qp.Close()
 			e.close()
@@ -292,7 +292,8 @@ func connConfig(p *Params, client bool) verbs.ConnConfig {
 	if p.P2P != mpa.RTRNone {
 		m.P2P, m.RTRs = true, p.P2P
 	}
-	c := verbs.ConnConfig{MPA: m, MaxFPDU: p.MaxFPDU, SegmentPerFPDU: p.SegmentPerFPDU}
+	c := verbs.ConnConfig{MPA: m, MaxFPDU: p.MaxFPDU, SegmentPerFPDU: p.SegmentPerFPDU,
+		RFC7306: p.Test.verb() == verbAtomic}
 	if client {
 		c.FirstFPDUDelay = p.FPDUDelay
 	}

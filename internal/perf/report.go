@@ -259,7 +259,7 @@ func (pr *printer) writeJSON(r Report) error {
 		info = append(info, kv{"CQ_Moderation", p.CQMod})
 	}
 	info = append(info, kv{"Link_type", "Ethernet"})
-	if p.Test.verb() == verbRead {
+	if p.Test.verb().oneSided() {
 		info = append(info, kv{"Outstand_reads", p.Outs})
 	} else {
 		info = append(info, kv{"Max_inline_data", p.Inline})
@@ -323,6 +323,9 @@ func (p *Params) transport() string {
 // jsonTestName is perftest's "test" key, e.g. "RDMA_Write_BW_Test".
 func (p *Params) jsonTestName() string {
 	s := p.Test.title() + "_"
+	if p.Test.verb() == verbAtomic {
+		s += p.Atomic.String() + "_"
+	}
 	if p.Test.BW() {
 		if p.Bidir {
 			s += "Bidirectional_"
@@ -351,7 +354,11 @@ func (pr *printer) banner(b bannerInfo) {
 		kind = "Latency "
 	}
 	pr.printf("%s", resultLine)
-	pr.printf("                    %s %sTest\n", p.Test.title(), kind)
+	title := p.Test.title()
+	if p.Test.verb() == verbAtomic {
+		title += " " + p.Atomic.String() // perftest prints atomicTypesStr after "Atomic"
+	}
+	pr.printf("                    %s %sTest\n", title, kind)
 	pr.printf(" Dual-port       : OFF\t\tDevice         : %s\n", deviceName)
 	pr.printf(" Number of qps   : %d\t\tTransport type : %s\n", p.QPs, p.transport())
 	pr.printf(" Connection type : RC\t\tUsing SRQ      : OFF\n")
@@ -369,7 +376,7 @@ func (pr *printer) banner(b bannerInfo) {
 	}
 	pr.printf(" Mtu             : %d[B]\n", b.mtu)
 	pr.printf(" Link type       : Ethernet\n")
-	if p.Test.verb() == verbRead {
+	if p.Test.verb().oneSided() {
 		pr.printf(" Outstand reads  : %d\n", p.Outs)
 	} else {
 		pr.printf(" Max inline data : %d[B]\n", p.Inline)
@@ -391,7 +398,7 @@ func (pr *printer) banner(b bannerInfo) {
 func addrLine(side string, p *Params, b BufInfo) string {
 	s := fmt.Sprintf(" %s address: LID %s QPN %s PSN %s", side, cHex(0, 4), cHex(uint64(b.QPN), 6), cHex(0, 6))
 	switch p.Test.verb() {
-	case verbRead:
+	case verbRead, verbAtomic:
 		s += fmt.Sprintf(" OUT %s", cHex(uint64(b.Outs), 4))
 		fallthrough
 	case verbWrite:

@@ -181,11 +181,11 @@ func serveTCP(ctx context.Context, p *Params, pr *printer, ln net.Listener) ([]R
 // peer's numbers).
 func roles(p *Params, client bool) (sender, receiver bool) {
 	switch p.Test {
-	case WriteBW, ReadBW:
-		return client || p.Bidir, false // the target of Writes and Reads does nothing
+	case WriteBW, ReadBW, AtomicBW:
+		return client || p.Bidir, false // the target of Writes, Reads and atomics does nothing
 	case SendBW, TCPBW:
 		return client || p.Bidir, !client || p.Bidir
-	case ReadLat:
+	case ReadLat, AtomicLat:
 		return client, false
 	}
 	return true, true // ping-pong
@@ -260,6 +260,9 @@ func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 			mine, err = e.runLat(ctx, size, client, latFirst(p, client), prog)
 		}
 		prog.done()
+		if err == nil && p.Test.verb() == verbAtomic && sender {
+			err = e.checkAtomics(ctx)
+		}
 		if err != nil {
 			return rows, err
 		}
