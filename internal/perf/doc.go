@@ -1,7 +1,7 @@
 // Package perf is the engine of cmd/iwarp-perf: perftest's bandwidth and
 // latency tests (ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw and their
-// _lat siblings; the atomics are RFC 7306's) over the goiwarp verbs, with perftest's flags, defaults, banner,
-// tables and JSON keys, and the same measurements over plain TCP sockets
+// _lat siblings; the atomics are RFC 7306's) over the goiwarp verbs, with
+// perftest's flags, defaults, banner, tables and JSON keys, and the same measurements over plain TCP sockets
 // for comparison.
 //
 // Files by concern:

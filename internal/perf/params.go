@@ -46,7 +46,9 @@ func ParseTest(name string) (Test, bool) {
 }
 
 // BW reports whether t is a bandwidth test.
-func (t Test) BW() bool { return t == WriteBW || t == ReadBW || t == SendBW || t == TCPBW || t == AtomicBW }
+func (t Test) BW() bool {
+	return t == WriteBW || t == ReadBW || t == SendBW || t == TCPBW || t == AtomicBW
+}
 
 // TCP reports whether t runs over plain TCP sockets instead of iWARP.
 func (t Test) TCP() bool { return t == TCPBW || t == TCPLat }
@@ -152,7 +154,7 @@ const (
 	DefRxSend    = 512
 	DefCQMod     = 100
 	DefOuts      = 16
-	sizeAtomic   = 8 // DEF_SIZE_ATOMIC: RFC 7306 atomics are 64-bit
+	sizeAtomic   = 8       // DEF_SIZE_ATOMIC: RFC 7306 atomics are 64-bit
 	MaxSize      = 8 << 20 // -a runs 2 .. MaxSize
 	MinIters     = 5
 	MaxQPs       = 1024 // the 256-QP target and room above it
