@@ -36,6 +36,7 @@ func TestIdleQPMemory(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	var clients []*QP
 	for i := 0; i < pairs; i++ {
 		c, s := newQP(), newQP()
 		go func() {
@@ -45,10 +46,37 @@ func TestIdleQPMemory(t *testing.T) {
 		}()
 		_, err := c.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
 		require.NoError(t, err)
+		clients = append(clients, c)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	perQP := (after.HeapInuse + after.StackInuse - before.HeapInuse - before.StackInuse) / (2 * pairs)
 	t.Logf("idle connected QP (SQ/RQ 128, 1 SGE): %d KiB of heap and stack", perQP>>10)
 	require.Less(t, perQP, uint64(256<<10), "an idle QP takes %d KiB", perQP>>10)
+
+	// After a burst of traffic a QP goes idle again: the transmit arena
+	// (256 KiB) goes back to the shared pool, the reader keeps its grown
+	// buffer (64 KiB, receivers only).
+	const burst = 1 << 20
+	src, err := pd.RegMR(make([]byte, burst), LocalWrite)
+	require.NoError(t, err)
+	dst, err := pd.RegMR(make([]byte, burst), LocalWrite|RemoteWrite)
+	require.NoError(t, err)
+	before = after
+	for i, c := range clients {
+		_, err := c.PostSend(SendWR{ID: uint64(i), Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, burst)},
+			RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+		require.NoError(t, err)
+	}
+	for range clients {
+		wc := waitWC(t, cq)
+		require.Equal(t, Success, wc.Status)
+	}
+	time.Sleep(100 * time.Millisecond) // the transmit loops go idle
+	runtime.GC()
+	runtime.GC() // sync.Pool keeps a victim generation for one GC
+	runtime.ReadMemStats(&after)
+	perQP = (after.HeapInuse + after.StackInuse - before.HeapInuse - before.StackInuse) / (2 * pairs)
+	t.Logf("after a %d KiB write each and idle again: %d KiB more per QP", burst>>10, perQP>>10)
+	require.Less(t, perQP, uint64(96<<10), "a QP holds %d KiB more after traffic", perQP>>10)
 }
