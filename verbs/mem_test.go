@@ -57,15 +57,16 @@ func TestIdleQPMemory(t *testing.T) {
 	// After a burst of traffic a QP goes idle again: the transmit arena
 	// (256 KiB) goes back to the shared pool, the reader keeps its grown
 	// buffer (64 KiB, receivers only).
-	const burst = 1 << 20
+	const burst = 512 << 10
 	src, err := pd.RegMR(make([]byte, burst), LocalWrite)
 	require.NoError(t, err)
-	dst, err := pd.RegMR(make([]byte, burst), LocalWrite|RemoteWrite)
+	dst, err := pd.RegMR(make([]byte, burst*pairs), LocalWrite|RemoteWrite) // a region of its own for each
 	require.NoError(t, err)
-	before = after
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	for i, c := range clients {
 		_, err := c.PostSend(SendWR{ID: uint64(i), Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, burst)},
-			RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+			RemoteAddr: dst.Addr() + uint64(i*burst), RKey: dst.RKey()})
 		require.NoError(t, err)
 	}
 	for range clients {

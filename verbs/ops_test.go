@@ -310,3 +310,40 @@ func TestCQOverrun(t *testing.T) {
 	require.ErrorIs(t, te, errCQOverrun)
 	require.Equal(t, 2, small.Poll(make([]WC, 8)), "the completions that fit are still there")
 }
+
+// A peer that closes as soon as it has our message does not turn that
+// message's WR into a flush: it was handed to TCP in full, so it completes
+// with success, however the close races with the transmit loop's
+// bookkeeping (sqWritten, txSettle). The race showed in perftest's
+// write_lat exchange (internal/perf TestPerftestExchange, about one run in
+// ten under -race); this test guards the behaviour but rarely hits the
+// window itself.
+func TestPeerClosesAfterLastMessage(t *testing.T) {
+	checkRoutines(t)
+	for i := range 60 {
+		c, s := connect(t, pairOpts{})
+		rb := s.regMR(t, 64, LocalWrite)
+		_, err := s.qp.PostRecv(RecvWR{ID: 1, SGL: []SGE{rb.SGE(0, 64)}})
+		require.NoError(t, err)
+		// A ping first, so that our reply goes out from PostSend itself
+		// (the request/response path), as in a latency test.
+		cb := c.regMR(t, 64, LocalWrite)
+		_, err = c.qp.PostRecv(RecvWR{ID: 2, SGL: []SGE{cb.SGE(0, 64)}})
+		require.NoError(t, err)
+		_, err = s.qp.PostSend(SendWR{ID: 3, Opcode: OpSend, Flags: Signaled | Inline, InlineData: []byte("ping")})
+		require.NoError(t, err)
+		require.Equal(t, Success, wait(t, c.rcq).Status)
+		require.Equal(t, Success, wait(t, s.scq).Status)
+		_, err = c.qp.PostSend(SendWR{ID: 7, Opcode: OpSend, Flags: Signaled | Inline, InlineData: []byte("last")})
+		require.NoError(t, err)
+		require.Equal(t, Success, wait(t, s.rcq).Status)
+		if i%2 == 0 {
+			s.qp.Close() // at once, abortively
+		} else {
+			go s.qp.Disconnect(context.Background()) // at once, in order
+		}
+		wc := wait(t, c.scq)
+		require.Equal(t, Success, wc.Status, "round %d: %v", i, wc)
+		c.qp.Close()
+	}
+}

@@ -74,6 +74,10 @@ type QP struct {
 	sq                     []sqe
 	sqHead, sqNext, sqTail uint64
 	sqFlushed              bool // ERROR reached: new WRs flush at once
+	// sqWritten: SQ entries below it were handed to TCP in full by a
+	// successful write; flushAll completes those that a write completes
+	// (txCompleted runs only when the transmit loop runs dry).
+	sqWritten atomic.Uint64
 
 	rq recvQueue // the QP's own receive queue (unused with an SRQ)
 

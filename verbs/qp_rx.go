@@ -90,6 +90,17 @@ func (qp *QP) rxLoop() {
 	}
 }
 
+// txSettle waits, at most d, until the transmit side is not in the middle
+// of a write.
+func (qp *QP) txSettle(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Microsecond) {
+		if qp.txMu.TryLock() {
+			qp.txMu.Unlock()
+			return
+		}
+	}
+}
+
 // rxFailed turns a receive error into the QP's fate.
 func (qp *QP) rxFailed(err error) {
 	var remote *rdmap.RemoteError
@@ -111,6 +122,12 @@ func (qp *QP) rxFailed(err error) {
 	}
 	switch {
 	case errors.Is(err, io.EOF):
+		// The peer may close as soon as it has read our last message, while
+		// the transmit loop is between that write and recording it
+		// (sqWritten): give it a moment, so that the WR completes rather
+		// than flushes. Bounded: a write the peer never reads must not hold
+		// the close up.
+		qp.txSettle(20 * time.Millisecond)
 		qp.disconnected()
 	case errors.As(err, &remote):
 		// The peer is done with us: close now rather than wait for it.

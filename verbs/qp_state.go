@@ -136,9 +136,14 @@ func (qp *QP) loopDone() {
 // makes later posts flush at once.
 func (qp *QP) flushAll() {
 	qp.sqMu.Lock()
+	written := qp.sqWritten.Load()
 	for i := qp.sqHead; i < qp.sqTail; i++ {
 		e := &qp.sq[i%uint64(len(qp.sq))]
-		if !e.done {
+		switch {
+		case e.done:
+		case i < written && e.op.doneWhenWritten():
+			e.done = true // written in full before the error: a success, as it would have been
+		default:
 			e.done, e.status = true, WRFlushErr
 		}
 	}

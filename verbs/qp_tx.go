@@ -95,7 +95,9 @@ func (qp *QP) txRun(all bool) (bool, error) {
 	for {
 		worked, err := qp.txFill()
 		if err == nil && t.w.Buffered() > 0 {
-			err = t.flush()
+			if err = t.flush(); err == nil {
+				qp.sqWritten.Store(t.flushTo)
+			}
 		}
 		if err != nil {
 			return any, err
@@ -107,6 +109,13 @@ func (qp *QP) txRun(all bool) (bool, error) {
 	}
 	qp.txCompleted()
 	return any, nil
+}
+
+// doneWhenWritten reports whether a WR of op completes once its FPDUs are
+// handed to TCP; Reads and atomics wait for their responses, local
+// operations complete where they run.
+func (op SendOpcode) doneWhenWritten() bool {
+	return op != OpRDMARead && op != OpLocalInv && op != OpRegMR && op != OpAtomicFetchAdd && op != OpAtomicCmpSwap
 }
 
 // stopping reports whether the QP's loops have been told to stop.
@@ -414,7 +423,7 @@ func (qp *QP) txCompleted() {
 	// slot holds the entry of its own index.
 	for i := max(t.doneTo, qp.sqHead); i < t.flushTo; i++ {
 		e := &qp.sq[i%uint64(len(qp.sq))]
-		if e.op != OpRDMARead && e.op != OpLocalInv && e.op != OpRegMR && e.op != OpAtomicFetchAdd && e.op != OpAtomicCmpSwap {
+		if e.op.doneWhenWritten() {
 			e.done = true
 		}
 	}
