@@ -31,6 +31,7 @@ type Writer struct {
 	arenaRef  *[]byte     // arena's pool entry
 	lastArena bool        // the last iovec ends at len(arena) and can grow
 	queued    int
+	written   uint64 // octets written by successful Flushes
 	scratch   [8]byte // length field, marker and trailer octets on their way into the arena
 	one       [1][]byte
 }
@@ -229,6 +230,11 @@ func (w *Writer) Idle() {
 	w.arena, w.arenaRef = nil, nil
 }
 
+// Written returns the stream octets successfully written so far, by Flush
+// or by an Append that flushed first: a caller can tell from it that what
+// it queued before an Append has gone out.
+func (w *Writer) Written() uint64 { return w.written }
+
 // Buffered returns the number of stream octets queued and not yet written.
 func (w *Writer) Buffered() int { return w.queued }
 
@@ -239,7 +245,10 @@ func (w *Writer) Flush() error {
 		return nil
 	}
 	w.bufs = w.vecs
-	_, err := w.bufs.WriteTo(w.w)
+	n, err := w.bufs.WriteTo(w.w)
+	if err == nil {
+		w.written += uint64(n)
+	}
 	clear(w.vecs) // drop references to caller memory
 	w.vecs = w.vecs[:0]
 	w.arena = w.arena[:0]
