@@ -31,7 +31,7 @@ type Writer struct {
 	arenaRef  *[]byte     // arena's pool entry
 	lastArena bool        // the last iovec ends at len(arena) and can grow
 	queued    int
-	written   uint64 // octets written by successful Flushes
+	written   uint64  // octets written by successful Flushes
 	scratch   [8]byte // length field, marker and trailer octets on their way into the arena
 	one       [1][]byte
 }

@@ -37,7 +37,7 @@ type txState struct {
 	flushTo   uint64 // SQ entries below this are queued whole and complete at the next flush
 	writtenTo uint64 // SQ entries below this went out in full (an Append may flush first)
 	doneAt    uint64 // the writer's Written() when txCompleted last ran
-	doneTo  uint64 // SQ entries below this were completed after a flush
+	doneTo    uint64 // SQ entries below this were completed after a flush
 }
 
 // txLoop is the transmit goroutine of a connected QP. It owns the transmit
