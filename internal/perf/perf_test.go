@@ -128,28 +128,12 @@ func TestPrint(t *testing.T) {
 // error: here the Terminate for an RDMA Read of a bad STag.
 func TestQPError(t *testing.T) {
 	p, _, _ := Parse([]string{"read_bw", "-n", "5"})
-	dev := verbs.Open(verbs.DeviceAttr{})
-	ln, err := dev.Listen("tcp", "127.0.0.1:0", verbs.ConnConfig{})
-	require.NoError(t, err)
-	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srv, err := newEndpoint(dev, p)
-	require.NoError(t, err)
-	defer srv.close()
-	go func() {
-		if req, err := ln.GetRequest(ctx); err == nil {
-			req.Accept(srv.qps[0].qp, nil)
-		}
-	}()
-	cli, err := newEndpoint(dev, p)
-	require.NoError(t, err)
-	defer cli.close()
-	_, err = cli.qps[0].qp.Dial(ctx, "tcp", ln.Addr().String(), nil, verbs.ConnConfig{})
-	require.NoError(t, err)
+	cli, _ := endpointPair(ctx, t, p)
 	q := cli.qps[0]
 	q.remote = BufInfo{Addr: 64, RKey: 0x5a5a5a5a, Len: 1 << 20}
-	_, err = cli.runBW(ctx, 1024, true, false, nil)
+	_, err := cli.runBW(ctx, 1024, true, false, nil)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "completion error on QP 0")
 	require.Contains(t, err.Error(), "Terminate")
@@ -164,27 +148,10 @@ func TestCheckAtomics(t *testing.T) {
 		t.Run(op, func(t *testing.T) {
 			p, _, err := Parse([]string{"atomic_bw", "-n", "40", "-A", op})
 			require.NoError(t, err)
-			dev := verbs.Open(verbs.DeviceAttr{})
-			cfg := connConfig(p, false)
-			require.True(t, cfg.RFC7306)
-			ln, err := dev.Listen("tcp", "127.0.0.1:0", cfg)
-			require.NoError(t, err)
-			defer ln.Close()
+			require.True(t, connConfig(p, false).RFC7306)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			srv, err := newEndpoint(dev, p)
-			require.NoError(t, err)
-			defer srv.close()
-			go func() {
-				if req, err := ln.GetRequest(ctx); err == nil {
-					req.Accept(srv.qps[0].qp, nil)
-				}
-			}()
-			cli, err := newEndpoint(dev, p)
-			require.NoError(t, err)
-			defer cli.close()
-			_, err = cli.qps[0].qp.Dial(ctx, "tcp", ln.Addr().String(), nil, connConfig(p, true))
-			require.NoError(t, err)
+			cli, srv := endpointPair(ctx, t, p)
 			require.NoError(t, cli.setRemote(srv.localInfo()))
 			_, err = cli.runBW(ctx, sizeAtomic, true, false, nil)
 			require.NoError(t, err)
@@ -200,4 +167,28 @@ func TestCheckAtomics(t *testing.T) {
 			}
 		})
 	}
+}
+
+// endpointPair connects a client endpoint of p to a server endpoint over
+// loopback, each QP 0 with the start-up configuration iwarp-perf uses.
+func endpointPair(ctx context.Context, t *testing.T, p *Params) (cli, srv *endpoint) {
+	t.Helper()
+	dev := verbs.Open(verbs.DeviceAttr{})
+	ln, err := dev.Listen("tcp", "127.0.0.1:0", connConfig(p, false))
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	srv, err = newEndpoint(dev, p)
+	require.NoError(t, err)
+	t.Cleanup(srv.close)
+	go func() {
+		if req, err := ln.GetRequest(ctx); err == nil {
+			req.Accept(srv.qps[0].qp, nil)
+		}
+	}()
+	cli, err = newEndpoint(dev, p)
+	require.NoError(t, err)
+	t.Cleanup(cli.close)
+	_, err = cli.qps[0].qp.Dial(ctx, "tcp", ln.Addr().String(), nil, connConfig(p, true))
+	require.NoError(t, err)
+	return cli, srv
 }
