@@ -38,7 +38,8 @@
 // perftest's exchange, send_bw uses perftest's iWARP credits (bw.go),
 // write_lat's server writes first, and each side prints what perftest's
 // would. perftest checks no parameter of its peer, so -s, -n, -q and -r
-// must be given alike, as between two perftests; -a, -b and -D (but for
-// write_bw and read_bw) are not supported with it. interop/perftest_test.go
+// must be given alike, as between two perftests; -b is not supported with
+// it, nor -a and -D but for write_bw and read_bw (with -a the client runs
+// every size and reports the last, as perftest's). interop/perftest_test.go
 // runs every test both ways against perftest 6.06 on siw.
 package perf

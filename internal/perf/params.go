@@ -368,8 +368,8 @@ func (p *Params) finish() error {
 	}
 	if p.Perftest {
 		switch {
-		case p.All:
-			return fmt.Errorf("-a is not supported with -R (perftest's exchange)")
+		case p.All && p.Test != WriteBW && p.Test != ReadBW:
+			return fmt.Errorf("-a is supported with -R (perftest's exchange) for write_bw and read_bw only")
 		case p.Bidir:
 			return fmt.Errorf("-b is not supported with -R (perftest's exchange)")
 		case p.Duration > 0 && p.Test != WriteBW && p.Test != ReadBW:

@@ -207,7 +207,7 @@ func TestPerftestDefaults(t *testing.T) {
 	require.True(t, p.Perftest)
 	require.Zero(t, p.FPDUDelay, "our own server needs no delay")
 
-	for _, args := range [][]string{{"write_bw", "-R", "-a"}, {"send_bw", "-R", "-b"}, {"send_bw", "-R", "-D", "2"}, {"tcp_bw", "-R"}} {
+	for _, args := range [][]string{{"send_bw", "-R", "-a"}, {"write_lat", "-R", "-a"}, {"send_bw", "-R", "-b"}, {"send_bw", "-R", "-D", "2"}, {"tcp_bw", "-R"}} {
 		_, _, err := Parse(args)
 		require.Error(t, err, "%v", args)
 	}
@@ -277,4 +277,27 @@ func table(t *testing.T, out string) [][]float64 {
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// -a with perftest's exchange, as perftest's write_bw and read_bw do it: one
+// start sync, the client runs every size from 2 to 2^23, and the one report
+// at the end is the last size's, which the server shows.
+func TestPerftestExchangeAllSizes(t *testing.T) {
+	for _, test := range []string{"write_bw", "read_bw"} {
+		t.Run(test, func(t *testing.T) {
+			args := []string{test, "-a", "-n", "5", "-R", "--fpdu-delay", "0"}
+			srv, cli, sout, cout := ptRun(t, args, args, false)
+			want := ptSizes(cli.p.Test, 1)
+			require.Equal(t, want, cli.sent, "the client's messages: the same as for one size")
+			require.Equal(t, want, srv.sent, "the server's messages")
+			crows := table(t, cout)
+			require.Len(t, crows, 23)
+			for i, r := range crows {
+				require.Equal(t, float64(int(2)<<i), r[0], "row %d", i)
+			}
+			srows := table(t, sout)
+			require.Len(t, srows, 1)
+			require.Equal(t, crows[22], srows[0], "the server shows the client's last report")
+		})
+	}
 }
