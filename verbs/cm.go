@@ -37,7 +37,10 @@ type ConnConfig struct {
 	// it (so that Linux does not append it to a segment still waiting for
 	// the window). An FPDU is at most one segment (MaxFPDU, EMSS), so each
 	// segment then starts with an FPDU and holds just that one, as RFC 5044
-	// section 8 recommends but does not require. It costs throughput; it is
+	// section 8 recommends but does not require. With markers, an FPDU that
+	// would end exactly where a marker is due is a word shorter, so that
+	// the marker falls inside the next FPDU rather than between two
+	// segments (mpa.Writer.EndsAtMarker). It costs throughput; it is
 	// for packet analysers that assume it (Wireshark's marker decoding
 	// does). The wait for TCP is bounded: a peer that closes its window
 	// for longer (segmentWaitMax) gets the next FPDU appended anyway.

@@ -83,17 +83,13 @@ func (qp *QP) txLoop() {
 }
 
 // txRun queues and flushes a batch, and more while there is work if all is
-// set, and completes the WRs it wrote: when the loop runs dry, and at least
-// every completeEvery octets written.
-//
-// Completing per batch (256 KiB) woke an application that keeps the SQ
-// full once per batch; completing only when the loop runs dry delays a
-// completion by up to an SQ's worth of data (a second or more on a slow
-// link), which no RDMA user expects.
+// set, and completes the WRs it wrote: when the loop runs dry, and (txFill)
+// at least every completeEvery octets written, also when the writer flushed
+// inside an Append, which it does for small FPDUs when its arena fills.
 func (qp *QP) txRun(all bool) (bool, error) {
 	t := &qp.tx
 	qp.txRxSeen.Store(qp.rxSeen.Load())
-	any := false
+	didWork := false
 	for {
 		worked, err := qp.txFill()
 		if err == nil && t.w.Buffered() > 0 {
@@ -103,19 +99,20 @@ func (qp *QP) txRun(all bool) (bool, error) {
 			}
 		}
 		if err != nil {
-			return any, err
+			return didWork, err
 		}
-		any = any || worked
+		didWork = didWork || worked
 		if !all || !worked || qp.termPending() || qp.stopping() {
 			break
 		}
 	}
 	qp.txCompleted()
-	return any, nil
+	return didWork, nil
 }
 
-// completeEvery bounds how much txRun writes before it completes what it
-// wrote: 1 MiB is under a millisecond at loopback speed, 8 ms at 1 Gbit/s.
+// completeEvery bounds how much the transmit loop writes before it completes
+// what it wrote, so that a completion is not held back by the rest of the
+// SQ: 1 MiB is under a millisecond at loopback speed, 8 ms at 1 Gbit/s.
 const completeEvery = 1 << 20
 
 // doneWhenWritten reports whether a WR of op completes once its FPDUs are
