@@ -59,9 +59,19 @@ var ptCases = []ptCase{
 	{"write_bw", "-n 200 -s 4096 -q 2", false},
 	{"send_bw", "-n 300 -s 1024 -q 2", false},
 	{"write_bw", "-n 200 -s 4096", true},
-	// -a: every size from 2 to 2^23, one report at the end.
+	// -a: every size from 2 to 2^23; write_bw and read_bw report once at
+	// the end, the others every size.
 	{"write_bw", "-a -n 5", false},
 	{"read_bw", "-a -n 5", false},
+	{"send_bw", "-a -n 5", false},
+	{"write_lat", "-a -n 5", false},
+	{"read_lat", "-a -n 5", false},
+	{"send_lat", "-a -n 5", false},
+	// -b: both directions at once, reports exchanged, each side shows the sum.
+	{"write_bw", "-b -n 200 -s 4096", false},
+	{"read_bw", "-b -n 200 -s 4096", false},
+	{"send_bw", "-b -n 1000 -s 1024", false},
+	{"write_bw", "-a -b -n 5", false},
 }
 
 // ptOurs runs iwarp-perf in this process with args and returns its exit
@@ -72,20 +82,20 @@ func ptOurs(ctx context.Context, args []string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
-// ptRow returns the numbers of the last results row of the table in lines
-// (the only one but with -a; perftest may print a line such as
-// "Correlation coefficient" in between).
-func ptRow(lines []string) ([]float64, error) {
+// ptRows returns the numbers of each results row of the table in lines
+// (one row but with -a; perftest may print a line such as "Correlation
+// coefficient" in between).
+func ptRows(lines []string) ([][]float64, error) {
 	in := false
-	var last []float64
+	var rows [][]float64
 	for _, l := range lines {
 		switch {
 		case strings.HasPrefix(l, " #bytes"):
 			in = true
 		case !in:
 		case strings.HasPrefix(l, "---"):
-			if last != nil {
-				return last, nil
+			if rows != nil {
+				return rows, nil
 			}
 			return nil, fmt.Errorf("no row after the header")
 		default:
@@ -103,19 +113,47 @@ func ptRow(lines []string) ([]float64, error) {
 			}
 			var row []float64
 			for _, s := range f {
-				v, err := strconv.ParseFloat(s, 64)
+				// perftest prints C's "inf" and "-nan" where its
+				// emulated clock gave it nothing to divide by.
+				v, err := strconv.ParseFloat(strings.TrimPrefix(s, "-"), 64)
+				if !strings.HasSuffix(s, "nan") {
+					v, err = strconv.ParseFloat(s, 64)
+				}
 				if err != nil {
 					return nil, fmt.Errorf("row %q: %v", l, err)
 				}
 				row = append(row, v)
 			}
-			last = row
+			rows = append(rows, row)
 		}
 	}
-	if last != nil {
-		return last, nil
+	if rows != nil {
+		return rows, nil
 	}
 	return nil, fmt.Errorf("no results table")
+}
+
+// ptRow returns the last results row of the table in lines, after checking
+// that with -a the rows are the sizes 2..2^23 in order (but for a write_bw
+// or read_bw server without -b, which runs and shows only the last).
+func ptRow(t *testing.T, c ptCase, lines []string, server bool) ([]float64, error) {
+	rows, err := ptRows(lines)
+	if err != nil {
+		return nil, err
+	}
+	lastOnly := server && (c.test == "write_bw" || c.test == "read_bw") && !strings.Contains(" "+c.flags+" ", " -b ")
+	if strings.Contains(" "+c.flags+" ", " -a ") && !lastOnly {
+		var sizes []float64
+		for _, r := range rows {
+			sizes = append(sizes, r[0])
+		}
+		var want []float64
+		for s := 2; s <= 1<<23; s <<= 1 {
+			want = append(want, float64(s))
+		}
+		assert.Equal(t, want, sizes, "-a: one row per size")
+	}
+	return rows[len(rows)-1], nil
 }
 
 // ptGuestLines returns the guest's output lines of case i (prefixed "i: ").
@@ -156,7 +194,8 @@ func ptCheck(t *testing.T, c ptCase, ours, theirs []float64, oursServer bool) {
 		}
 		require.Len(t, row, want, "%s row", who)
 		assert.Equal(t, float64(size), row[0], "%s row: size", who)
-		mine := who == "ours" && !(oursServer && (c.test == "write_bw" || c.test == "read_bw"))
+		bidir := strings.Contains(" "+c.flags+" ", " -b ")
+		mine := who == "ours" && (bidir || !(oursServer && (c.test == "write_bw" || c.test == "read_bw")))
 		if lat {
 			assert.Equal(t, float64(iters), row[1], "%s row: iterations", who)
 			if mine {
@@ -169,7 +208,13 @@ func ptCheck(t *testing.T, c ptCase, ours, theirs []float64, oursServer bool) {
 			}
 		}
 	}
-	if c.test == "write_bw" || c.test == "read_bw" {
+	switch {
+	case strings.Contains(" "+c.flags+" ", " -b "):
+		// Both show the sum of the two directions' reports (the peak is
+		// 0 where perftest cannot measure one under emulation).
+		assert.InDelta(t, ours[3], theirs[3], 0.02+0.001*ours[3], "both show the sum: BW average")
+		assert.InDelta(t, ours[4], theirs[4], 0.00002+0.001*ours[4], "both show the sum: message rate")
+	case c.test == "write_bw" || c.test == "read_bw":
 		assert.Equal(t, ours, theirs, "the server shows the client's report")
 	}
 }
@@ -246,9 +291,9 @@ func TestPerftestServerInGuest(t *testing.T) {
 			t.Logf("perftest's server:\n%s", strings.Join(ptGuestLines(vm, i), "\n"))
 			require.Equal(t, 0, code, "our client: %s", errs)
 			require.Equal(t, fmt.Sprintf("SERVER %d rc=0", i), l, "perftest's server")
-			ours, err := ptRow(strings.Split(out, "\n"))
+			ours, err := ptRow(t, c, strings.Split(out, "\n"), false)
 			require.NoError(t, err, "our client's output")
-			theirs, err := ptRow(ptGuestLines(vm, i))
+			theirs, err := ptRow(t, c, ptGuestLines(vm, i), true)
 			if c.test == "read_lat" {
 				theirs = nil // perftest's read_lat server prints no results
 			} else {
@@ -317,11 +362,11 @@ func TestPerftestClientInGuest(t *testing.T) {
 			t.Logf("perftest's client:\n%s", strings.Join(ptGuestLines(vm, i), "\n"))
 			require.Equal(t, 0, r.code, "our server: %s", r.errs)
 			require.Equal(t, fmt.Sprintf("CLIENT %d rc=0", i), l, "perftest's client")
-			theirs, err := ptRow(ptGuestLines(vm, i))
+			theirs, err := ptRow(t, c, ptGuestLines(vm, i), false)
 			require.NoError(t, err, "perftest's client's output")
 			var ours []float64
 			if c.test != "read_lat" {
-				ours, err = ptRow(strings.Split(r.out, "\n"))
+				ours, err = ptRow(t, c, strings.Split(r.out, "\n"), true)
 				require.NoError(t, err, "our server's output")
 			} else {
 				require.NotContains(t, r.out, " #bytes", "perftest's read_lat server shows no results; nor do we")

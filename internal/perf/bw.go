@@ -105,6 +105,13 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 	}
 	send := r.op == verbs.OpSend
 	r.pt = send && p.Perftest
+	if r.pt && sender {
+		// perftest zeroes its credit words before each size (-a): the
+		// peer counts its receives from zero again.
+		for i := range e.qps {
+			storeCredit(e.credit.Buf(), 4*i, 0)
+		}
+	}
 	if size <= p.Inline && !p.Test.verb().oneSided() {
 		r.flags |= verbs.Inline
 	}
@@ -210,6 +217,20 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 				return Report{}, ctx.Err()
 			}
 			return Report{}, err
+		}
+	}
+	if receiver {
+		// Every receive posted again before the next size's barrier, as
+		// perftest posts rx-depth of them before each: the peer may send
+		// at once.
+		for _, q := range e.qps {
+			if len(q.reposts) > 0 {
+				k, err := q.qp.PostRecv(q.reposts...)
+				q.reposts = q.reposts[:copy(q.reposts, q.reposts[k:])]
+				if err != nil {
+					return Report{}, qpFailure(q.qp, err)
+				}
+			}
 		}
 	}
 	if !sender {
@@ -449,4 +470,10 @@ func (r *bwRun) done() bool {
 //go:noinline
 func loadCredit(b []byte, off int) uint64 {
 	return uint64(binary.LittleEndian.Uint32(b[off:]))
+}
+
+//go:norace
+//go:noinline
+func storeCredit(b []byte, off int, v uint32) {
+	binary.LittleEndian.PutUint32(b[off:], v)
 }

@@ -38,8 +38,9 @@
 // perftest's exchange, send_bw uses perftest's iWARP credits (bw.go),
 // write_lat's server writes first, and each side prints what perftest's
 // would. perftest checks no parameter of its peer, so -s, -n, -q and -r
-// must be given alike, as between two perftests; -b is not supported with
-// it, nor -a and -D but for write_bw and read_bw (with -a the client runs
-// every size and reports the last, as perftest's). interop/perftest_test.go
-// runs every test both ways against perftest 6.06 on siw.
+// must be given alike, as between two perftests. -a and -b follow perftest's
+// per-size synchronisation (perftest_exchange.go: a write_bw or read_bw
+// server without -b runs only the last size, as perftest's); -D is supported
+// for write_bw and read_bw only. interop/perftest_test.go runs every test
+// both ways against perftest 6.06 on siw.
 package perf

@@ -305,6 +305,6 @@ With Linux perftest (5.70 to 6.27, and 6.29 untested; tested: 6.06 on siw):
   exchange, send_bw uses perftest's credits (the receiver RDMA Writes its
   receive count to the sender), write_lat's server writes first, the
   write_bw/read_bw server shows the client's numbers, a send_bw server its
-  own, and read_lat's server none. -b is not supported with -R, nor -a and
-  -D but for write_bw and read_bw (with -a the server shows the last size).
+  own, and read_lat's server none. -a and -b work as in perftest (with -a a
+  write_bw/read_bw server shows the last size); -D only for write_bw/read_bw.
 `

@@ -344,8 +344,8 @@ func (p *Params) finish() error {
 			p.RxDepth = min(p.RxDepth, p.Iters)
 		}
 	}
-	if t.verb() == verbSend && p.RxDepth%2 == 1 {
-		p.RxDepth++ // perftest: "WA for a bug when rx_depth is odd in SEND"
+	if t.verb() == verbSend && p.RxDepth%2 == 1 && !p.All {
+		p.RxDepth++ // perftest: "WA for a bug when rx_depth is odd in SEND", but for -a
 	}
 	if p.Size > cqModSizeLimit && !p.All && !p.isSet("cq-mod") {
 		p.CQMod = 1
@@ -368,10 +368,6 @@ func (p *Params) finish() error {
 	}
 	if p.Perftest {
 		switch {
-		case p.All && p.Test != WriteBW && p.Test != ReadBW:
-			return fmt.Errorf("-a is supported with -R (perftest's exchange) for write_bw and read_bw only")
-		case p.Bidir:
-			return fmt.Errorf("-b is not supported with -R (perftest's exchange)")
 		case p.Duration > 0 && p.Test != WriteBW && p.Test != ReadBW:
 			return fmt.Errorf("-D is supported with -R for write_bw and read_bw only")
 		case p.Test.TCP():

@@ -88,7 +88,9 @@ type perftestExchange struct {
 	version string // the peer's
 	destLen int    // perftest.DestLen, or DestLen629 for a 6.29 peer
 	mine    []perftest.Dest
-	synced  bool
+	// The measurements: i is the one in progress of the n this side runs
+	// (plan).
+	i, n int
 
 	// sent records the size of every message we sent, in order (tests).
 	sent []int
@@ -345,43 +347,116 @@ func (x *perftestExchange) SwapBufs(ctx context.Context, local []BufInfo) ([]Buf
 	return remote, nil
 }
 
-// Sync is the last dest0 before the measurement: "after RTR", or for send
-// tests the "go" once the receives are posted.
-func (x *perftestExchange) Sync(ctx context.Context) error {
-	if x.synced {
-		return errors.New("perftest exchange: one measurement only")
+// plan returns the sizes this side measures, in order, as perftest's
+// main loops run them. With -a, perftest's write_bw and read_bw server (not
+// -b) runs nothing and shows the client's last report, and read_lat's
+// server nothing at all: both have one step, with the last size.
+func (x *perftestExchange) plan() []int {
+	p := x.p
+	sizes := p.Sizes()
+	if !x.client && (p.Test == ReadLat || !p.Bidir && (p.Test == WriteBW || p.Test == ReadBW)) {
+		sizes = sizes[len(sizes)-1:]
 	}
-	x.synced = true
-	_, err := x.xchg(ctx, "start", x.mine[0].Marshal(x.destLen), x.destLen)
+	x.i, x.n = 0, len(sizes)
+	return sizes
+}
+
+// Sync is the barrier before measurement i: the last dest0 of the set-up
+// ("after RTR", or for send tests the "go" once the receives are posted)
+// before the first, then what perftest's loops put before each size.
+func (x *perftestExchange) Sync(ctx context.Context) error {
+	p := x.p
+	if x.i >= x.n {
+		return errors.New("perftest exchange: no measurement left")
+	}
+	start := x.i == 0
+	switch p.Test {
+	case SendBW, SendLat:
+		start = true // a hand shake before every size
+	}
+	if start {
+		if err := x.dest0(ctx, "start"); err != nil {
+			return err
+		}
+	}
+	if p.Bidir && (p.Test == WriteBW || p.Test == ReadBW) {
+		return x.dest0(ctx, "duplex start")
+	}
+	return nil
+}
+
+// Report ends measurement i: what perftest's loops put after each size,
+// and after the last the exchange at the end of the test and the close.
+// It returns the report the peer sent, or mine when none was exchanged.
+func (x *perftestExchange) Report(ctx context.Context, mine Report) (Report, error) {
+	p := x.p
+	last := x.i == x.n-1
+	x.i++
+	peer := mine
+	var err error
+	switch p.Test {
+	case WriteBW, ReadBW:
+		switch {
+		case p.Bidir:
+			// Per size: an end sync (-a only), both reports.
+			if p.All {
+				if err := x.dest0(ctx, "duplex end"); err != nil {
+					return Report{}, err
+				}
+			}
+			if peer, err = x.reports(ctx, mine, true, true); err != nil {
+				return Report{}, err
+			}
+		case !last:
+			return mine, nil // perftest's client runs every size first
+		default:
+			// The end sync and the client's report (the server sends
+			// garbage).
+			if err := x.dest0(ctx, "end of test"); err != nil {
+				return Report{}, err
+			}
+			if peer, err = x.reports(ctx, mine, x.client, !x.client); err != nil {
+				return Report{}, err
+			}
+		}
+	case SendBW:
+		if p.Bidir {
+			if peer, err = x.reports(ctx, mine, true, true); err != nil {
+				return Report{}, err
+			}
+		}
+		if p.All {
+			if err := x.dest0(ctx, "end of size"); err != nil {
+				return Report{}, err
+			}
+		}
+	case WriteLat:
+		return mine, nil // no message after the test
+	case ReadLat:
+		if !x.client {
+			peer = Report{} // perftest's server shows nothing
+		}
+	}
+	if last {
+		return peer, x.dest0(ctx, "close")
+	}
+	return peer, nil
+}
+
+// dest0 exchanges QP 0's dest: perftest's ctx_hand_shake as a barrier.
+func (x *perftestExchange) dest0(ctx context.Context, what string) error {
+	_, err := x.xchg(ctx, what, x.mine[0].Marshal(x.destLen), x.destLen)
 	return err
 }
 
-func (x *perftestExchange) Report(ctx context.Context, mine Report) (Report, error) {
-	p := x.p
-	dest0 := func(what string) error {
-		_, err := x.xchg(ctx, what, x.mine[0].Marshal(x.destLen), x.destLen)
-		return err
-	}
-	switch p.Test {
-	case WriteLat:
-		return mine, nil // no message after the test
-	case SendBW, SendLat:
-		return mine, dest0("close")
-	case ReadLat:
-		if !x.client {
-			mine = Report{} // perftest's server shows nothing
-		}
-		return mine, dest0("close")
-	}
-	// write_bw, read_bw: the end sync, the client's report, the close.
-	if err := dest0("end of test"); err != nil {
-		return Report{}, err
-	}
-	var msgs [5][]byte
-	if x.client {
+// reports is perftest's xchg_bw_reports: five 8-octet messages each way.
+// send says whether we send mine (perftest's write_bw and read_bw server
+// sends whatever its report holds, which is nothing); parse whether we use
+// the peer's, or return mine.
+func (x *perftestExchange) reports(ctx context.Context, mine Report, send, parse bool) (Report, error) {
+	msgs := perftest.Report{}.Messages()
+	if send {
 		msgs = x.toPerftest(mine).Messages()
-	} else {
-		msgs = perftest.Report{}.Messages() // perftest's server sends garbage
 	}
 	var got [5][]byte
 	names := [5]string{"report size", "report iterations", "report BW peak", "report BW average", "report message rate"}
@@ -392,10 +467,7 @@ func (x *perftestExchange) Report(ctx context.Context, mine Report) (Report, err
 		}
 		got[i] = b
 	}
-	if err := dest0("close"); err != nil {
-		return Report{}, err
-	}
-	if x.client {
+	if !parse {
 		return mine, nil
 	}
 	r, err := perftest.ParseReport(got)

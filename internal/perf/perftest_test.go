@@ -85,24 +85,54 @@ func ptRun(t *testing.T, serverArgs, clientArgs []string, perftestOnly bool) (sr
 
 // ptSizes is the size of every message each side sends in perftest's
 // exchange for a test on q QPs (perftest-wire.md, section 2.3).
-func ptSizes(test Test, q int) []int { return ptSizesDest(test, q, perftest.DestLen) }
+func ptSizes(test Test, q int) []int { return ptSizesOf(test, q, perftest.DestLen, 1, false) }
 
-func ptSizesDest(test Test, q, dest int) []int {
+func ptSizesDest(test Test, q, dest int) []int { return ptSizesOf(test, q, dest, 1, false) }
+
+// ptSizesOf models perftest 6.06's main loops (write_bw.c, send_bw.c, ...)
+// for n sizes (n > 1: -a) and -b: set-up, the dests, then per test the hand
+// shakes (one dest each) and reports (five 8-octet fields).
+func ptSizesOf(test Test, q, dest, n int, bidir bool) []int {
 	s := []int{perftest.VersionLen, perftest.SysDataLen, perftest.SysDataLen, perftest.MTULen, dest, dest}
-	dests := func(n int) {
-		for range n {
+	dests := func(k int) {
+		for range k {
 			s = append(s, dest)
 		}
 	}
+	report := func() { s = append(s, 8, 8, 8, 8, 8) }
 	switch test {
 	case WriteBW, ReadBW:
-		dests(2*q + 2)
-		s = append(s, 8, 8, 8, 8, 8)
-		dests(1)
-	case SendBW, SendLat, ReadLat:
-		dests(2*q + 3)
-	case WriteLat:
-		dests(2*q + 2)
+		dests(2*q + 1) // the dests twice, the start
+		if !bidir {
+			dests(1) // the end of the test
+			report()
+			break
+		}
+		for range n {
+			dests(1) // duplex start
+			if n > 1 {
+				dests(1) // duplex end
+			}
+			report()
+		}
+	case SendBW:
+		dests(2*q + 1)
+		for range n {
+			dests(1) // start of the size
+			if bidir {
+				report()
+			}
+			if n > 1 {
+				dests(1) // end of the size
+			}
+		}
+	case SendLat:
+		dests(2*q + 1 + n) // a start per size
+	case ReadLat, WriteLat:
+		dests(2*q + 2) // one start
+	}
+	if test != WriteLat {
+		dests(1) // close
 	}
 	return s
 }
@@ -207,7 +237,7 @@ func TestPerftestDefaults(t *testing.T) {
 	require.True(t, p.Perftest)
 	require.Zero(t, p.FPDUDelay, "our own server needs no delay")
 
-	for _, args := range [][]string{{"send_bw", "-R", "-a"}, {"write_lat", "-R", "-a"}, {"send_bw", "-R", "-b"}, {"send_bw", "-R", "-D", "2"}, {"tcp_bw", "-R"}} {
+	for _, args := range [][]string{{"send_bw", "-R", "-D", "2"}, {"tcp_bw", "-R"}} {
 		_, _, err := Parse(args)
 		require.Error(t, err, "%v", args)
 	}
@@ -298,6 +328,63 @@ func TestPerftestExchangeAllSizes(t *testing.T) {
 			srows := table(t, sout)
 			require.Len(t, srows, 1)
 			require.Equal(t, crows[22], srows[0], "the server shows the client's last report")
+		})
+	}
+}
+
+// -a and -b with perftest's exchange for every other test, as perftest's
+// loops run them: the hand shakes and report exchanges per size, and the
+// rows each side shows.
+func TestPerftestExchangeAllAndBidir(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		q     int
+		all   bool
+		bidir bool
+	}{
+		{[]string{"send_bw", "-a", "-n", "8", "-r", "4"}, 1, true, false},
+		{[]string{"send_lat", "-a", "-n", "5"}, 1, true, false},
+		{[]string{"write_lat", "-a", "-n", "5"}, 1, true, false},
+		{[]string{"read_lat", "-a", "-n", "5"}, 1, true, false},
+		{[]string{"write_bw", "-b", "-s", "4096", "-n", "50"}, 1, false, true},
+		{[]string{"read_bw", "-b", "-s", "4096", "-n", "50", "-q", "2"}, 2, false, true},
+		{[]string{"send_bw", "-b", "-s", "1000", "-n", "200", "-r", "6", "-q", "2"}, 2, false, true},
+		{[]string{"write_bw", "-a", "-b", "-n", "5"}, 1, true, true},
+		{[]string{"read_bw", "-a", "-b", "-n", "5"}, 1, true, true},
+		{[]string{"send_bw", "-a", "-b", "-n", "8", "-r", "4"}, 1, true, true},
+	} {
+		t.Run(strings.Join(c.args, ""), func(t *testing.T) {
+			args := append(append([]string(nil), c.args...), "-R", "--fpdu-delay", "0")
+			srv, cli, sout, cout := ptRun(t, args, args, false)
+			p := cli.p
+			n := 1
+			if c.all {
+				n = 23
+			}
+			want := ptSizesOf(p.Test, c.q, perftest.DestLen, n, c.bidir)
+			require.Equal(t, want, cli.sent, "the client's messages")
+			require.Equal(t, want, srv.sent, "the server's messages")
+			crows := table(t, cout)
+			require.Len(t, crows, n)
+			for i, r := range crows {
+				if c.all {
+					require.Equal(t, float64(int(2)<<i), r[0], "row %d", i)
+				}
+				require.Positive(t, r[1], "row %d iterations", i)
+			}
+			if p.Test == ReadLat {
+				require.NotContains(t, sout, "#bytes", "perftest's read_lat server shows no results")
+				return
+			}
+			srows := table(t, sout)
+			require.Len(t, srows, n)
+			if c.bidir {
+				// Both show the sum of both directions: the same averages.
+				for i := range crows {
+					require.InDelta(t, crows[i][3], srows[i][3], 0.01*crows[i][3]+0.02, "row %d BW average", i)
+					require.Positive(t, crows[i][3])
+				}
+			}
 		})
 	}
 }

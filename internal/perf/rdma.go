@@ -143,7 +143,7 @@ func (e *endpoint) recvDepth() int {
 		if p.Perftest {
 			// perftest's credits come as RDMA Writes: the receiver needs
 			// no receive beyond rx-depth, and the sender none.
-			if !p.Client() {
+			if !p.Client() || p.Bidir {
 				return p.RxDepth
 			}
 			return 0

@@ -248,20 +248,19 @@ func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 	var rows []Report
 	var stats []string
 	sizes := p.Sizes()
-	// perftest's write_bw and read_bw with -a: one start sync, the client
-	// runs every size back to back, and one report (the last size's) at
-	// the end; the server runs nothing and shows that report.
-	allAtOnce := p.Perftest && p.All && (p.Test == WriteBW || p.Test == ReadBW)
-	if allAtOnce && !sender {
-		sizes = sizes[len(sizes)-1:]
+	px, _ := x.(*perftestExchange)
+	if px != nil {
+		sizes = px.plan()
 	}
 	for i, size := range sizes {
-		last := i == len(sizes)-1
-		e.prepareLat(size)
-		if i == 0 || !allAtOnce {
-			if err := x.Sync(ctx); err != nil {
-				return rows, err
-			}
+		// Without a barrier before each size, as in perftest's latency
+		// tests with -a, the peer may already be at this size: the polled
+		// octet of a larger size has never been written, so it is zero.
+		if i == 0 || px == nil {
+			e.prepareLat(size)
+		}
+		if err := x.Sync(ctx); err != nil {
+			return rows, err
 		}
 		prog := startProgress(pr, size)
 		var mine Report
@@ -277,13 +276,13 @@ func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		if err != nil {
 			return rows, err
 		}
-		peer := mine
-		if !allAtOnce || last {
-			// TCP_INFO now: once the peer has our report it may close.
+		if i == len(sizes)-1 {
+			// TCP_INFO now: once the peer has our last report it may close.
 			stats = e.tcpStats()
-			if peer, err = x.Report(ctx, mine); err != nil {
-				return rows, err
-			}
+		}
+		peer, err := x.Report(ctx, mine)
+		if err != nil {
+			return rows, err
 		}
 		r := pick(p, client, mine, peer)
 		if r.Kind == "" {
