@@ -91,11 +91,12 @@ type QP struct {
 	ird    int  // negotiated: Read Requests we serve at once
 	ord    int  // negotiated: Read Requests we have outstanding
 
-	txMu     sync.Mutex    // held by whoever runs the transmit side: the loop, or PostSend
-	rxSeen   atomic.Uint64 // FPDUs received; with txRxSeen, tells request/response traffic
-	txRxSeen atomic.Uint64 // rxSeen when the transmit side last ran
-	tx       txState       // guarded by txMu
-	rx       rxState       // owned by the receive loop
+	txMu     sync.Mutex             // held by whoever runs the transmit side: the loop, or PostSend
+	rxSeen   atomic.Uint64          // FPDUs received; with txRxSeen, tells request/response traffic
+	txRxSeen atomic.Uint64          // rxSeen when the transmit side last ran
+	tx       txState                // guarded by txMu
+	rx       rxState                // owned by the receive loop
+	rxFn     atomic.Pointer[func()] // SetRxHandler's handler
 
 	// Queues between the loops.
 	irdq readQueue // peer's Read Requests: rx pushes, tx serves

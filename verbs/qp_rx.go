@@ -67,6 +67,10 @@ func (qp *QP) rxLoop() {
 	for {
 		n, err := x.r.Next()
 		if err == nil {
+			// Counted before anything is placed or completed: an
+			// application that sees this FPDU's data and answers at once
+			// must find its answer sent inline (txInline).
+			qp.rxSeen.Add(1)
 			err = qp.rxSegment(n)
 		}
 		if err == nil {
@@ -74,7 +78,11 @@ func (qp *QP) rxLoop() {
 		}
 		if err == nil {
 			err = qp.rxCommit()
-			qp.rxSeen.Add(1)
+		}
+		if err == nil {
+			if fn := qp.rxFn.Load(); fn != nil {
+				(*fn)()
+			}
 		}
 		if err == nil && x.rtrSeen {
 			x.rtrSeen = false

@@ -129,6 +129,13 @@ func TestTests(t *testing.T) {
 		{"atomic_bw/cas/qps", []string{"atomic_bw", "-n", "100", "-A", "CMP_AND_SWAP", "-q", "3", "-o", "4"}, 8, 1},
 		{"atomic_lat", []string{"atomic_lat", "-n", "50"}, 8, 1},
 		{"atomic_lat/cas", []string{"atomic_lat", "-n", "50", "--atomic_type=CMP_AND_SWAP"}, 8, 1},
+		// The latency tests polling from their own goroutine, as perftest
+		// (the default steps in the QP's receive handler).
+		{"write_lat/poll", []string{"write_lat", "-n", "300", "--lat-wait", "poll"}, 2, 1},
+		{"read_lat/poll", []string{"read_lat", "-n", "20", "-s", "100", "--lat-wait=poll"}, 100, 1},
+		{"send_lat/poll", []string{"send_lat", "-n", "20", "-s", "300", "--lat-wait=poll"}, 300, 1},
+		{"atomic_lat/poll", []string{"atomic_lat", "-n", "50", "--lat-wait=poll"}, 8, 1},
+		{"write_lat/multi-fpdu", []string{"write_lat", "-n", "300", "-s", "70000"}, 70000, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -160,12 +167,13 @@ func TestAllSizes(t *testing.T) {
 
 func TestDuration(t *testing.T) {
 	leakCheck(t)
-	for _, tc := range []string{"write_bw", "send_lat"} {
-		t.Run(tc, func(t *testing.T) {
-			code, out, errs := run(t, tc, "-D", "1", "--loopback")
+	for _, tc := range [][]string{{"write_bw"}, {"send_lat"}, {"write_lat", "--lat-wait=poll"}} {
+		t.Run(strings.Join(tc, " "), func(t *testing.T) {
+			code, out, errs := run(t, append(tc, "-D", "1", "--loopback")...)
 			require.Equal(t, 0, code, "stderr: %s", errs)
 			rows := table(t, out)
-			checkRow(t, rows[0], map[string]int{"write_bw": 65536, "send_lat": 2}[tc], tc == "send_lat", true)
+			lat := strings.HasSuffix(tc[0], "_lat")
+			checkRow(t, rows[0], map[bool]int{false: 65536, true: 2}[lat], lat, true)
 		})
 	}
 }
@@ -246,6 +254,7 @@ func TestBadFlags(t *testing.T) {
 		{"write_bw", "--crc=maybe"},
 		{"write_bw", "--markers=some"},
 		{"write_bw", "--p2p=atomic"},
+		{"write_lat", "--lat-wait=spin"},
 		{"write_bw", "--mpa-rev=3"},
 		{"write_bw", "--profile=heap"},
 		{"write_bw", "-I", "1000"},

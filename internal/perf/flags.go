@@ -78,6 +78,8 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	boolVar(&p.Perftest, "R", "rdma_cm")
 	var fpduDelay int
 	intVar(&fpduDelay, "", "fpdu-delay", 0)
+	var latWait string
+	fs.StringVar(&latWait, "lat-wait", "handler", "")
 	help := false
 	boolVar(&help, "h", "help")
 
@@ -122,6 +124,13 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 		return nil, false, usagef("--fpdu-delay %d: not negative", fpduDelay)
 	}
 	p.FPDUDelay = time.Duration(fpduDelay) * time.Millisecond
+	switch latWait {
+	case "handler":
+	case "poll":
+		p.LatPoll = true
+	default:
+		return nil, false, usagef("invalid --lat-wait=%s: use handler or poll", latWait)
+	}
 	p.Duration = time.Duration(dur) * time.Second
 	switch output {
 	case "":
@@ -278,6 +287,9 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --out_json_file=F write the JSON to F (implies --out_json)
       --loopback        run server and client in this process over 127.0.0.1
   -R, --rdma_cm         speak perftest's -R exchange (wire-compatible with ib_TEST -R)
+      --lat-wait=handler|poll  latency tests: take each step on the QP's receive
+                        goroutine as data lands (default), or poll memory and the CQ
+                        from the test's own goroutine, as perftest does
 iWARP options (both sides alike):
       --mpa-rev=1|2     MPA revision (default 2)
       --crc=on|off|required|strict   MPA CRC policy (default on; off with -R)

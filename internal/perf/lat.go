@@ -41,6 +41,11 @@ type latRun struct {
 	rcvd     uint64
 	sdone    uint64 // data WRs completed (seq+1 of the last signaled one)
 	spin     int
+
+	// With the receive handler (drive), the loop runs as a coroutine that
+	// the QP's receive goroutine resumes after each FPDU; yield returns
+	// to it. nil: the loop polls on the application's goroutine.
+	yield func(struct{}) bool
 }
 
 func (l *latRun) now() int64 { return int64(time.Since(l.base)) }
@@ -110,72 +115,104 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 		l.waitCtx, cancel = context.WithDeadline(ctx, time.Now().Add(p.Duration))
 		defer cancel()
 	}
-	l.base = time.Now()
-	var scnt, rcnt uint64
+	var scnt, rcnt, lastSig uint64
 	if v.oneSided() {
 		rcnt = n // nothing comes back but the responses
 	}
-	for scnt < n || rcnt < n {
-		if l.timeUp() {
-			break
-		}
-		// Wait for the peer's message (unless we send first).
-		if rcnt < n && !(first && scnt == 0) {
-			rcnt++
-			var ok bool
-			var err error
-			if v == verbWrite {
-				ok, err = l.spinByte(q.target, size-1, byte(rcnt))
-			} else {
-				ok, err = l.pollUntil(func() bool { return l.rcvd >= rcnt })
-			}
-			if err != nil {
-				return Report{}, err
-			}
-			if !ok {
+	// With the receive handler, the loop waits for its own Write or Send
+	// completion only at the end: it would come from the transmit
+	// goroutine, which does not resume the loop.
+	handler := !p.LatPoll
+	loop := func() error {
+		for scnt < n || rcnt < n {
+			if l.timeUp() {
 				break
 			}
+			// Wait for the peer's message (unless we send first).
+			if rcnt < n && !(first && scnt == 0) {
+				rcnt++
+				var ok bool
+				var err error
+				if v == verbWrite {
+					ok, err = l.spinByte(q.target, size-1, byte(rcnt))
+				} else {
+					ok, err = l.pollUntil(func() bool { return l.rcvd >= rcnt })
+				}
+				if err != nil {
+					return err
+				}
+				if !ok {
+					break
+				}
+				if v == verbSend {
+					sample()
+				}
+			}
+			if scnt >= n {
+				continue
+			}
+			t := l.now()
+			if !dur {
+				tposted = append(tposted, t)
+			}
+			prog.add(1, size)
+			scnt++
+			wr.ID = wrID(idData, 0, scnt-1)
+			signaled := true
 			if v == verbSend {
-				sample()
+				// perftest signals a Send every CQMod and waits for it then.
+				signaled = scnt%mod == 0 || scnt == n
+				wr.Flags &^= verbs.Signaled
+				if signaled {
+					wr.Flags |= verbs.Signaled
+				}
 			}
-		}
-		if scnt >= n {
-			continue
-		}
-		t := l.now()
-		if !dur {
-			tposted = append(tposted, t)
-		}
-		prog.add(1, size)
-		scnt++
-		wr.ID = wrID(idData, 0, scnt-1)
-		signaled := true
-		if v == verbSend {
-			// perftest signals a Send every CQMod and waits for it then.
-			signaled = scnt%mod == 0 || scnt == n
-			wr.Flags &^= verbs.Signaled
+			if v == verbWrite {
+				q.local[size-1] = byte(scnt) // the peer polls for this value
+			}
+			if err := l.post(wr); err != nil {
+				return err
+			}
 			if signaled {
-				wr.Flags |= verbs.Signaled
+				lastSig = scnt
+			}
+			if handler && !v.oneSided() {
+				// Take what completed so far (an inline post's own
+				// completion is already there), so that the CQ never fills.
+				if err := l.drain(); err != nil {
+					return err
+				}
+				if signaled && v != verbSend {
+					sample()
+				}
+			} else if signaled {
+				ok, err := l.pollUntil(func() bool { return l.sdone >= scnt })
+				if err != nil {
+					return err
+				}
+				if !ok {
+					break
+				}
+				if v != verbSend {
+					sample()
+				}
 			}
 		}
-		if v == verbWrite {
-			q.local[size-1] = byte(scnt) // the peer polls for this value
+		return nil
+	}
+	l.base = time.Now()
+	var err error
+	if handler {
+		err = l.drive(loop)
+		if err == nil {
+			// The completions of our last Writes or Sends.
+			_, err = l.pollUntil(func() bool { return l.sdone >= lastSig })
 		}
-		if err := l.post(wr); err != nil {
-			return Report{}, err
-		}
-		if signaled {
-			ok, err := l.pollUntil(func() bool { return l.sdone >= scnt })
-			if err != nil {
-				return Report{}, err
-			}
-			if !ok {
-				break
-			}
-			if v != verbSend {
-				sample()
-			}
-		}
+	} else {
+		err = loop()
+	}
+	if err != nil {
+		return Report{}, err
 	}
 	q.scnt = scnt // what checkAtomics expects
 	rtt := 2.0
@@ -221,8 +258,24 @@ func (l *latRun) post(wr verbs.SendWR) error {
 		if err := l.ctx.Err(); err != nil {
 			return err
 		}
-		runtime.Gosched()
+		if !l.pause() {
+			return errLatStopped
+		}
 	}
+}
+
+// errLatStopped ends a latency loop that its driver abandoned.
+var errLatStopped = errors.New("latency loop stopped")
+
+// pause lets what the loop waits for happen: in handler mode it returns to
+// the receive handler until the next FPDU (or drive's tick) resumes it;
+// otherwise it yields the processor. false: the driver gave up on the loop.
+func (l *latRun) pause() bool {
+	if l.yield != nil {
+		return l.yield(struct{}{})
+	}
+	runtime.Gosched()
+	return true
 }
 
 // pollUntil takes completions until cond holds; false means the duration
@@ -242,6 +295,15 @@ func (l *latRun) pollUntil(cond func() bool) (bool, error) {
 		if l.timeUp() {
 			return false, nil
 		}
+		if l.yield != nil {
+			if err := l.ctx.Err(); err != nil {
+				return false, err
+			}
+			if !l.pause() {
+				return false, errLatStopped
+			}
+			continue
+		}
 		if idle++; idle < l.spin {
 			runtime.Gosched()
 			continue
@@ -257,6 +319,14 @@ func (l *latRun) pollUntil(cond func() bool) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// drain handles the completions queued now.
+func (l *latRun) drain() error {
+	if k := l.e.cq.Poll(l.e.wcs); k > 0 {
+		return l.handle(l.e.wcs[:k])
+	}
+	return nil
 }
 
 func (l *latRun) handle(wcs []verbs.WC) error {
@@ -285,7 +355,11 @@ func (l *latRun) spinByte(b []byte, i int, want byte) (bool, error) {
 		if loadByte(b, i) == want {
 			return true, nil
 		}
-		if spins < l.spin {
+		if l.yield != nil {
+			if !l.pause() {
+				return false, errLatStopped
+			}
+		} else if spins < l.spin {
 			if spins%64 != 0 {
 				continue
 			}

@@ -213,6 +213,9 @@ type Params struct {
 	// (verbs.ConnConfig.FirstFPDUDelay): siw as responder loses an FPDU
 	// that arrives too soon. With -R it defaults to perftestFPDUDelay.
 	FPDUDelay time.Duration
+	// LatPoll makes the latency tests poll from their own goroutine
+	// instead of stepping in the QP's receive handler (lat_handler.go).
+	LatPoll bool
 	// cycle is perftest's cycle_buffer as agreed with a perftest peer (the
 	// larger page size): the span of the peer's address cycling. 0 without
 	// perftest's exchange.

@@ -1,0 +1,24 @@
+package verbs
+
+// SetRxHandler makes the QP's receive goroutine call fn after each FPDU from
+// the peer, once its payload is placed and what it completes is on the CQ;
+// nil removes the handler.
+//
+// It is this software stack's substitute for polling: where a NIC places
+// data and an application spins on a CQ or on registered memory, here every
+// arrival would otherwise wake the application's goroutine from the
+// receive goroutine, a hand-off that costs about as much as the rest of a
+// loopback round trip. A handler runs the application's next step where the
+// data landed instead (a small Send or Write it posts goes out at once, on
+// the same goroutine).
+//
+// fn must not block or wait for the peer: nothing more arrives on this QP
+// while it runs. It may poll CQs, post WRs and read registered memory. A
+// call already under way may still run after SetRxHandler(nil) returns.
+func (qp *QP) SetRxHandler(fn func()) {
+	if fn == nil {
+		qp.rxFn.Store(nil)
+		return
+	}
+	qp.rxFn.Store(&fn)
+}
