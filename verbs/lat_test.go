@@ -94,3 +94,55 @@ func BenchmarkRawTCPPingPong(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSendPingPongHandler is BenchmarkSendPingPong with both ends
+// answering in their receive handlers (SetRxHandler): no goroutine hand-off
+// per message.
+func BenchmarkSendPingPongHandler(b *testing.B) {
+	c, s := connect(b, pairOpts{})
+	defer c.qp.Close()
+	defer s.qp.Close()
+	cb := c.regMR(nil, 8, LocalWrite)
+	sb := s.regMR(nil, 8, LocalWrite)
+	// echo takes sd's receive completions from its handler, reposts the
+	// receive and answers each while more is wanted.
+	echo := func(sd *side, mr *MR, more func() bool) func() {
+		var wc [4]WC
+		return func() {
+			for k := sd.rcq.Poll(wc[:]); k > 0; k = sd.rcq.Poll(wc[:]) {
+				for i := range wc[:k] {
+					if wc[i].Status != Success {
+						return
+					}
+					sd.qp.PostRecv(RecvWR{SGL: []SGE{mr.SGE(0, 8)}})
+					if more() {
+						sd.qp.PostSend(SendWR{Opcode: OpSend, Flags: Inline, InlineData: mr.Buf()})
+					}
+				}
+			}
+		}
+	}
+	for _, sd := range []*side{c, s} {
+		mr := map[*side]*MR{c: cb, s: sb}[sd]
+		if _, err := sd.qp.PostRecv(RecvWR{SGL: []SGE{mr.SGE(0, 8)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	n := 0 // the client's handler alone counts
+	s.qp.SetRxHandler(echo(s, sb, func() bool { return true }))
+	c.qp.SetRxHandler(echo(c, cb, func() bool {
+		if n++; n < b.N {
+			return true
+		}
+		close(done)
+		return false
+	}))
+	b.ReportAllocs()
+	b.ResetTimer()
+	if _, err := c.qp.PostSend(SendWR{Opcode: OpSend, Flags: Inline, InlineData: cb.Buf()}); err != nil {
+		b.Fatal(err)
+	}
+	<-done
+	b.StopTimer()
+}

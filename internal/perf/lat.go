@@ -4,7 +4,8 @@ package perf
 // run_iter_lat: a ping-pong of one message at a time (the client sends
 // first), or one RDMA Read at a time. The samples are the times between
 // successive posts, so a ping-pong sample is a round trip and is reported
-// halved.
+// halved. The loop either runs in the QP's receive handler (drive, the
+// default) or polls from its own goroutine (--lat-wait=poll).
 
 import (
 	"context"
