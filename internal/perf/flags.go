@@ -278,8 +278,9 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -b, --bidirectional   measure both directions at once (SYMMETRIC)
   -I, --inline_size=N   largest message sent inline (default 220 write_lat, 236 send_lat, 0 otherwise)
   -A, --atomic_type=T   CMP_AND_SWAP or FETCH_AND_ADD (default), atomic tests (SYMMETRIC)
-  -o, --outs=N          outstanding RDMA Reads and atomics: the QP's IRD and ORD (default 16; with -R
-                        128 for read tests, 1 otherwise, as perftest on siw)
+  -o, --outs=N          outstanding RDMA Reads and atomics: the QP's IRD and ORD (default 128 for
+                        read and atomic tests, as perftest: the device's maximum; 16 otherwise, and 1
+                        with -R)
   -Q, --cq-mod=N        signal every N-th send WR (default 100; 1 above 8 KiB unless given)
       --report_gbits    report Gb/s instead of MiB/s
       --output=WHAT     print only one number: bandwidth, message_rate or latency

@@ -154,6 +154,7 @@ const (
 	DefRxSend    = 512
 	DefCQMod     = 100
 	DefOuts      = 16
+	DefOutsRead  = 128     // read and atomic tests: perftest's default, the device's max_qp_rd_atom (ours and siw's)
 	sizeAtomic   = 8       // DEF_SIZE_ATOMIC: RFC 7306 atomics are 64-bit
 	MaxSize      = 8 << 20 // -a runs 2 .. MaxSize
 	MinIters     = 5
@@ -288,6 +289,9 @@ func (p *Params) finish() error {
 		if t == WriteBW {
 			p.Iters = DefItersWB
 		}
+	}
+	if !p.isSet("outs") && (t.verb() == verbRead || t.verb() == verbAtomic) {
+		p.Outs = DefOutsRead
 	}
 	if !p.isSet("tx-depth") {
 		p.TxDepth = DefTxBW

@@ -13,26 +13,27 @@ import (
 
 func TestDefaults(t *testing.T) {
 	for _, c := range []struct {
-		args                      []string
-		size, iters, tx, cqm, inl int
+		args                            []string
+		size, iters, tx, cqm, inl, outs int
 	}{
-		{[]string{"write_bw"}, 65536, 5000, 128, 1, 0}, // CQ moderation off above 8 KiB
-		{[]string{"write_bw", "-s", "4096"}, 4096, 5000, 128, 100, 0},
-		{[]string{"write_bw", "-Q", "16"}, 65536, 5000, 128, 16, 0},
-		{[]string{"read_bw", "-n", "50"}, 65536, 50, 50, 1, 0}, // tx depth at most the iterations
-		{[]string{"send_bw", "-s", "64", "-t", "8"}, 64, 1000, 8, 8, 0},
-		{[]string{"write_lat"}, 2, 1000, 1, 1, 220},
-		{[]string{"send_lat"}, 2, 1000, 1, 1, 236},
-		{[]string{"read_lat", "-I", "64"}, 2, 1000, 1, 1, 0},
-		{[]string{"tcp_bw", "-D", "2"}, 65536, 1000, 128, 1, 0},
-		{[]string{"atomic_bw"}, 8, 1000, 128, 100, 0}, // perftest: DEF_SIZE_ATOMIC
-		{[]string{"atomic_lat", "-s", "8"}, 8, 1000, 1, 1, 0},
+		{[]string{"write_bw"}, 65536, 5000, 128, 1, 0, 16}, // CQ moderation off above 8 KiB
+		{[]string{"write_bw", "-s", "4096"}, 4096, 5000, 128, 100, 0, 16},
+		{[]string{"write_bw", "-Q", "16"}, 65536, 5000, 128, 16, 0, 16},
+		{[]string{"read_bw", "-n", "50"}, 65536, 50, 50, 1, 0, 128}, // tx depth at most the iterations
+		{[]string{"read_bw", "-o", "4"}, 65536, 1000, 128, 1, 0, 4},
+		{[]string{"send_bw", "-s", "64", "-t", "8"}, 64, 1000, 8, 8, 0, 16},
+		{[]string{"write_lat"}, 2, 1000, 1, 1, 220, 16},
+		{[]string{"send_lat"}, 2, 1000, 1, 1, 236, 16},
+		{[]string{"read_lat", "-I", "64"}, 2, 1000, 1, 1, 0, 128},
+		{[]string{"tcp_bw", "-D", "2"}, 65536, 1000, 128, 1, 0, 16},
+		{[]string{"atomic_bw"}, 8, 1000, 128, 100, 0, 128}, // perftest: DEF_SIZE_ATOMIC
+		{[]string{"atomic_lat", "-s", "8"}, 8, 1000, 1, 1, 0, 128},
 	} {
 		p, demo, err := Parse(c.args)
 		require.NoError(t, err, "%v", c.args)
 		require.False(t, demo)
-		got := []int{p.Size, p.Iters, p.TxDepth, p.CQMod, p.Inline}
-		require.Equal(t, []int{c.size, c.iters, c.tx, c.cqm, c.inl}, got, "%v: size iters tx cq-mod inline", c.args)
+		got := []int{p.Size, p.Iters, p.TxDepth, p.CQMod, p.Inline, p.Outs}
+		require.Equal(t, []int{c.size, c.iters, c.tx, c.cqm, c.inl, c.outs}, got, "%v: size iters tx cq-mod inline outs", c.args)
 		require.Equal(t, DefPort, p.Port)
 	}
 	p, demo, err := Parse(nil)
