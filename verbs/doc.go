@@ -21,7 +21,10 @@
 // against the memory region in siw's order (STag, PD, rights, bounds) and
 // reads the payload from the socket straight into the registered memory.
 // PostSend and PostRecv run on the caller's goroutine and only copy the WR
-// into a ring. The first error wins: the loop that detects it builds the
+// into a ring (a small WR that answers the peer is also sent from there when
+// the transmit loop is idle). QP.SetRxHandler runs the application's code on
+// the receive loop after each FPDU, which saves the goroutine hand-off that
+// dominates a round trip's latency. The first error wins: the loop that detects it builds the
 // Terminate, the transmit loop sends it, the connection closes and every
 // outstanding WR completes with WRFlushErr.
 package verbs

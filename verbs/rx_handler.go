@@ -13,8 +13,10 @@ package verbs
 // the same goroutine).
 //
 // fn must not block or wait for the peer: nothing more arrives on this QP
-// while it runs. It may poll CQs, post WRs and read registered memory. A
-// call already under way may still run after SetRxHandler(nil) returns.
+// while it runs. Nor may it Close or Disconnect the QP, which wait for this
+// goroutine: hand those to another one. It may poll CQs, post WRs and read
+// registered memory. A call already under way may still run after
+// SetRxHandler(nil) returns.
 func (qp *QP) SetRxHandler(fn func()) {
 	if fn == nil {
 		qp.rxFn.Store(nil)
