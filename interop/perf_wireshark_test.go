@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,8 +47,7 @@ func TestWiresharkJudgesIwarpPerf(t *testing.T) {
 		for _, crc := range []string{"on", "off"} {
 			for _, mk := range []string{"none", "tx", "rx", "both"} {
 				t.Run(fmt.Sprintf("%s/crc=%s/markers=%s", tc.name, crc, mk), func(t *testing.T) {
-					p := freePort(t)
-					args := []string{tc.name, "--loopback", "-p", strconv.Itoa(p), "-n", "100",
+					args := []string{tc.name, "--loopback", "-n", "100",
 						"--crc", crc, "--markers", mk, "--fpdu", "1500"}
 					if tc.size != "" {
 						args = append(args, "-s", tc.size)
@@ -55,12 +55,17 @@ func TestWiresharkJudgesIwarpPerf(t *testing.T) {
 					if mk != "none" {
 						args = append(args, "--fpdu-per-segment")
 					}
-					pcap, stop := capture(t, p)
-					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-					defer cancel()
-					out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
-					require.NoError(t, err, "iwarp-perf %s:\n%s", strings.Join(args, " "), out)
-					stop()
+					var pcap string
+					for try := 1; ; try++ {
+						var dropped int
+						pcap, dropped = capturePerf(t, bin, args)
+						if dropped == 0 {
+							break
+						}
+						// Not the stack's doing: run it again.
+						t.Logf("try %d: tcpdump dropped %d packets, the capture cannot be judged", try, dropped)
+						require.Less(t, try, 3, "tcpdump kept dropping packets")
+					}
 
 					r := judgePerf(t, pcap)
 					t.Logf("iwarp-perf %s: %s", strings.Join(args, " "), r)
@@ -81,6 +86,20 @@ func TestWiresharkJudgesIwarpPerf(t *testing.T) {
 	}
 }
 
+// capturePerf runs iwarp-perf with args on a free port under tcpdump and
+// returns the capture and how many packets tcpdump dropped.
+func capturePerf(t *testing.T, bin string, args []string) (pcap string, dropped int) {
+	t.Helper()
+	p := freePort(t)
+	args = append(args, "-p", strconv.Itoa(p))
+	pcap, stop := capture(t, p)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	require.NoError(t, err, "iwarp-perf %s:\n%s", strings.Join(args, " "), out)
+	return pcap, stop()
+}
+
 // buildPerf builds cmd/iwarp-perf into the test's temporary directory.
 func buildPerf(t *testing.T) string {
 	t.Helper()
@@ -99,6 +118,7 @@ type segment struct {
 	ulpdus             []int  // ULPDU lengths of the FPDUs decoded in it
 	good, bad          int    // CRC checks
 	malformed          bool
+	retransmitted      bool // a copy of octets sent before
 }
 
 // direction is one direction of one TCP connection.
@@ -110,12 +130,20 @@ type direction struct {
 
 type perfVerdict struct {
 	conns, judged, goodCRC, unjudgedDirs int
-	problems                             []string
+	unjudgedOctets                       uint64 // after Wireshark lost its place (see judgeDirection)
+	problems, notes                      []string
 }
 
 func (v perfVerdict) String() string {
-	return fmt.Sprintf("%d connections, %d FPDUs judged (%d good CRCs), %d directions not judged",
+	s := fmt.Sprintf("%d connections, %d FPDUs judged (%d good CRCs), %d directions not judged",
 		v.conns, v.judged, v.goodCRC, v.unjudgedDirs)
+	if v.unjudgedOctets > 0 {
+		s += fmt.Sprintf(", %d octets not judged", v.unjudgedOctets)
+	}
+	for _, n := range v.notes {
+		s += "; " + n
+	}
+	return s
 }
 
 var (
@@ -130,10 +158,11 @@ func judgePerf(t *testing.T, pcap string) perfVerdict {
 	var order []*segment
 	out := tshark(t, pcap, "-Y", "tcp.len > 0", "-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,",
 		"-e", "frame.number", "-e", "tcp.stream", "-e", "tcp.srcport", "-e", "tcp.seq", "-e", "tcp.len",
-		"-e", "iwarp_mpa.key.req", "-e", "iwarp_mpa.key.rep", "-e", "iwarp_mpa.marker_flag", "-e", "iwarp_mpa.ulpdulength")
+		"-e", "iwarp_mpa.key.req", "-e", "iwarp_mpa.key.rep", "-e", "iwarp_mpa.marker_flag", "-e", "iwarp_mpa.ulpdulength",
+		"-e", "tcp.analysis.retransmission")
 	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
 		f := strings.Split(l, "\t")
-		require.Len(t, f, 9, "tshark fields: %q", l)
+		require.Len(t, f, 10, "tshark fields: %q", l)
 		s := &segment{}
 		s.frame, _ = strconv.Atoi(f[0])
 		s.stream, _ = strconv.Atoi(f[1])
@@ -148,6 +177,7 @@ func judgePerf(t *testing.T, pcap string) perfVerdict {
 				s.ulpdus = append(s.ulpdus, n)
 			}
 		}
+		s.retransmitted = f[9] != ""
 		frames[s.frame] = s
 		order = append(order, s)
 	}
@@ -234,14 +264,98 @@ func framing(ulpdu int) uint64 {
 	return uint64(2 + ulpdu + (4-(ulpdu+2)%4)%4 + 4)
 }
 
+// wiresharkMinFPDU is the FPDU header Wireshark 4.0 must see in one piece:
+// packet-iwarp-mpa.c hands tcp_dissect_pdus MPA_SMALLEST_FPDU_LEN (8) as the
+// fixed length, and when a segment ends fewer octets than that into an FPDU
+// the heuristic dissector drops them and reads the next segment as if an
+// FPDU began there (seen as one FPDU lost, or as a run of bad CRCs with
+// ULPDU lengths read from inside a payload).
+const wiresharkMinFPDU = 8
+
 func (v *perfVerdict) judgeDirection(stream, src int, d *direction) {
 	problem := func(s *segment, f string, a ...any) {
 		v.problems = append(v.problems, fmt.Sprintf("stream %d port %d frame %d (seq %d len %d): %s",
 			stream, src, s.frame, s.seq-d.start, s.len, fmt.Sprintf(f, a...)))
 	}
-	var total, covered uint64
+	// Wireshark reports a retransmitted segment's octets once, where they
+	// were first seen; the stream is judged in sequence order.
+	var segs []*segment
+	retransmitted := 0
 	for _, s := range d.segs {
-		total += s.len
+		if s.retransmitted {
+			retransmitted++
+			continue
+		}
+		segs = append(segs, s)
+	}
+	sort.SliceStable(segs, func(i, j int) bool { return segs[i].seq < segs[j].seq })
+	if retransmitted > 0 {
+		v.notes = append(v.notes, fmt.Sprintf("stream %d port %d: %d retransmitted segments left out", stream, src, retransmitted))
+	}
+	if d.markers {
+		v.judgeMarkedDirection(segs, d.start, problem)
+		return
+	}
+
+	// Without markers FPDUs run across segments. Walk the FPDU boundaries
+	// Wireshark decoded and find the first segment that ends fewer than
+	// wiresharkMinFPDU octets into an FPDU (cut): if anything goes wrong
+	// after it and only after it, Wireshark lost its place there and the
+	// rest of the direction is not judged.
+	type trouble struct {
+		at  int
+		msg string
+		s   *segment
+	}
+	var troubles []trouble
+	pos, end, cut := d.start, d.start, -1
+	var cutInto uint64
+	for i, s := range segs {
+		if s.malformed {
+			troubles = append(troubles, trouble{i, "malformed", s})
+		}
+		if s.bad > 0 {
+			troubles = append(troubles, trouble{i, fmt.Sprintf("%d bad CRCs", s.bad), s})
+		}
+		for _, u := range s.ulpdus {
+			pos += framing(u)
+		}
+		end = max(end, s.seq+s.len)
+		if cut < 0 && end > pos && end-pos < wiresharkMinFPDU {
+			cut, cutInto = i, end-pos
+		}
+	}
+	var ok []*segment
+	switch {
+	case len(troubles) == 0 && pos == end:
+		ok = segs
+	case cut >= 0 && (len(troubles) == 0 || troubles[0].at > cut):
+		ok = segs[:cut+1]
+		c := segs[cut]
+		v.unjudgedOctets += end - (c.seq + c.len)
+		v.notes = append(v.notes, fmt.Sprintf("stream %d port %d: frame %d ends %d octets into an FPDU, where Wireshark 4.0 "+
+			"loses its place; the %d octets after it are not judged", stream, src, c.frame, cutInto, end-(c.seq+c.len)))
+	default:
+		for _, tr := range troubles {
+			problem(tr.s, "%s", tr.msg)
+		}
+		if pos != end {
+			v.problems = append(v.problems, fmt.Sprintf("stream %d port %d: FPDUs decoded cover %d of %d octets",
+				stream, src, pos-d.start, end-d.start))
+		}
+		ok = segs
+	}
+	for _, s := range ok {
+		v.goodCRC += s.good
+		v.judged += len(s.ulpdus)
+	}
+}
+
+// judgeMarkedDirection judges a direction that carries markers, with one
+// FPDU in each segment (--fpdu-per-segment) and a marker every 512 octets
+// from d.start.
+func (v *perfVerdict) judgeMarkedDirection(segs []*segment, start uint64, problem func(*segment, string, ...any)) {
+	for _, s := range segs {
 		if s.malformed {
 			problem(s, "malformed")
 		}
@@ -250,14 +364,7 @@ func (v *perfVerdict) judgeDirection(stream, src int, d *direction) {
 		}
 		v.goodCRC += s.good
 		v.judged += len(s.ulpdus)
-		if !d.markers {
-			for _, u := range s.ulpdus {
-				covered += framing(u)
-			}
-			continue
-		}
-		// One FPDU per segment, markers every 512 octets from d.start.
-		off, end := s.seq-d.start, s.seq-d.start+s.len
+		off, end := s.seq-start, s.seq-start+s.len
 		markers := (end+511)/512 - (off+511)/512
 		switch {
 		case len(s.ulpdus) == 1 && framing(s.ulpdus[0])+4*markers == s.len:
@@ -266,8 +373,5 @@ func (v *perfVerdict) judgeDirection(stream, src int, d *direction) {
 		default:
 			problem(s, "%d FPDUs decoded (ULPDU lengths %v), %d markers due", len(s.ulpdus), s.ulpdus, markers)
 		}
-	}
-	if !d.markers && covered != total {
-		v.problems = append(v.problems, fmt.Sprintf("stream %d port %d: FPDUs decoded cover %d of %d octets", stream, src, covered, total))
 	}
 }

@@ -93,7 +93,13 @@ func vmCtx(t *testing.T, vm *siw.VM, timeout time.Duration) context.Context {
 func siwCapture(t *testing.T, port int) (string, func()) {
 	pcap, stopCapture := capture(t, port)
 	var once sync.Once
-	stop := func() { once.Do(stopCapture) }
+	stop := func() {
+		once.Do(func() {
+			if n := stopCapture(); n > 0 {
+				t.Logf("tcpdump dropped %d packets: the capture is incomplete", n)
+			}
+		})
+	}
 	t.Cleanup(stop)
 	return pcap, stop
 }

@@ -52,7 +52,7 @@ func TestWiresharkJudgesTraffic(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()
 					require.NoError(t, c.qp.Disconnect(ctx))
-					stop()
+					require.Zero(t, stop(), "packets tcpdump dropped: the capture is incomplete")
 
 					v := judge(t, pcap)
 					t.Logf("%s: %d FPDUs sent, Wireshark: %+v", name, want, v)
