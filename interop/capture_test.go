@@ -91,8 +91,9 @@ type verdict struct {
 	Expert                                                  string
 }
 
-// tcp.reassemble_out_of_order: a loopback capture on two CPUs sometimes
-// records a segment before the one it follows.
+// tcp.reassemble_out_of_order: on loopback a sender that moves between
+// CPUs can have a segment overtake the one before it (each CPU has its own
+// receive backlog); TCP then retransmits, and the capture shows both.
 var tsharkOpts = []string{"-n", "--enable-heuristic", "iwarp_mpa_tcp", "-o", "tcp.try_heuristic_first:TRUE",
 	"-o", "tcp.reassemble_out_of_order:TRUE",
 	"--disable-heuristic", "rpcrdma_iwarp", "--disable-heuristic", "smb_direct_iwarp"}
