@@ -35,6 +35,9 @@ type Reader struct {
 	left  int    // ULPDU octets not yet consumed
 	in    bool   // between Next and Finish
 	c     uint32 // running CRC
+	// crcDone: c already covers the whole FPDU, which was in the buffer
+	// when it began (one CRC pass instead of one per piece).
+	crcDone bool
 
 	hdr [MaxHeader]byte
 
@@ -79,7 +82,7 @@ func (r *Reader) Next() (int, error) {
 	if r.in {
 		return 0, errors.New("mpa: Next called before Finish")
 	}
-	r.c = 0
+	r.c, r.crcDone = 0, false
 	if r.tail == r.head {
 		if err := r.fill(1); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -104,12 +107,18 @@ func (r *Reader) Next() (int, error) {
 	// The length field is never split by a marker: FPDUs and markers are
 	// 4-aligned in the stream.
 	b := r.take(LenFieldLen)
-	if r.crc {
-		r.c = crcUpdate(r.c, b)
-	}
 	n := int(binary.BigEndian.Uint16(b))
 	if n > r.max {
 		return 0, errorf(CodeMarker, "ULPDU length %d exceeds %d", n, r.max)
+	}
+	if r.crc {
+		// Small FPDUs usually arrive whole: checksum them in one pass.
+		at := r.head - LenFieldLen
+		if covered := LenFieldLen + n + PadLen(n); !r.markers && r.tail-at >= covered {
+			r.c, r.crcDone = crcUpdate(0, r.buf[at:at+covered]), true
+		} else {
+			r.c = crcUpdate(r.c, b) // after a marker that precedes the FPDU
+		}
 	}
 	r.ulen, r.left, r.in = n, n, true
 	return n, nil
@@ -172,7 +181,7 @@ func (r *Reader) ReadFull(dst []byte) error {
 			}
 			continue
 		}
-		if r.crc {
+		if r.crc && !r.crcDone {
 			r.c = crcUpdate(r.c, dst[:n])
 		}
 		r.pos += uint64(n)

@@ -240,6 +240,20 @@ func TestReaderErrors(t *testing.T) {
 		require.ErrorAs(t, err, &e)
 		require.Equal(t, CodeCRC, e.Code)
 	})
+	t.Run("bad CRC without markers", func(t *testing.T) {
+		// Every octet after the length field of a 701-octet ULPDU (3 pad
+		// octets), read from a buffer that holds the whole FPDU (one CRC
+		// pass) and one octet at a time (a pass per piece).
+		plain := writeStream(t, true, false, make([]byte, 701), []byte("second"))
+		for i := LenFieldLen; i < FPDULen(701); i++ {
+			b := bytes.Clone(plain)
+			b[i] ^= 0x40
+			require.ErrorIs(t, readAll(NewReader(bytes.NewReader(b), true, false, 0, nil)), ErrCRC, "octet %d, whole", i)
+			require.ErrorIs(t, readAll(NewReader(iotest.OneByteReader(bytes.NewReader(b)), true, false, 0, nil)), ErrCRC,
+				"octet %d, one at a time", i)
+		}
+		require.ErrorIs(t, readAll(NewReader(bytes.NewReader(plain), true, false, 0, nil)), io.EOF)
+	})
 	t.Run("CRC not checked when off", func(t *testing.T) {
 		b := writeStream(t, false, false, []byte("x"))
 		b[len(b)-1] = 0xee
