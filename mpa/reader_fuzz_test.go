@@ -2,7 +2,9 @@ package mpa
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
+	"testing/iotest"
 )
 
 // FuzzReader feeds arbitrary octets to the FPDU reader with every CRC and
@@ -21,27 +23,17 @@ func FuzzReader(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte, crc, markers bool, split uint16) {
-		r := NewReader(bytes.NewReader(data), crc, markers, 1024, nil)
-		var got [][]byte
-		for len(got) < 1000 {
-			n, err := r.Next()
-			if err != nil {
-				break
+		got, err := readULPDUs(NewReader(bytes.NewReader(data), crc, markers, 1024, nil), split)
+		// Read an octet at a time, the Reader takes every CRC piece by
+		// piece instead of an FPDU in one pass: it must come to the same.
+		got1, err1 := readULPDUs(NewReader(iotest.OneByteReader(bytes.NewReader(data)), crc, markers, 1024, nil), split)
+		if fmt.Sprint(err) != fmt.Sprint(err1) || len(got) != len(got1) {
+			t.Fatalf("whole: %d ULPDUs, %v; an octet at a time: %d ULPDUs, %v", len(got), err, len(got1), err1)
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], got1[i]) {
+				t.Fatalf("ULPDU %d differs read whole and an octet at a time", i)
 			}
-			u := make([]byte, n)
-			h := min(int(split)%(n+1), MaxHeader)
-			b, err := r.Header(h)
-			if err != nil {
-				break
-			}
-			copy(u, b)
-			if err := r.ReadFull(u[h:]); err != nil {
-				break
-			}
-			if err := r.Finish(); err != nil {
-				break
-			}
-			got = append(got, u)
 		}
 		var out bytes.Buffer
 		w := NewWriter(&out, crc, markers)
@@ -66,4 +58,31 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// readULPDUs reads up to 1000 FPDUs, taking split octets of each as a
+// header first, and returns their ULPDUs and the error that stopped it.
+func readULPDUs(r *Reader, split uint16) ([][]byte, error) {
+	var got [][]byte
+	for len(got) < 1000 {
+		n, err := r.Next()
+		if err != nil {
+			return got, err
+		}
+		u := make([]byte, n)
+		h := min(int(split)%(n+1), MaxHeader)
+		b, err := r.Header(h)
+		if err != nil {
+			return got, err
+		}
+		copy(u, b)
+		if err := r.ReadFull(u[h:]); err != nil {
+			return got, err
+		}
+		if err := r.Finish(); err != nil {
+			return got, err
+		}
+		got = append(got, u)
+	}
+	return got, nil
 }
