@@ -1,0 +1,73 @@
+//go:build interop
+
+package interop
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestJudgeDirection checks the iwarp-perf judge on made-up segment lists:
+// it excuses Wireshark's losing its place after a segment that ends a few
+// octets into an FPDU, and nothing else.
+func TestJudgeDirection(t *testing.T) {
+	const start = 100
+	f := framing(1494) // 1500 octets
+	// seg is a segment of n octets at stream offset off in which Wireshark
+	// completed the FPDUs ulpdus.
+	seg := func(frame int, off, n uint64, ulpdus ...int) *segment {
+		return &segment{frame: frame, seq: start + off, len: n, ulpdus: ulpdus, good: len(ulpdus)}
+	}
+	judge := func(segs ...*segment) perfVerdict {
+		var v perfVerdict
+		v.judgeDirection(1, 1000, &direction{start: start, segs: segs})
+		return v
+	}
+
+	t.Run("clean, FPDUs across segments", func(t *testing.T) {
+		v := judge(seg(1, 0, 1000), seg(2, 1000, 2*f-1000, 1494, 1494))
+		require.Empty(t, v.problems)
+		require.Equal(t, 2, v.judged)
+		require.Zero(t, v.unjudgedOctets)
+	})
+	t.Run("lost after a segment ending 4 octets into an FPDU", func(t *testing.T) {
+		bad := seg(3, f+4, 3*f-4, 46333)
+		bad.bad, bad.good = 1, 0
+		v := judge(seg(2, 0, f+4, 1494), bad)
+		require.Empty(t, v.problems)
+		require.Equal(t, 1, v.judged, "the FPDU before the cut")
+		require.Equal(t, uint64(3*f-4), v.unjudgedOctets)
+		require.Len(t, v.notes, 1)
+		require.Contains(t, v.notes[0], "frame 2 ends 4 octets into an FPDU")
+	})
+	t.Run("an FPDU missing after such a segment", func(t *testing.T) {
+		v := judge(seg(2, 0, f+4, 1494), seg(3, f+4, 2*f-4, 1494))
+		require.Empty(t, v.problems)
+		require.Positive(t, v.unjudgedOctets)
+	})
+	t.Run("bad CRC before any such segment", func(t *testing.T) {
+		bad := seg(2, 0, f, 1494)
+		bad.bad, bad.good = 1, 0
+		v := judge(bad, seg(3, f, f+4, 1494), seg(4, 2*f+4, f-4, 1494))
+		require.Len(t, v.problems, 1)
+		require.Contains(t, v.problems[0], "1 bad CRCs")
+	})
+	t.Run("octets not covered, no such segment", func(t *testing.T) {
+		v := judge(seg(2, 0, f, 1494), seg(3, f, f+100))
+		require.Len(t, v.problems, 1)
+		require.Contains(t, v.problems[0], "cover 1500 of 3100 octets")
+	})
+	t.Run("a segment ending 8 octets into an FPDU excuses nothing", func(t *testing.T) {
+		v := judge(seg(2, 0, f+8, 1494), seg(3, f+8, f-8))
+		require.Len(t, v.problems, 1)
+	})
+	t.Run("retransmissions left out", func(t *testing.T) {
+		re := seg(3, 0, f, 1494)
+		re.retransmitted = true
+		v := judge(seg(2, 0, f, 1494), re, seg(4, f, f, 1494))
+		require.Empty(t, v.problems)
+		require.Equal(t, 2, v.judged)
+		require.Contains(t, v.notes[0], "1 retransmitted segments left out")
+	})
+}
