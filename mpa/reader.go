@@ -117,7 +117,9 @@ func (r *Reader) Next() (int, error) {
 		if covered := LenFieldLen + n + PadLen(n); !r.markers && r.tail-at >= covered {
 			r.c, r.crcDone = crcUpdate(0, r.buf[at:at+covered]), true
 		} else {
-			r.c = crcUpdate(r.c, b) // after a marker that precedes the FPDU
+			// Piece by piece; r.c already holds a marker that preceded
+			// the length field.
+			r.c = crcUpdate(r.c, b)
 		}
 	}
 	r.ulen, r.left, r.in = n, n, true
