@@ -154,14 +154,18 @@ func (qp *QP) rxTerminate(h ddp.Untagged, n int) error {
 	if h.QN() != rdmap.QNTerminate {
 		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "Terminate on QN %d", h.QN())
 	}
-	if n > len(x.hdr)-x.hl {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMsgTooLong, "Terminate of %d octets", n)
-	}
-	if err := x.r.ReadFull(x.hdr[x.hl : x.hl+n]); err != nil {
+	// Whatever a Terminate carries, it is never answered: read what the
+	// header buffer holds (more than the longest Terminate, RFC 5040
+	// section 4.8: 4 + 2 + 18 + 28 octets) and discard the rest.
+	k := min(n, len(x.hdr)-x.hl)
+	if err := x.r.ReadFull(x.hdr[x.hl : x.hl+k]); err != nil {
 		return err
 	}
-	t, err := rdmap.ParseTerminate(x.hdr[x.hl : x.hl+n])
-	x.hl += n
+	if err := x.r.Skip(n - k); err != nil {
+		return err
+	}
+	t, err := rdmap.ParseTerminate(x.hdr[x.hl : x.hl+k])
+	x.hl += k
 	if err != nil {
 		// Still a Terminate: the peer is done with us, even if it says so badly.
 		t = rdmap.Terminate{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeLocalCatastrophic, Code: rdmap.CodeUnspecified}

@@ -791,6 +791,28 @@ func TestScriptedPeerTerminate(t *testing.T) {
 		{"siw form: LLP CRC", []byte{0x02, 0x02, 0x00, 0x00},
 			rdmap.Terminate{Layer: rdmap.LayerLLP, EType: rdmap.ETypeMPA, Code: uint8(mpa.CodeCRC), SiwForm: true}},
 	}
+	// Long bodies: whatever a Terminate carries is read as far as it
+	// matters and the rest discarded, never answered (an outside
+	// hostile-peer suite found 111 octets and more answered with "DDP
+	// message too long"). The RFC-encoded LLP CRC control word, then zeros.
+	for _, n := range []int{52, 110, 111, 200, 1000, 4000} {
+		body := make([]byte, n)
+		copy(body, []byte{0x20, 0x02, 0x00, 0x00})
+		cases = append(cases, struct {
+			name string
+			body []byte
+			want rdmap.Terminate
+		}{fmt.Sprintf("LLP CRC, body of %d octets", n), body, llpTerm(mpa.CodeCRC)})
+	}
+	// The outside suite's own case: 02 06 00 00 and 196 zeros, which
+	// decodes as RDMAP(0), remote operation(2), code 6.
+	long := make([]byte, 200)
+	copy(long, []byte{0x02, 0x06, 0x00, 0x00})
+	cases = append(cases, struct {
+		name string
+		body []byte
+		want rdmap.Terminate
+	}{"outside suite: 200 octets", long, rdmap.Terminate{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeRemoteOperation, Code: 6}})
 	for _, k := range cases {
 		t.Run(k.name, func(t *testing.T) {
 			s := startScenario(t, scenarioOpts{recvs: 2})
