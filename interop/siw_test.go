@@ -151,9 +151,9 @@ func TestSiwRpingServer(t *testing.T) {
 		{"rev1-ord0", mpa.Config{Rev: 1, CRC: mpa.CRCOff}, 64, "", mpa.Params{Rev: 1}},
 		// Peer-to-peer: we offer Write and Read RTRs, siw picks Write; then
 		// Read alone. Last, in case the guest kernel does not survive it.
-		{"p2p-rtr-write", mpa.Config{Rev: 2, CRC: mpa.CRCOn, P2P: true}, 64, "",
+		{"p2p-rtr-write", mpa.Config{Rev: 2, CRC: mpa.CRCOn, P2P: mpa.P2POn}, 64, "",
 			mpa.Params{Rev: 2, CRC: true, P2P: true, RTR: mpa.RTRWrite}},
-		{"p2p-rtr-read", mpa.Config{Rev: 2, CRC: mpa.CRCOn, P2P: true, RTRs: mpa.RTRRead}, 64, "",
+		{"p2p-rtr-read", mpa.Config{Rev: 2, CRC: mpa.CRCOn, P2P: mpa.P2POn, RTRs: mpa.RTRRead}, 64, "",
 			mpa.Params{Rev: 2, CRC: true, P2P: true, RTR: mpa.RTRRead}},
 	}
 	var fwds []siw.Forward
@@ -447,7 +447,7 @@ func TestSiwP2PSendRTR(t *testing.T) {
 	e, err := rping.NewEndpoint()
 	require.NoError(t, err)
 	defer e.QP.Close()
-	cfg := rping.ConnConfig(verbs.ConnConfig{MPA: mpa.Config{Rev: 2, CRC: mpa.CRCOn, P2P: true, RTRs: mpa.RTRSend},
+	cfg := rping.ConnConfig(verbs.ConnConfig{MPA: mpa.Config{Rev: 2, CRC: mpa.CRCOn, P2P: mpa.P2POn, RTRs: mpa.RTRSend},
 		FirstFPDUDelay: siwFirstFPDUDelay})
 	_, err = e.QP.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", hp), nil, cfg)
 	require.NoError(t, err)

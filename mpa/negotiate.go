@@ -47,15 +47,16 @@ type Config struct {
 	MarkersRx bool
 	// RefuseMarkers refuses a peer that asks us to send markers, as siw does.
 	RefuseMarkers bool
-	// P2P is peer-to-peer mode: the initiator sends an RTR message first.
-	// An initiator asks for it; a responder then refuses Rev 2 Requests that
-	// do not ask (it accepts peer-to-peer Requests either way). Rev 1 cannot
-	// negotiate it, so with Rev 1 both sides assume it if configured alike,
-	// as iw_cxgb4 (peer2peer, p2p_type) and Windows SMB Direct do.
-	P2P bool
+	// P2P is peer-to-peer mode (RFC 6581 section 9): the initiator sends an
+	// RTR message first, and the responder sends nothing before it. The
+	// default, P2PAuto, offers it on Rev 2 with a Read RTR and goes on
+	// without it if the responder does not take it; see P2PMode.
+	P2P P2PMode
 	// RTRs are the RTR messages an initiator offers, or a responder accepts;
-	// 0 means RTRWrite|RTRRead, as siw. A responder picks Write over Read
-	// over Send, like siw; so does a Rev 1 peer-to-peer side.
+	// 0 means RTRWrite|RTRRead, as siw, except that a P2PAuto initiator
+	// offers RTRRead alone (its answer tells that the responder reads). A
+	// responder picks Write over Read over Send, like siw; so does a Rev 1
+	// peer-to-peer side.
 	RTRs RTR
 	// IRD and ORD are the most inbound and outbound RDMA Read Requests this
 	// side can have outstanding, at most MaxIRDORD. Rev 2 never agrees to
@@ -74,6 +75,37 @@ type Config struct {
 	StrictRTR bool
 }
 
+// P2PMode says whether a side uses peer-to-peer mode.
+type P2PMode uint8
+
+const (
+	// P2PAuto: an initiator offers peer-to-peer mode on Rev 2, with a Read
+	// RTR unless RTRs says otherwise, and goes on without it when the
+	// responder does not echo A; a responder takes it when offered. The
+	// Read RTR's answer is the one event that tells an initiator the
+	// responder's QP reads the stream (Linux siw hands the socket to its QP
+	// only after sending its Reply). Rev 1 cannot negotiate it: off.
+	P2PAuto P2PMode = iota
+	// P2POn requires it: an initiator fails the start-up when the responder
+	// does not echo A, a responder rejects Rev 2 Requests that do not ask.
+	// Rev 1 cannot negotiate it, so with Rev 1 both sides assume it if
+	// configured alike, as iw_cxgb4 (peer2peer, p2p_type) and Windows SMB
+	// Direct do.
+	P2POn
+	// P2POff: an initiator does not offer it. A responder still takes it
+	// when offered (RFC 6581 section 9.2: a Reply echoes A).
+	P2POff
+)
+
+var p2pNames = [...]string{"auto", "on", "off"}
+
+func (m P2PMode) String() string {
+	if int(m) < len(p2pNames) {
+		return p2pNames[m]
+	}
+	return fmt.Sprintf("P2PMode(%d)", uint8(m))
+}
+
 // settled returns c with its defaults filled in.
 func (c Config) settled() (Config, error) {
 	if c.Rev == 0 {
@@ -83,6 +115,8 @@ func (c Config) settled() (Config, error) {
 		c.RTRs = RTRWrite | RTRRead
 	}
 	switch {
+	case c.P2P > P2POff:
+		return c, fmt.Errorf("mpa: config: unknown %v", c.P2P)
 	case c.Rev > MaxRev:
 		return c, fmt.Errorf("mpa: config: MPA revision %d not supported", c.Rev)
 	case c.CRC > CRCStrict:
@@ -141,12 +175,15 @@ func (e *RejectError) Is(target error) bool { return target == ErrRejected }
 // BuildRequest returns the initiator's Request, carrying the ULP private data
 // pd (not copied when Rev is 1).
 func BuildRequest(c Config, pd []byte) (Frame, error) {
-	c, err := c.settled()
-	if err != nil {
+	if _, err := c.settled(); err != nil {
 		return Frame{}, err
 	}
-	f := Frame{Markers: c.MarkersRx, CRC: c.CRC.asks(), Rev: c.Rev, PrivateData: pd}
-	if c.Rev < 2 {
+	rev := c.Rev
+	if rev == 0 {
+		rev = MaxRev
+	}
+	f := Frame{Markers: c.MarkersRx, CRC: c.CRC.asks(), Rev: rev, PrivateData: pd}
+	if rev < 2 {
 		if len(pd) > MaxPrivateData {
 			return Frame{}, pdTooLong(len(pd), MaxPrivateData)
 		}
@@ -155,8 +192,16 @@ func BuildRequest(c Config, pd []byte) (Frame, error) {
 	if len(pd) > MaxPrivateData-IRDORDLen {
 		return Frame{}, pdTooLong(len(pd), MaxPrivateData-IRDORDLen)
 	}
+	auto := c.P2P == P2PAuto && c.RTRs == RTRNone
+	c, err := c.settled()
+	if err != nil {
+		return Frame{}, err
+	}
+	if auto {
+		c.RTRs = RTRRead
+	}
 	v := IRDORD{IRD: c.IRD, ORD: c.ORD}
-	if c.P2P {
+	if c.P2P != P2POff {
 		v.P2P, v.RTR = true, c.RTRs
 		v.ORD = rtrCredit(v.RTR, v.ORD) // like siw_connect in peer-to-peer mode
 	}
@@ -235,9 +280,9 @@ func Respond(c Config, req Frame, pd []byte) (reply Frame, p Params, err error) 
 			rej.PrivateData = IRDORD{IRD: c.IRD, ORD: c.ORD, P2P: true, RTR: c.RTRs}.Append(nil)
 			return rej, Params{}, errorf(CodeNoMatchingRTR, "initiator offers RTR %v, we accept %v", peer.RTR, c.RTRs)
 		}
-	case enhanced && c.P2P:
+	case enhanced && c.P2P == P2POn:
 		return Reject(c, req, nil), Params{}, errorf(CodeNoMatchingRTR, "initiator did not ask for peer-to-peer mode")
-	case c.P2P:
+	case !enhanced && c.P2P == P2POn:
 		p.P2P, p.RTR = true, pickRTR(c.RTRs) // Rev 1: assumed, see Config.P2P
 	}
 	p.IRD = rtrCredit(p.RTR, p.IRD)
@@ -318,7 +363,7 @@ func ConfirmReply(c Config, req, rep Frame) (Params, error) {
 		// RFC 6581 section 9: an enhanced Request gets an enhanced Reply.
 		return Params{}, errorf(CodeInvalidReqRep, "Rev 2 Reply without H to an enhanced Request")
 	case !rep.HasIRDORD():
-		if c.P2P {
+		if c.P2P == P2POn {
 			p.P2P, p.RTR = true, pickRTR(c.RTRs) // assumed, see Config.P2P
 			p.ORD = rtrCredit(p.RTR, p.ORD)
 		}
@@ -340,8 +385,11 @@ func ConfirmReply(c Config, req, rep Frame) (Params, error) {
 	}
 	p.IRD, p.ORD = min(mine.IRD, peer.ORD), min(mine.ORD, peer.IRD)
 	switch {
-	case mine.P2P && !peer.P2P:
+	case mine.P2P && !peer.P2P && c.P2P == P2POn:
 		return Params{}, errorf(CodeNoMatchingRTR, "responder did not echo peer-to-peer flag A")
+	case mine.P2P && !peer.P2P && peer.RTR == RTRNone:
+		// Offered, not taken (P2PAuto): without peer-to-peer mode.
+		mine.P2P = false
 	case mine.P2P && !singleRTR(peer.RTR):
 		return Params{}, errorf(CodeNoMatchingRTR, "responder chose RTR %v, not exactly one", peer.RTR)
 	case mine.P2P && peer.RTR&^mine.RTR != 0 && c.StrictRTR:

@@ -20,6 +20,11 @@ type exchange struct {
 func runStartup(t *testing.T, ini, resp Config, reqPD, repPD []byte) exchange {
 	t.Helper()
 	var x exchange
+	if ini.P2P == P2PAuto && ini.RTRs == RTRNone {
+		// Tests of other features start without peer-to-peer mode;
+		// TestPeerToPeerAuto covers the default offer.
+		ini.P2P = P2POff
+	}
 	sent, err := BuildRequest(ini, reqPD)
 	require.NoError(t, err)
 	wire, err := sent.Append(nil)
@@ -263,17 +268,17 @@ func TestPeerToPeer(t *testing.T) {
 		p2p       bool
 	}{
 		{name: "off"},
-		{name: "default offer", ini: Config{P2P: true}, p2p: true, rtr: RTRWrite},
-		{name: "write", ini: Config{P2P: true, RTRs: RTRWrite}, p2p: true, rtr: RTRWrite},
-		{name: "read", ini: Config{P2P: true, RTRs: RTRRead}, p2p: true, rtr: RTRRead},
-		{name: "send", ini: Config{P2P: true, RTRs: RTRSend}, resp: Config{RTRs: all}, p2p: true, rtr: RTRSend},
-		{name: "read over send", ini: Config{P2P: true, RTRs: RTRSend | RTRRead}, resp: Config{RTRs: all}, p2p: true, rtr: RTRRead},
-		{name: "responder accepts only read", ini: Config{P2P: true}, resp: Config{RTRs: RTRRead}, p2p: true, rtr: RTRRead},
-		{name: "no match", ini: Config{P2P: true, RTRs: RTRSend}, want: respRefuses},
-		{name: "responder requires it", resp: Config{P2P: true}, want: respRefuses},
-		{name: "both want it", ini: Config{P2P: true}, resp: Config{P2P: true}, p2p: true, rtr: RTRWrite},
-		{name: "rev 1, assumed", ini: Config{Rev: 1, P2P: true, RTRs: RTRRead}, resp: Config{P2P: true, RTRs: RTRRead}, p2p: true, rtr: RTRRead},
-		{name: "rev 1 fallback, assumed", ini: Config{P2P: true}, resp: Config{Rev: 1, P2P: true}, p2p: true, rtr: RTRWrite},
+		{name: "default offer", ini: Config{P2P: P2POn}, p2p: true, rtr: RTRWrite},
+		{name: "write", ini: Config{P2P: P2POn, RTRs: RTRWrite}, p2p: true, rtr: RTRWrite},
+		{name: "read", ini: Config{P2P: P2POn, RTRs: RTRRead}, p2p: true, rtr: RTRRead},
+		{name: "send", ini: Config{P2P: P2POn, RTRs: RTRSend}, resp: Config{RTRs: all}, p2p: true, rtr: RTRSend},
+		{name: "read over send", ini: Config{P2P: P2POn, RTRs: RTRSend | RTRRead}, resp: Config{RTRs: all}, p2p: true, rtr: RTRRead},
+		{name: "responder accepts only read", ini: Config{P2P: P2POn}, resp: Config{RTRs: RTRRead}, p2p: true, rtr: RTRRead},
+		{name: "no match", ini: Config{P2P: P2POn, RTRs: RTRSend}, want: respRefuses},
+		{name: "responder requires it", resp: Config{P2P: P2POn}, want: respRefuses},
+		{name: "both want it", ini: Config{P2P: P2POn}, resp: Config{P2P: P2POn}, p2p: true, rtr: RTRWrite},
+		{name: "rev 1, assumed", ini: Config{Rev: 1, P2P: P2POn, RTRs: RTRRead}, resp: Config{P2P: P2POn, RTRs: RTRRead}, p2p: true, rtr: RTRRead},
+		{name: "rev 1 fallback, assumed", ini: Config{P2P: P2POn}, resp: Config{Rev: 1, P2P: P2POn}, p2p: true, rtr: RTRWrite},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := runStartup(t, tc.ini, tc.resp, nil, nil)
@@ -302,10 +307,10 @@ func TestPeerToPeer(t *testing.T) {
 }
 
 func TestPeerToPeerBadReplies(t *testing.T) {
-	cfg := Config{P2P: true, IRD: 2, ORD: 2} // offers Write|Read
+	cfg := Config{P2P: P2POn, IRD: 2, ORD: 2} // offers Write|Read
 	req, err := BuildRequest(cfg, nil)
 	require.NoError(t, err)
-	plain, err := BuildRequest(Config{IRD: 2, ORD: 2}, nil)
+	plain, err := BuildRequest(Config{IRD: 2, ORD: 2, P2P: P2POff}, nil)
 	require.NoError(t, err)
 	reply := func(v IRDORD) Frame {
 		v.IRD, v.ORD = 2, 2
@@ -331,7 +336,10 @@ func TestPeerToPeerBadReplies(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cfg
 			c.StrictRTR = tc.strict
-			c.P2P = tc.req.PrivateData[0]&0x80 != 0
+			c.P2P = P2POff
+			if tc.req.PrivateData[0]&0x80 != 0 {
+				c.P2P = P2POn
+			}
 			p, err := ConfirmReply(c, tc.req, reply(tc.v))
 			if tc.want == RTRNone {
 				requireCode(t, err, CodeNoMatchingRTR)
@@ -521,7 +529,7 @@ func TestGoldenSiwExchange(t *testing.T) {
 	// Our Request (IRD 16, ORD 4), and siw's answer when its application
 	// asks for IRD = ORD = 16: it echoes C and H, ORD := min(our IRD, 16),
 	// and raises its IRD to at least our ORD.
-	ourReq, err := BuildRequest(Config{IRD: 16, ORD: 4}, nil)
+	ourReq, err := BuildRequest(Config{IRD: 16, ORD: 4, P2P: P2POff}, nil)
 	require.NoError(t, err)
 	require.Equal(t, frameHex(t, "MPA ID Req Frame|50 02 0004 0010 0004"), encode(ourReq))
 	siwRep, _, err := ParseFrame(frameHex(t, "MPA ID Rep Frame|50 02 0004 0010 0010"))
@@ -534,4 +542,70 @@ func TestGoldenSiwExchange(t *testing.T) {
 func TestCRCPolicyString(t *testing.T) {
 	require.Equal(t, "strict", CRCStrict.String())
 	require.Equal(t, "CRCPolicy(9)", CRCPolicy(9).String())
+}
+
+// P2PAuto, the default: an initiator offers peer-to-peer mode with a Read
+// RTR alone, whose answer tells it that the responder's QP reads; a
+// responder that does not take it leaves the connection without it.
+func TestPeerToPeerAuto(t *testing.T) {
+	encode := func(f Frame) []byte {
+		b, err := f.Append(nil)
+		require.NoError(t, err)
+		return b
+	}
+	req, err := BuildRequest(Config{IRD: 16, ORD: 4}, nil)
+	require.NoError(t, err)
+	// A (0x8000) in the IRD word, the Read RTR (0x4000) in the ORD word.
+	require.Equal(t, frameHex(t, "MPA ID Req Frame|50 02 0004 8010 4004"), encode(req))
+	// ORD 0 is raised to 1: the Read RTR takes a credit (as siw_connect).
+	req0, err := BuildRequest(Config{}, nil)
+	require.NoError(t, err)
+	require.Equal(t, frameHex(t, "MPA ID Req Frame|50 02 0004 8000 4001"), encode(req0))
+
+	for _, tc := range []struct {
+		name string
+		resp Config
+		p2p  bool
+		rtr  RTR
+		code LLPCode // the responder's rejection, 0: none
+	}{
+		{name: "our responder's default takes it", resp: Config{IRD: 8, ORD: 8}, p2p: true, rtr: RTRRead},
+		{name: "a responder that requires it", resp: Config{P2P: P2POn, IRD: 8, ORD: 8}, p2p: true, rtr: RTRRead},
+		{name: "a responder accepting only Write RTRs rejects", resp: Config{RTRs: RTRWrite, IRD: 8, ORD: 8}, code: CodeNoMatchingRTR},
+		{name: "a Rev 1 responder: none", resp: Config{Rev: 1, IRD: 8, ORD: 8}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ini := Config{IRD: 8, ORD: 8}
+			sent, err := BuildRequest(ini, nil)
+			require.NoError(t, err)
+			rep, p, err := Respond(tc.resp, sent, nil)
+			if tc.code != 0 {
+				requireCode(t, err, tc.code)
+				require.True(t, rep.Reject)
+				return
+			}
+			require.NoError(t, err)
+			q, err := ConfirmReply(ini, sent, rep)
+			require.NoError(t, err)
+			require.Equal(t, tc.p2p, p.P2P)
+			require.Equal(t, tc.p2p, q.P2P)
+			require.Equal(t, tc.rtr, q.RTR)
+			require.Equal(t, tc.rtr, p.RTR)
+		})
+	}
+	// A Rev 2 responder that does not echo A: the auto initiator goes on
+	// without peer-to-peer mode; one that requires it (P2POn) fails.
+	noA := Frame{Reply: true, CRC: true, Enhanced: true, Rev: 2, PrivateData: IRDORD{IRD: 8, ORD: 8}.Append(nil)}
+	p, err := ConfirmReply(Config{IRD: 8, ORD: 8}, req, noA)
+	require.NoError(t, err)
+	require.False(t, p.P2P)
+	require.Equal(t, RTRNone, p.RTR)
+	_, err = ConfirmReply(Config{P2P: P2POn, IRD: 8, ORD: 8}, req, noA)
+	requireCode(t, err, CodeNoMatchingRTR)
+	// An initiator that turns it off offers nothing.
+	off, err := BuildRequest(Config{IRD: 16, ORD: 4, P2P: P2POff}, nil)
+	require.NoError(t, err)
+	require.Equal(t, frameHex(t, "MPA ID Req Frame|50 02 0004 0010 0004"), encode(off))
+	_, err = BuildRequest(Config{P2P: 7}, nil)
+	require.Error(t, err)
 }

@@ -20,7 +20,7 @@ func startupSeeds(f *testing.F) [][]byte {
 	for _, c := range []Config{
 		{},
 		{Rev: 1, CRC: CRCOff, MarkersRx: true},
-		{P2P: true, RTRs: RTRSend | RTRWrite | RTRRead, IRD: 0x1234, ORD: MaxIRDORD},
+		{P2P: P2POn, RTRs: RTRSend | RTRWrite | RTRRead, IRD: 0x1234, ORD: MaxIRDORD},
 	} {
 		req, err := BuildRequest(c, []byte("private"))
 		if err != nil {
@@ -74,7 +74,7 @@ func FuzzParseFrame(f *testing.F) {
 		_, _ = fr.IRDORD()
 		// The policy takes any parsed frame without panicking, and what it
 		// sends encodes.
-		for _, c := range []Config{{}, {Rev: 1, P2P: true, StrictIRD: true, RefuseMarkers: true}} {
+		for _, c := range []Config{{}, {Rev: 1, P2P: P2POn, StrictIRD: true, RefuseMarkers: true}} {
 			if fr.Reply {
 				req, _ := BuildRequest(c, nil)
 				_, _ = ConfirmReply(c, req, fr)

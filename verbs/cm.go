@@ -45,13 +45,33 @@ type ConnConfig struct {
 	// does). The wait for TCP is bounded: a peer that closes its window
 	// for longer (segmentWaitMax) gets the next FPDU appended anyway.
 	SegmentPerFPDU bool
+	// FirstFPDUHold bounds how long a QP that must not send first holds
+	// its work requests back (Read Responses and Terminates are never
+	// held): a responder outside peer-to-peer mode until the initiator's
+	// first FPDU has arrived and checked out (RFC 5044 section 7.1.2: "MPA
+	// Responder mode implementations MUST receive and validate at least one
+	// FPDU before sending any FPDUs"), and an initiator that sent a Read
+	// RTR (the P2PAuto default) until its answer, which tells that the
+	// responder's QP reads the stream. The event ends the hold at once;
+	// this is the fallback for applications whose protocol has the
+	// responder speak first (rdma_cm's cmatose, perftest), and for a peer
+	// that stalled an RTR (below). Default 100 ms; negative: no fallback,
+	// the RFC's rule strictly. A peer-to-peer responder holds until the
+	// RTR, bounded by RequestTimeout.
+	//
+	// Why: Linux siw (6.1) as initiator fails the connection (-EPROTO,
+	// "peer sent extra data") when an FPDU is already queued behind the
+	// Reply as it reads it; as responder it hands the socket to its QP only
+	// after sending its Reply, and an FPDU that arrives in between sits
+	// unread until more data comes. The hold keeps our first FPDU out of
+	// both windows whenever the other side's events allow.
+	FirstFPDUHold time.Duration
 	// FirstFPDUDelay holds the initiator's first FPDU back for this long
-	// after the MPA Reply. RFC 5044 lets the initiator send at once, and
-	// that is the default; but Linux siw (seen in 6.1) as responder hands
-	// the socket to its QP only after sending the Reply, and an FPDU that
-	// arrives in between sits unread until more data comes — a request
-	// the application then waits on forever. A few milliseconds (more under
-	// emulation) avoid it with such peers.
+	// after the MPA Reply, whatever the responder does. RFC 5044 lets the
+	// initiator send at once, and that is the default; with P2PAuto (the
+	// Read RTR above) it is rarely needed. For a siw responder without
+	// peer-to-peer mode, a few milliseconds (more under emulation) avoid
+	// the race FirstFPDUHold describes.
 	FirstFPDUDelay time.Duration
 	// RFC7306 enables the RFC 7306 extensions (atomics, Immediate Data) on
 	// the connection. MPA has no bit to negotiate them, so both sides must
@@ -69,6 +89,9 @@ func (c *ConnConfig) defaults() {
 	}
 	if c.ReadBuffer <= 0 {
 		c.ReadBuffer = mpa.DefaultReadBuffer
+	}
+	if c.FirstFPDUHold == 0 {
+		c.FirstFPDUHold = 100 * time.Millisecond
 	}
 }
 
@@ -305,7 +328,7 @@ func (l *Listener) handshake(conn *net.TCPConn) {
 	upd, err := req.ULPPrivateData()
 	if err != nil {
 		// Enhanced without its IRD/ORD word: siw rejects.
-		if b, e := mpa.Reject(l.cfg.MPA, req, nil).Append(nil); e == nil {
+		if b, e := mpa.Reject(l.rejectConfig(), req, nil).Append(nil); e == nil {
 			conn.Write(b)
 		}
 		return
@@ -410,6 +433,21 @@ func (r *ConnRequest) accept(qp *QP, pd []byte) error {
 	return nil
 }
 
+// rejectConfig is the start-up policy a Listener rejects with: a Reject to
+// an enhanced Request carries our IRD and ORD, which RFC 6581 section 9.1
+// has the initiator pass to its application (to retry with), so unset ones
+// are what a QP of the device would take.
+func (l *Listener) rejectConfig() mpa.Config {
+	m := l.cfg.MPA
+	if m.IRD == 0 {
+		m.IRD = uint16(min(l.dev.attr.MaxIRD, mpa.MaxIRDORD))
+	}
+	if m.ORD == 0 {
+		m.ORD = uint16(min(l.dev.attr.MaxORD, mpa.MaxIRDORD))
+	}
+	return m
+}
+
 // Reject refuses the request with private data pd (a Reply with R set), and
 // closes the connection.
 func (r *ConnRequest) Reject(pd []byte) error {
@@ -417,7 +455,7 @@ func (r *ConnRequest) Reject(pd []byte) error {
 	r.once.Do(func() {
 		defer r.conn.Close()
 		var b []byte
-		b, err = mpa.Reject(r.l.cfg.MPA, r.req, pd).Append(nil)
+		b, err = mpa.Reject(r.l.rejectConfig(), r.req, pd).Append(nil)
 		if err == nil {
 			r.conn.SetWriteDeadline(time.Now().Add(r.l.cfg.RequestTimeout))
 			_, err = r.conn.Write(b)

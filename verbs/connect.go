@@ -60,6 +60,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	} else {
 		close(qp.rtrDone)
 	}
+	qp.holdFirst(p, cfg.FirstFPDUHold, initiator)
 	if p.P2P && initiator {
 		if err := qp.sendRTR(p.RTR); err != nil {
 			return err
@@ -71,6 +72,32 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	go qp.txLoop()
 	go qp.rxLoop()
 	return nil
+}
+
+// holdFirst holds the send queue back when this side must not send first
+// (see ConnConfig.FirstFPDUHold): released by releaseHold on the event, or
+// by the fallback timer.
+func (qp *QP) holdFirst(p mpa.Params, fallback time.Duration, initiator bool) {
+	switch {
+	case !initiator && p.P2P:
+		fallback = -1 // the RTR or nothing: awaitRTR bounds the wait
+	case !initiator:
+		qp.rx.holdTillFPDU = true
+	case p.P2P && p.RTR == mpa.RTRRead:
+	default:
+		return
+	}
+	qp.holdSQ.Store(true)
+	if fallback > 0 {
+		qp.holdTimer = time.AfterFunc(fallback, qp.releaseHold)
+	}
+}
+
+// releaseHold lets the send queue go.
+func (qp *QP) releaseHold() {
+	if qp.holdSQ.CompareAndSwap(true, false) {
+		wake(qp.wake)
+	}
 }
 
 // sendRTR sends the initiator's RTR message, the first FPDU of a

@@ -54,8 +54,8 @@ func TestConnectionOptions(t *testing.T) {
 		}
 	}
 	for _, rtr := range []mpa.RTR{mpa.RTRSend, mpa.RTRWrite, mpa.RTRRead} {
-		c := mpa.Config{P2P: true, RTRs: rtr, IRD: 8, ORD: 8}
-		s := mpa.Config{P2P: true, RTRs: mpa.RTRSend | mpa.RTRWrite | mpa.RTRRead, IRD: 8, ORD: 8}
+		c := mpa.Config{P2P: mpa.P2POn, RTRs: rtr, IRD: 8, ORD: 8}
+		s := mpa.Config{P2P: mpa.P2POn, RTRs: mpa.RTRSend | mpa.RTRWrite | mpa.RTRRead, IRD: 8, ORD: 8}
 		cases = append(cases, tc{"p2p/" + rtr.String(), c, s})
 	}
 	for _, k := range cases {
@@ -132,7 +132,8 @@ func TestRejectCarriesResponderIRDORD(t *testing.T) {
 	require.ErrorAs(t, err, &re)
 	require.NotNil(t, re.Responder)
 	require.ErrorIs(t, <-accepted, mpa.ErrInsufficientIRD)
-	require.Equal(t, mpa.IRDORD{IRD: 4, ORD: 2}, *re.Responder)
+	// A echoed: our Request offered peer-to-peer mode (P2PAuto).
+	require.Equal(t, mpa.IRDORD{IRD: 4, ORD: 2, P2P: true}, *re.Responder)
 
 	// Retrying with what the responder offers connects.
 	c2 := newSide(t, pairOpts{ird: int(re.Responder.ORD), ord: int(re.Responder.IRD)})
@@ -173,10 +174,11 @@ func TestFirstFPDUDelay(t *testing.T) {
 
 // A QP created with negative IRD/ORD advertises MPA IRD/ORD 0/0 (what
 // perftest sends for tests without Reads), and a Read Request to it is
-// answered with a Terminate: it serves none.
+// answered with a Terminate: it serves none. (Without peer-to-peer mode: a
+// Read RTR takes one ORD credit, as in siw.)
 func TestZeroIRDORD(t *testing.T) {
 	checkRoutines(t)
-	c, s := connect(t, pairOpts{ird: -1, ord: -1})
+	c, s := connect(t, pairOpts{ird: -1, ord: -1, client: ConnConfig{MPA: mpa.Config{P2P: mpa.P2POff}}})
 	require.Zero(t, c.qp.Params().IRD)
 	require.Zero(t, c.qp.Params().ORD)
 	require.Zero(t, s.qp.Params().IRD)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/goiwarp/iwarp/mpa"
 )
@@ -102,7 +103,10 @@ type QP struct {
 	irdq readQueue // peer's Read Requests: rx pushes, tx serves
 	ordq readQueue // our outstanding Reads: tx pushes, rx completes
 
-	rtrDone chan struct{} // closed when the peer-to-peer RTR has arrived (or none is due)
+	rtrDone   chan struct{} // closed when the peer-to-peer RTR has arrived (or none is due)
+	peerFIN   atomic.Bool   // the peer closed its stream: send what is owed, start no new WR
+	holdSQ    atomic.Bool   // this side must not send first yet (holdFirst)
+	holdTimer *time.Timer   // the hold's fallback, if any
 
 	errOnce   sync.Once
 	err       error         // first fatal cause, set in errOnce

@@ -33,8 +33,9 @@ type rxState struct {
 
 	readOff uint32 // octets of the oldest outstanding Read placed so far
 
-	expectRTR mpa.RTR // peer-to-peer responder: the RTR the first FPDU must be
-	rtrSeen   bool    // the current FPDU is that RTR: close rtrDone once it checked out
+	expectRTR    mpa.RTR // peer-to-peer responder: the RTR the first FPDU must be
+	rtrSeen      bool    // the current FPDU is that RTR: close rtrDone once it checked out
+	holdTillFPDU bool    // responder: the first FPDU that checks out releases the send queue
 
 	// What the current segment does once its CRC has checked out: payload
 	// may be placed before the CRC arrives, but nothing a segment causes
@@ -87,23 +88,17 @@ func (qp *QP) rxLoop() {
 		if err == nil && x.rtrSeen {
 			x.rtrSeen = false
 			close(qp.rtrDone)
+			qp.releaseHold()
+		}
+		if err == nil && x.holdTillFPDU {
+			x.holdTillFPDU = false
+			qp.releaseHold() // the initiator's first FPDU checked out
 		}
 		if err != nil {
 			qp.rxFailed(err)
 			// Keep reading until the peer closes or the linger ends, so that
 			// the kernel does not answer our own Terminate with a reset.
 			io.Copy(io.Discard, qp.conn)
-			return
-		}
-	}
-}
-
-// txSettle waits, at most d, until the transmit side is not in the middle
-// of a write.
-func (qp *QP) txSettle(d time.Duration) {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Microsecond) {
-		if qp.txMu.TryLock() {
-			qp.txMu.Unlock()
 			return
 		}
 	}
@@ -130,13 +125,7 @@ func (qp *QP) rxFailed(err error) {
 	}
 	switch {
 	case errors.Is(err, io.EOF):
-		// The peer may close as soon as it has read our last message, while
-		// the transmit loop is between that write and recording it
-		// (sqWritten): give it a moment, so that the WR completes rather
-		// than flushes. Bounded: a write the peer never reads must not hold
-		// the close up.
-		qp.txSettle(20 * time.Millisecond)
-		qp.disconnected()
+		qp.peerClosed()
 	case errors.As(err, &remote):
 		// The peer is done with us: close now rather than wait for it.
 		qp.setError(&TerminateError{Remote: true, Terminate: remote.Terminate.Clone()})
@@ -238,7 +227,9 @@ func (qp *QP) rxCommit() error {
 		idx, rtr := j.sqIdx, j.rtr
 		x.readOff = 0
 		qp.ordq.pop()
-		if !rtr {
+		if rtr {
+			qp.releaseHold() // our Read RTR answered: the responder reads
+		} else {
 			qp.completeSQ(idx, Success)
 		}
 		wake(qp.wake) // a fenced WR or a Read held back by the ORD may go now

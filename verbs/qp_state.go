@@ -90,10 +90,23 @@ func (qp *QP) connLost(err error) {
 	}
 }
 
-// disconnected records an orderly close by the peer (end of stream between
-// FPDUs): we close our half too.
+// disconnected records an orderly close (end of stream between FPDUs).
 func (qp *QP) disconnected() {
 	qp.setError(ErrDisconnected)
+}
+
+// peerClosed handles the peer's orderly close (FIN between FPDUs, seen by
+// the receive loop). A half-closed TCP connection still carries data the
+// other way (RFC 9293 section 3.6), so the work the peer asked for before
+// its FIN is not dropped: the transmit loop finishes the message it is in,
+// sends every Read and Atomic Response owed, starts no new WR, and then
+// records the close (txLoop). Whether a WR completes or flushes is thus
+// decided by what was written, never by a clock; the write deadline only
+// bounds a peer that stops reading.
+func (qp *QP) peerClosed() {
+	qp.conn.SetWriteDeadline(time.Now().Add(termLinger))
+	qp.peerFIN.Store(true)
+	wake(qp.wake)
 }
 
 // termPending reports whether a Terminate is due or was sent; the transmit
@@ -126,6 +139,9 @@ func (qp *QP) loopDone() {
 	}
 	qp.setError(ErrDisconnected) // no-op when a cause is recorded
 	qp.state.Store(int32(StateError))
+	if qp.holdTimer != nil {
+		qp.holdTimer.Stop()
+	}
 	qp.conn.Close()
 	qp.flushAll()
 	close(qp.done)

@@ -68,6 +68,12 @@ func (qp *QP) txLoop() {
 			qp.txMu.Unlock()
 			return
 		}
+		if qp.peerFIN.Load() && !qp.txOwed() {
+			// Everything the peer asked for before its FIN is written.
+			qp.disconnected()
+			qp.txMu.Unlock()
+			return
+		}
 		if !worked {
 			qp.tx.w.Idle()
 		}
@@ -189,9 +195,15 @@ func (qp *QP) txInline(small bool) {
 	}
 }
 
+// txOwed reports whether a message is half written or a Read or Atomic
+// Response is owed to the peer.
+func (qp *QP) txOwed() bool {
+	return qp.tx.cur != nil || qp.tx.rr != nil || qp.irdq.len() > 0
+}
+
 // txPending reports whether the transmit loop has work left.
 func (qp *QP) txPending() bool {
-	if qp.tx.cur != nil || qp.tx.rr != nil || qp.irdq.len() > 0 {
+	if qp.txOwed() {
 		return true
 	}
 	qp.sqMu.Lock()
@@ -236,6 +248,9 @@ func (qp *QP) txFill() (worked bool, err error) {
 // nextSQ hands the transmit loop the next SQ entry, unless a fence or the
 // ORD holds it back.
 func (qp *QP) nextSQ() (*sqe, uint64) {
+	if qp.peerFIN.Load() || qp.holdSQ.Load() {
+		return nil, 0 // the peer has closed (peerClosed), or we may not send first (holdFirst)
+	}
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
 	if qp.sqNext == qp.sqTail {

@@ -49,6 +49,9 @@ func dialPeer(t testing.TB, addr string, c mpa.Config) *rawPeer {
 	conn := nc.(*net.TCPConn)
 	t.Cleanup(func() { conn.Close() })
 	conn.SetDeadline(time.Now().Add(peerTimeout))
+	if c.P2P == mpa.P2PAuto && c.RTRs == mpa.RTRNone {
+		c.P2P = mpa.P2POff // a raw initiator sends no RTR unless a test asks
+	}
 	req, err := mpa.BuildRequest(c, nil)
 	require.NoError(t, err)
 	b, err := req.Append(nil)
@@ -91,7 +94,15 @@ func answerDial(t testing.TB, qp *QP, cfg ConnConfig, c mpa.Config) *rawPeer {
 	_, err = conn.Write(b)
 	require.NoError(t, err)
 	require.NoError(t, <-errc, "qp.Dial")
-	return newRawPeer(conn, p)
+	rp := newRawPeer(conn, p)
+	if p.P2P && p.RTR == mpa.RTRRead {
+		// The stack's Read RTR (its default, P2PAuto), answered with the
+		// empty Read Response it waits for before it sends anything else.
+		rr := rp.wantReadRequest(t, 1)
+		require.Zero(t, rr.Size(), "the Read RTR is empty")
+		rp.send(t, ddp.AppendTagged(nil, true, rdmap.Ctrl(rdmap.OpReadResponse), rr.SinkSTag(), rr.SinkTO()))
+	}
+	return rp
 }
 
 func newRawPeer(conn *net.TCPConn, p mpa.Params) *rawPeer {

@@ -470,7 +470,7 @@ func TestHostileRequestAnswered(t *testing.T) {
 		// the Listener: a Reject with an all-zero word.
 		{name: "enhanced Request too short for the IRD/ORD word", listener: true,
 			req:   mpaFrame(reqKey, flagC|flagH, 2, 2, []byte{0, 8}),
-			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(0, 0))},
+			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(128, 128))},
 		// Markers: "When '1' Markers MUST be added" (RFC 5044 section
 		// 7.1.1 M), which RefuseMarkers does not do; siw rejects ("MPA
 		// Markers: currently not supported"), the Reject has no M.
@@ -518,19 +518,19 @@ func TestHostileRequestAnswered(t *testing.T) {
 		// the models do not match, LLP code 0x07 (RFC 6581 section 8); the
 		// Reject echoes A = 0 (section 9.2: "The responder MUST set Control
 		// Flag A to 0 if Control Flag A is 0 in the request").
-		{name: "peer-to-peer listener, client-server Request", mpa: mpa.Config{P2P: true},
+		{name: "peer-to-peer listener, client-server Request", mpa: mpa.Config{P2P: mpa.P2POn},
 			req:   mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(8, 8)),
 			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(4, 4)), err: mpa.ErrNoMatchingRTR,
-			good: mpa.Config{P2P: true, RTRs: mpa.RTRWrite, IRD: 4, ORD: 4}},
+			good: mpa.Config{P2P: mpa.P2POn, RTRs: mpa.RTRWrite, IRD: 4, ORD: 4}},
 		// Only a Send RTR offered, we take only Reads: the Reject echoes A
 		// and, RFC 6581 section 9.2, "If the responder does not support any
 		// of the initiator-specified RTR indication options, then the
 		// responder MUST set at least one RTR indication type option it
 		// supports": D.
-		{name: "no common RTR", mpa: mpa.Config{P2P: true, RTRs: mpa.RTRRead | mpa.RTRWrite},
+		{name: "no common RTR", mpa: mpa.Config{P2P: mpa.P2POn, RTRs: mpa.RTRRead | mpa.RTRWrite},
 			req:   mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(wordA|wordB|8, 8)),
 			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(wordA|4, wordC|wordD|4)), err: mpa.ErrNoMatchingRTR,
-			good: mpa.Config{P2P: true, RTRs: mpa.RTRWrite, IRD: 4, ORD: 4}, bug: bugRejectRTR},
+			good: mpa.Config{P2P: mpa.P2POn, RTRs: mpa.RTRWrite, IRD: 4, ORD: 4}, bug: bugRejectRTR},
 	}
 	for _, k := range cases {
 		t.Run(k.name, func(t *testing.T) {
@@ -599,22 +599,28 @@ func TestHostileAppReject(t *testing.T) {
 	checkRoutines(t)
 	why := []byte("go away")
 	cases := []struct {
-		name  string
-		rev   uint8 // the Listener's MPA revision (0: 2)
-		req   []byte
-		pd    []byte
-		reply []byte
+		name                 string
+		rev                  uint8  // the Listener's MPA revision (0: 2)
+		listenIRD, listenORD uint16 // the Listener's IRD and ORD (0: unset)
+		req                  []byte
+		pd                   []byte
+		reply                []byte
 	}{
 		{name: "Rev 1", req: mpaFrame(reqKey, flagC, 1, 5, []byte("hello")), pd: why,
 			reply: mpaFrame(repKey, flagR, 1, 7, why)},
+		// RFC 6581 section 9.1: the Reject's IRD and ORD are passed to the
+		// initiator's application; unset, they are what a QP of the device
+		// would take (128 each by default), not 0.
 		{name: "Rev 2 enhanced", req: mpaFrame(reqKey, flagC|flagH, 2, 9, irdord(8, 8), []byte("hello")), pd: why,
-			reply: mpaFrame(repKey, flagR|flagH, 2, 11, irdord(0, 0), why)},
+			reply: mpaFrame(repKey, flagR|flagH, 2, 11, irdord(128, 128), why)},
 		{name: "Rev 2 enhanced, peer-to-peer", req: mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(wordA|8, wordC|wordD|8)), pd: why,
-			reply: mpaFrame(repKey, flagR|flagH, 2, 11, irdord(wordA, 0), why)},
+			reply: mpaFrame(repKey, flagR|flagH, 2, 11, irdord(wordA|128, 128), why)},
+		{name: "Rev 2 enhanced, listener's IRD/ORD", listenIRD: 5, listenORD: 6, req: mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(8, 8)), pd: why,
+			reply: mpaFrame(repKey, flagR|flagH, 2, 11, irdord(5, 6), why)},
 		{name: "Rev 2 without H", req: mpaFrame(reqKey, flagC, 2, 0), pd: why,
 			reply: mpaFrame(repKey, flagR, 2, 7, why)},
 		{name: "Rev 2 enhanced, no private data", req: mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(8, 8)),
-			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(0, 0))},
+			reply: mpaFrame(repKey, flagR|flagH, 2, 4, irdord(128, 128))},
 		// A Rev 1 responder answers a Rev 2 Request with Rev 1, where the
 		// word has no place.
 		{name: "Rev 1 listener, Rev 2 Request", rev: 1, req: mpaFrame(reqKey, flagC|flagH, 2, 4, irdord(8, 8)), pd: why,
@@ -623,7 +629,7 @@ func TestHostileAppReject(t *testing.T) {
 	for _, k := range cases {
 		t.Run(k.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStackSide(t, ConnConfig{MPA: mpa.Config{Rev: k.rev}, RequestTimeout: startupSlow})
+			s := newStackSide(t, ConnConfig{MPA: mpa.Config{Rev: k.rev, IRD: k.listenIRD, ORD: k.listenORD}, RequestTimeout: startupSlow})
 			c := rawConnect(t, s.ln.Addr().String())
 			rawWrite(t, c, k.req)
 			r := s.getRequest(t)
@@ -729,8 +735,8 @@ func TestHostileListenerOverload(t *testing.T) {
 // not come within RequestTimeout.
 func TestHostileRTR(t *testing.T) {
 	checkRoutines(t) // once for all subtests: the check costs 0.4 s
-	listener := mpa.Config{P2P: true, RTRs: mpa.RTRWrite | mpa.RTRRead}
-	good := mpa.Config{P2P: true, RTRs: mpa.RTRWrite, IRD: 4, ORD: 4}
+	listener := mpa.Config{P2P: mpa.P2POn, RTRs: mpa.RTRWrite | mpa.RTRRead}
+	good := mpa.Config{P2P: mpa.P2POn, RTRs: mpa.RTRWrite, IRD: 4, ORD: 4}
 	type tc struct {
 		name   string
 		offer  mpa.RTR
@@ -780,7 +786,7 @@ func TestHostileRTR(t *testing.T) {
 			s := newStackSide(t, ConnConfig{MPA: listener, RequestTimeout: hostileTimeout})
 			q := s.newQP(t, 4, 4)
 			errc := s.acceptAsync(q)
-			p := dialPeer(t, s.ln.Addr().String(), mpa.Config{P2P: true, RTRs: k.offer, IRD: 4, ORD: 4})
+			p := dialPeer(t, s.ln.Addr().String(), mpa.Config{P2P: mpa.P2POn, RTRs: k.offer, IRD: 4, ORD: 4})
 			replied := time.Now()
 			require.True(t, p.params.P2P)
 			require.Equal(t, k.offer, p.params.RTR, "the RTR the stack chose")
@@ -853,10 +859,10 @@ func TestHostileDial(t *testing.T) {
 		accepted   func(t *testing.T, qp *QP)
 		bug        string
 	}
-	p2p := ConnConfig{MPA: mpa.Config{P2P: true, RTRs: mpa.RTRWrite}}
+	p2p := ConnConfig{MPA: mpa.Config{P2P: mpa.P2POn, RTRs: mpa.RTRWrite}}
 	// StrictRTR: the default accepts a single RTR we did not offer (siw
 	// picks Write whatever is offered); strict refuses it, as siw does.
-	p2pStrict := ConnConfig{MPA: mpa.Config{P2P: true, RTRs: mpa.RTRWrite, StrictRTR: true}}
+	p2pStrict := ConnConfig{MPA: mpa.Config{P2P: mpa.P2POn, RTRs: mpa.RTRWrite, StrictRTR: true}}
 	cases := []tc{
 		// RFC 5044 section 7.1.2 rule 3: "if the Rejected Connection bit is
 		// set to '1', the implementation MUST exit MPA, leaving the TCP
@@ -953,7 +959,7 @@ func TestHostileDial(t *testing.T) {
 			term: mpa.CodeNoMatchingRTR, is: []error{mpa.ErrNoMatchingRTR}},
 		{name: "Reply without A", cfg: p2p, reply: mpaFrame(repKey, flagC|flagH, 2, 4, irdord(8, wordC|8)),
 			term: mpa.CodeNoMatchingRTR, is: []error{mpa.ErrNoMatchingRTR}},
-		{name: "client-server Request, Reply chooses an RTR", reply: mpaFrame(repKey, flagC|flagH, 2, 4, irdord(wordA|8, wordC|8)),
+		{name: "client-server Request, Reply chooses an RTR", cfg: ConnConfig{MPA: mpa.Config{P2P: mpa.P2POff}}, reply: mpaFrame(repKey, flagC|flagH, 2, 4, irdord(wordA|8, wordC|8)),
 			term: mpa.CodeNoMatchingRTR, is: []error{mpa.ErrNoMatchingRTR}},
 		// The Reply asked for markers (M) and we accept them (RefuseMarkers
 		// is off): our first octets in full operation, the Terminate's, must
@@ -976,7 +982,7 @@ func TestHostileDial(t *testing.T) {
 			}
 			conn, req, res := rawResponder(t, q.qp, cfg, ctxTimeout, k.ctxCancel)
 			require.True(t, req.CRC == (cfg.MPA.CRC == mpa.CRCOn || cfg.MPA.CRC == mpa.CRCRequired))
-			if cfg.MPA.P2P {
+			if cfg.MPA.P2P == mpa.P2POn {
 				v, err := req.IRDORD()
 				require.NoError(t, err)
 				require.Equal(t, mpa.IRDORD{IRD: 8, ORD: 8, P2P: true, RTR: mpa.RTRWrite}, v, "our Request offers only Write")

@@ -290,7 +290,7 @@ func connConfig(p *Params, client bool) verbs.ConnConfig {
 		m.MarkersRx = c2s
 	}
 	if p.P2P != mpa.RTRNone {
-		m.P2P, m.RTRs = true, p.P2P
+		m.P2P, m.RTRs = mpa.P2POn, p.P2P
 	}
 	c := verbs.ConnConfig{MPA: m, MaxFPDU: p.MaxFPDU, SegmentPerFPDU: p.SegmentPerFPDU,
 		RFC7306: p.Test.verb() == verbAtomic}
