@@ -70,6 +70,20 @@ func dialPeer(t testing.TB, addr string, c mpa.Config) *rawPeer {
 // policy c.
 func answerDial(t testing.TB, qp *QP, cfg ConnConfig, c mpa.Config) *rawPeer {
 	t.Helper()
+	rp := answerDialNoRTR(t, qp, cfg, c)
+	if rp.params.P2P && rp.params.RTR == mpa.RTRRead {
+		// The stack's Read RTR (its default, P2PAuto), answered with the
+		// empty Read Response it waits for before it sends anything else.
+		rr := rp.wantReadRequest(t, 1)
+		require.Zero(t, rr.Size(), "the Read RTR is empty")
+		rp.send(t, ddp.AppendTagged(nil, true, rdmap.Ctrl(rdmap.OpReadResponse), rr.SinkSTag(), rr.SinkTO()))
+	}
+	return rp
+}
+
+// answerDialNoRTR is answerDial without the answer to a Read RTR.
+func answerDialNoRTR(t testing.TB, qp *QP, cfg ConnConfig, c mpa.Config) *rawPeer {
+	t.Helper()
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	require.NoError(t, err)
 	defer ln.Close()
@@ -94,15 +108,7 @@ func answerDial(t testing.TB, qp *QP, cfg ConnConfig, c mpa.Config) *rawPeer {
 	_, err = conn.Write(b)
 	require.NoError(t, err)
 	require.NoError(t, <-errc, "qp.Dial")
-	rp := newRawPeer(conn, p)
-	if p.P2P && p.RTR == mpa.RTRRead {
-		// The stack's Read RTR (its default, P2PAuto), answered with the
-		// empty Read Response it waits for before it sends anything else.
-		rr := rp.wantReadRequest(t, 1)
-		require.Zero(t, rr.Size(), "the Read RTR is empty")
-		rp.send(t, ddp.AppendTagged(nil, true, rdmap.Ctrl(rdmap.OpReadResponse), rr.SinkSTag(), rr.SinkTO()))
-	}
-	return rp
+	return newRawPeer(conn, p)
 }
 
 func newRawPeer(conn *net.TCPConn, p mpa.Params) *rawPeer {
