@@ -41,6 +41,13 @@ func setSockopts(rc syscall.RawConn, cfg *Config, buffers bool) error {
 	return err
 }
 
+// readable peeks one octet: false while the socket would block.
+func readable(fd uintptr) (bool, error) {
+	var b [1]byte
+	_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	return err != unix.EAGAIN && err != unix.EINTR, nil
+}
+
 func buffered(rc syscall.RawConn) (int, error) { return ioctlInt(rc, unix.SIOCINQ, "SIOCINQ") }
 
 func unsent(rc syscall.RawConn) (int, error) { return ioctlInt(rc, unix.SIOCOUTQNSD, "SIOCOUTQNSD") }

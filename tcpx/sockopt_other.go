@@ -15,6 +15,9 @@ func setSockopts(syscall.RawConn, *Config, bool) error { return errUnsupported }
 
 func emss(syscall.RawConn) (int, error) { return 0, errUnsupported }
 
+// readable cannot peek here: AwaitReadable then waits for the deadline.
+func readable(uintptr) (bool, error) { return false, nil }
+
 func buffered(syscall.RawConn) (int, error) { return 0, errUnsupported }
 
 func unsent(syscall.RawConn) (int, error) { return 0, errUnsupported }

@@ -242,3 +242,24 @@ func Info(c *net.TCPConn) (Stats, error) {
 	}
 	return info(rc)
 }
+
+// AwaitReadable blocks until c has something to read — data, the peer's FIN
+// or a pending error — or c's read deadline passes (then it returns the
+// deadline's error), and consumes nothing. A connection manager uses it to
+// notice, at no cost, that a connection it holds for later has died.
+func AwaitReadable(c *net.TCPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("tcpx: %w", err)
+	}
+	var perr error
+	if err := rc.Read(func(fd uintptr) bool {
+		var ready bool
+		ready, perr = readable(fd)
+		return ready || perr != nil
+	}); err != nil {
+		return err
+	}
+	return perr
+}
+

@@ -73,6 +73,14 @@ type ConnConfig struct {
 	// peer-to-peer mode, a few milliseconds (more under emulation) avoid
 	// the race FirstFPDUHold describes.
 	FirstFPDUDelay time.Duration
+	// Backlog bounds, on a Listener, the connection requests read but not
+	// yet taken by GetRequest (default 1024); one more is refused with an
+	// MPA Reject, as Linux's iw_cm does past its backlog. BacklogTimeout
+	// bounds how long one waits there (default 10 s, the initiator's own
+	// wait for a Reply in siw); then it is closed. A queued request whose
+	// initiator closes or resets gives its place back at once.
+	Backlog        int
+	BacklogTimeout time.Duration
 	// RFC7306 enables the RFC 7306 extensions (atomics, Immediate Data) on
 	// the connection. MPA has no bit to negotiate them, so both sides must
 	// set it; a QP without it never sends them and answers them with a
@@ -89,6 +97,12 @@ func (c *ConnConfig) defaults() {
 	}
 	if c.ReadBuffer <= 0 {
 		c.ReadBuffer = mpa.DefaultReadBuffer
+	}
+	if c.Backlog <= 0 {
+		c.Backlog = 1024
+	}
+	if c.BacklogTimeout <= 0 {
+		c.BacklogTimeout = 10 * time.Second
 	}
 	if c.FirstFPDUHold == 0 {
 		c.FirstFPDUHold = 100 * time.Millisecond
@@ -201,12 +215,12 @@ func ctxErr(ctx context.Context, err error) error {
 
 // Listener accepts iWARP connections: it reads each MPA Request (bounded by
 // RequestTimeout, so a silent client costs one goroutine for that long) and
-// hands valid ones to GetRequest. One bad client never stops it.
+// queues valid ones for GetRequest (bounded by Backlog and BacklogTimeout).
+// One bad client never stops it.
 type Listener struct {
 	dev  *Device
 	ln   *tcpx.Listener
 	cfg  ConnConfig
-	reqs chan *ConnRequest
 	stop chan struct{}
 	sem  chan struct{} // bounds handshakes in progress
 	wg   sync.WaitGroup
@@ -214,6 +228,8 @@ type Listener struct {
 
 	mu      sync.Mutex
 	pending map[net.Conn]struct{} // connections in start-up, closed on Close
+	queue   []*ConnRequest        // read, not yet taken; oldest first
+	ready   chan struct{}         // capacity 1: the queue has requests
 }
 
 // maxHandshakes bounds the start-ups a Listener runs at once; more clients
@@ -227,7 +243,7 @@ func (d *Device) Listen(network, addr string, cfg ConnConfig) (*Listener, error)
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{dev: d, ln: ln, cfg: cfg, reqs: make(chan *ConnRequest, 64), stop: make(chan struct{}),
+	l := &Listener{dev: d, ln: ln, cfg: cfg, stop: make(chan struct{}), ready: make(chan struct{}, 1),
 		sem: make(chan struct{}, maxHandshakes), pending: make(map[net.Conn]struct{})}
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -247,17 +263,13 @@ func (l *Listener) Close() error {
 		for c := range l.pending {
 			c.Close()
 		}
+		for _, r := range l.queue {
+			r.conn.Close() // its watch ends and drops it
+		}
 		l.mu.Unlock()
 	})
 	l.wg.Wait()
-	for {
-		select {
-		case r := <-l.reqs:
-			r.conn.Close()
-		default:
-			return nil
-		}
-	}
+	return nil
 }
 
 func (l *Listener) acceptLoop() {
@@ -287,84 +299,152 @@ func (l *Listener) acceptLoop() {
 		l.pending[conn] = struct{}{}
 		l.mu.Unlock()
 		l.wg.Add(1)
-		go l.handshake(conn)
+		go func() {
+			defer l.wg.Done()
+			if r := l.handshake(conn); r != nil {
+				l.watch(r)
+			}
+		}()
 	}
 }
 
-// handshake reads one MPA Request and queues the ConnRequest.
-func (l *Listener) handshake(conn *net.TCPConn) {
-	defer l.wg.Done()
+// handshake reads one MPA Request and queues the ConnRequest, which it
+// returns; nil if the connection was closed or refused.
+func (l *Listener) handshake(conn *net.TCPConn) *ConnRequest {
 	defer func() { <-l.sem }()
-	keep := false
-	untrack := func() {
+	var queued *ConnRequest
+	defer func() {
 		l.mu.Lock()
 		delete(l.pending, conn)
 		l.mu.Unlock()
-	}
-	defer func() {
-		untrack()
-		if !keep {
+		if queued == nil {
 			conn.Close()
 		}
 	}()
 	conn.SetDeadline(time.Now().Add(l.cfg.RequestTimeout))
 	req, err := mpa.ReadFrame(conn, false)
 	if err != nil {
-		return // wrong key, revision > 2, oversized, silent or slow: close, as siw
+		return nil // wrong key, revision > 2, oversized, silent or slow: close, as siw
 	}
 	// RFC 5044 section 7.1.1 Rev: a revision we cannot interoperate with
 	// closes the connection. Respond never accepts the pre-standard Rev 0,
 	// so the application must not see it.
 	if req.Rev == 0 {
-		return
+		return nil
 	}
 	// Octets behind the Request: the initiator sent them before it could
 	// have our Reply (section 7.1.2 rule 3), so they are private data beyond
 	// PD_Length, which section 7.1.1 closes for. siw: "peer sent extra
 	// data", -EPROTO.
 	if earlyData(conn) > 0 {
-		return
+		return nil
 	}
 	upd, err := req.ULPPrivateData()
 	if err != nil {
 		// Enhanced without its IRD/ORD word: siw rejects.
-		if b, e := mpa.Reject(l.rejectConfig(), req, nil).Append(nil); e == nil {
-			conn.Write(b)
-		}
-		return
+		l.reject(conn, req)
+		return nil
 	}
-	r := &ConnRequest{l: l, conn: conn, req: req, PrivateData: append([]byte(nil), upd...)}
+	r := &ConnRequest{l: l, conn: conn, req: req, PrivateData: append([]byte(nil), upd...), watched: make(chan struct{})}
 	if v, err := req.IRDORD(); err == nil && req.HasIRDORD() {
 		r.IRD, r.ORD, r.P2P = int(v.IRD), int(v.ORD), v.P2P
 	}
-	// Once handed over, the connection is the application's: Close must not
-	// reach it through pending any more.
-	untrack()
+	// The watch's deadline is set before the request can be taken, so
+	// that GetRequest's (now) always comes later and wins.
+	conn.SetReadDeadline(time.Now().Add(l.cfg.BacklogTimeout))
+	l.mu.Lock()
 	select {
-	case l.reqs <- r:
-		keep = true
 	case <-l.stop:
+		l.mu.Unlock()
+		return nil
+	default:
+	}
+	if len(l.queue) >= l.cfg.Backlog {
+		l.mu.Unlock()
+		l.reject(conn, req) // as iw_cm past its backlog
+		return nil
+	}
+	l.queue = append(l.queue, r)
+	l.mu.Unlock()
+	queued = r
+	select {
+	case l.ready <- struct{}{}:
+	default:
+	}
+	return r
+}
+
+// watch holds a queued request until GetRequest takes it. A request whose
+// initiator closes, resets or sends anything (it may not before our Reply)
+// is dead, and one not taken within BacklogTimeout has expired: either is
+// closed and leaves the queue at once, giving its place back.
+func (l *Listener) watch(r *ConnRequest) {
+	defer close(r.watched)
+	tcpx.AwaitReadable(r.conn) // the activity, the deadline, or GetRequest's interruption
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.taken {
+		return
+	}
+	for i, q := range l.queue {
+		if q == r {
+			l.queue = append(l.queue[:i], l.queue[i+1:]...)
+			break
+		}
+	}
+	r.conn.Close()
+}
+
+// reject sends a Reject to req without private data, best effort.
+func (l *Listener) reject(conn *net.TCPConn, req mpa.Frame) {
+	if b, err := mpa.Reject(l.rejectConfig(), req, nil).Append(nil); err == nil {
+		conn.SetWriteDeadline(time.Now().Add(l.cfg.RequestTimeout))
+		conn.Write(b)
 	}
 }
 
-// GetRequest returns the next connection request, as rdma_get_request.
+// GetRequest returns the next connection request, as rdma_get_request, or
+// the error of ctx, or ErrClosed once the Listener is closed.
 func (l *Listener) GetRequest(ctx context.Context) (*ConnRequest, error) {
-	select {
-	case r := <-l.reqs:
-		return r, nil
-	case <-l.stop:
-		return nil, ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	for {
+		l.mu.Lock()
+		if len(l.queue) > 0 {
+			r := l.queue[0]
+			l.queue[0] = nil
+			l.queue = l.queue[1:]
+			r.taken = true
+			more := len(l.queue) > 0
+			l.mu.Unlock()
+			if more {
+				select {
+				case l.ready <- struct{}{}:
+				default:
+				}
+			}
+			r.conn.SetReadDeadline(time.Now()) // ends the watch
+			<-r.watched
+			r.conn.SetDeadline(time.Time{})
+			return r, nil
+		}
+		l.mu.Unlock()
+		select {
+		case <-l.ready:
+		case <-l.stop:
+			return nil, ErrClosed
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 }
 
 // ConnRequest is a connection request the application accepts or rejects.
 type ConnRequest struct {
-	l    *Listener
-	conn *net.TCPConn
-	req  mpa.Frame
-	once sync.Once
+	l       *Listener
+	conn    *net.TCPConn
+	req     mpa.Frame
+	once    sync.Once
+	taken   bool          // by GetRequest; guarded by l.mu
+	watched chan struct{} // closed when the Listener's watch of it ends
 
 	// PrivateData is the initiator's private data (without the rev-2
 	// IRD/ORD word).

@@ -148,10 +148,11 @@ func TestPeerFINSiblings(t *testing.T) {
 		ar := rdmap.AtomicResponse(u[ddp.UntaggedHdrLen:])
 		require.Equal(t, uint32(77), ar.ReqID())
 		require.Equal(t, uint64(40), ar.Original())
-		require.Equal(t, uint64(42), binary.NativeEndian.Uint64(word))
 		p.close()
 		waitDone(t, q.qp, peerTimeout)
 		require.ErrorIs(t, q.qp.Err(), ErrDisconnected)
+		require.Equal(t, uint64(42), binary.NativeEndian.Uint64(word)) // ordered by Done
+
 	})
 	t.Run("our WRs at the FIN", func(t *testing.T) {
 		st := newStackSide(t, ConnConfig{})

@@ -63,8 +63,10 @@ func TestResponderHoldsUntilFirstFPDU(t *testing.T) {
 	start := time.Now()
 	p.wantSend(t, "hello")
 	require.Less(t, time.Since(start), 5*time.Second)
-	require.Equal(t, "first", string(dst.region()[:5]))
+	// The Send's completion orders the Write's placement before it: rx
+	// placed, released the hold, tx sent and completed.
 	require.Equal(t, Success, waitWC(t, q.scq).Status)
+	require.Equal(t, "first", string(dst.region()[:5]))
 }
 
 func TestResponderHoldFallback(t *testing.T) {
