@@ -262,4 +262,3 @@ func AwaitReadable(c *net.TCPConn) error {
 	}
 	return perr
 }
-
