@@ -365,7 +365,6 @@ func ConfirmReply(c Config, req, rep Frame) (Params, error) {
 	case !rep.HasIRDORD():
 		if c.P2P == P2POn {
 			p.P2P, p.RTR = true, pickRTR(c.RTRs) // assumed, see Config.P2P
-			p.ORD = rtrCredit(p.RTR, p.ORD)
 		}
 		return p, nil
 	}
@@ -383,7 +382,10 @@ func ConfirmReply(c Config, req, rep Frame) (Params, error) {
 	if c.StrictIRD && peer.IRD < mine.ORD {
 		return Params{}, errorf(CodeInsufficientIRD, "responder IRD %d, our ORD %d", peer.IRD, mine.ORD)
 	}
-	p.IRD, p.ORD = min(mine.IRD, peer.ORD), min(mine.ORD, peer.IRD)
+	// Our ORD from the Config: the Request's may carry a Read RTR's credit,
+	// which is the start-up's, not the application's (RFC 6581 section
+	// 9.1: a responder IRD of 0 still allows the RTR and nothing more).
+	p.IRD, p.ORD = min(mine.IRD, peer.ORD), min(c.ORD, peer.IRD)
 	switch {
 	case mine.P2P && !peer.P2P && c.P2P == P2POn:
 		return Params{}, errorf(CodeNoMatchingRTR, "responder did not echo peer-to-peer flag A")
@@ -400,7 +402,6 @@ func ConfirmReply(c Config, req, rep Frame) (Params, error) {
 	}
 	if mine.P2P {
 		p.P2P, p.RTR = true, peer.RTR
-		p.ORD = rtrCredit(p.RTR, p.ORD)
 	}
 	return p, nil
 }

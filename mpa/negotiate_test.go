@@ -298,8 +298,17 @@ func TestPeerToPeer(t *testing.T) {
 				require.Equal(t, tc.rtr, v.RTR, "exactly one RTR chosen")
 			}
 			if tc.rtr == RTRRead {
-				// The zero-length Read needs a credit on each side, even with IRD = ORD = 0 configured.
-				require.Equal(t, uint16(1), x.ini.ORD)
+				// The zero-length Read needs a credit on each side, even
+				// with IRD = ORD = 0 configured: on the wire, and in the
+				// responder's IRD. The initiator's ORD stays what it was
+				// configured: the credit is the start-up's (its QP keeps
+				// one more ORD slot for the RTR).
+				if x.req.HasIRDORD() {
+					v, err := x.req.IRDORD()
+					require.NoError(t, err)
+					require.Equal(t, uint16(1), v.ORD, "the Request's ORD")
+				}
+				require.Equal(t, uint16(0), x.ini.ORD)
 				require.Equal(t, uint16(1), x.resp.IRD)
 			}
 		})

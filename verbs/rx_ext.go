@@ -72,8 +72,12 @@ func (qp *QP) rxAtomicResponse(h ddp.Untagged, n int) error {
 	if h.MSN() != x.atomicMSN {
 		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "Atomic Response MSN %d, expected %d", h.MSN(), x.atomicMSN)
 	}
-	if !h.Last() || h.MO() != 0 || n != rdmap.AtomicResponseLen {
+	if !h.Last() || h.MO() != 0 || n > rdmap.AtomicResponseLen {
 		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMsgTooLong, "Atomic Response of %d octets", n)
+	}
+	if n < rdmap.AtomicResponseLen {
+		// Fits any buffer: a malformed RDMAP header, as for Immediate Data.
+		return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnspecified, "Atomic Response of %d octets", n)
 	}
 	if err := x.r.ReadFull(x.hdr[x.hl : x.hl+n]); err != nil {
 		return err

@@ -41,8 +41,17 @@ func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
 func (qp *QP) rxReadResponse(h ddp.Tagged, n int) error {
 	x := &qp.rx
 	j := qp.ordq.front()
-	if j == nil {
+	if j == nil || j.atomic {
+		// An atomic at the head of the ORD queue is no Read: its entry has
+		// no sink, and a response must not complete it.
 		return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnexpectedOpcode, "Read Response with no Read outstanding")
+	}
+	if n == 0 && h.Last() && x.readOff == 0 && j.size == 0 {
+		// RFC 5041 section 5.2: the STag and TO "MUST NOT be checked" for
+		// a zero-length Tagged DDP Message (a zero-length Read, such as a
+		// Read RTR, names no sink).
+		x.act = actReadDone
+		return nil
 	}
 	if h.STag() != j.stag {
 		return ddp.Errorf(ddp.ETypeTagged, ddp.CodeInvalidSTag, "Read Response to STag %#x, expected %#x", h.STag(), j.stag)
