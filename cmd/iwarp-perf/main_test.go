@@ -265,6 +265,9 @@ func TestBadFlags(t *testing.T) {
 		{"atomic_lat", "-a"},
 		{"write_bw", "-A", "CMP_AND_SWAP"},
 		{"atomic_bw", "-R", "host1"},
+		{"write_bw", "--exchange-timeout=0"},
+		{"write_bw", "--exchange-timeout=soon"},
+		{"write_bw", "--runs=-1"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			code, out, errs := run(t, args...)
@@ -329,22 +332,34 @@ func TestServerClient(t *testing.T) {
 			require.Equal(t, table(t, out), table(t, s.out))
 		})
 	}
-	t.Run("mismatch", func(t *testing.T) {
-		port := freePort(t)
-		done := make(chan int)
-		var serr string
-		go func() {
-			code, _, errs := run(t, "write_bw", "-p", port, "-s", "4096", "-n", "20")
-			serr = errs
-			done <- code
-		}()
-		waitListening(t, port)
-		code, _, errs := run(t, "write_bw", "-p", port, "-s", "8192", "-n", "20", "127.0.0.1")
-		require.Equal(t, 1, code)
-		require.Contains(t, errs, "size (-s) mismatch")
-		require.Equal(t, 1, <-done)
-		require.Contains(t, serr, "size (-s) mismatch")
-	})
+	// A client with other parameters is refused with the differences; the
+	// server logs it and serves the next client.
+	for _, tc := range []string{"write_bw", "tcp_bw"} {
+		t.Run("mismatch/"+tc, func(t *testing.T) {
+			port := freePort(t)
+			type result struct {
+				code      int
+				out, errs string
+			}
+			done := make(chan result, 1)
+			go func() {
+				code, out, errs := run(t, tc, "-p", port, "-s", "4096", "-n", "20")
+				done <- result{code, out, errs}
+			}()
+			waitListening(t, port)
+			code, _, errs := run(t, tc, "-p", port, "-s", "8192", "-n", "20", "127.0.0.1")
+			require.Equal(t, 1, code)
+			require.Contains(t, errs, "size (-s) mismatch")
+			code, _, errs = run(t, tc, "-p", port, "-s", "4096", "-n", "20", "127.0.0.1")
+			require.Equal(t, 0, code, "the next client: %s", errs)
+			s := <-done
+			require.Equal(t, 0, s.code, "server stderr: %s", s.errs)
+			require.Contains(t, s.errs, "size (-s) mismatch")
+			require.Contains(t, s.errs, "dropped, waiting for the next client")
+			require.Contains(t, s.out, "One client at a time")
+			require.Len(t, table(t, s.out), 1)
+		})
+	}
 }
 
 func TestDemo(t *testing.T) {

@@ -24,6 +24,10 @@
 //   - report.go: perftest's arithmetic (print_report_bw, print_report_lat)
 //     and formats.
 //   - run.go: the roles of client and server, --loopback, the demo.
+//   - serve.go: a server that hostile clients cannot wedge: one client at a
+//     time, the others refused as busy, a deadline on every wait on the
+//     peer (--exchange-timeout), and the loop that drops a failed client
+//     and serves the next.
 //
 // # Linux perftest
 //

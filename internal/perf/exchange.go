@@ -18,7 +18,9 @@ package perf
 //     which the client prints. Otherwise it replies "iwarp-perf/1 ok".
 //   - The client dials one QP per -q; each Request carries
 //     "iwarp-perf/1 qp <session> <index>" and the server accepts it into
-//     its QP of that index.
+//     its QP of that index. A server busy with another client's test
+//     rejects any other Request with "iwarp-perf/1 reject: busy: ..."
+//     (serve.go).
 //   - The rest are Sends on the control QP, each one message: a kind octet
 //     ('B' buffers, 'S' sync, 'R' report) and JSON. Both sides send first,
 //     then receive, so each is a barrier. 'B' lists, per QP, the address,
@@ -31,6 +33,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -126,12 +129,13 @@ type nativeExchange struct {
 	client  bool
 	session uint64
 	ctl     *ctlQP
+	timeout time.Duration // of each step of the set-up (--exchange-timeout)
 	// client side
 	dev  *verbs.Device
 	addr string
 	cfg  verbs.ConnConfig
 	// server side
-	ln *verbs.Listener
+	ln RequestSource
 }
 
 // DialExchange opens the native exchange to the server at addr: a control
@@ -161,64 +165,90 @@ func DialExchange(ctx context.Context, dev *verbs.Device, addr string, cfg verbs
 		ctl.close()
 		return nil, fmt.Errorf("%s is not an iwarp-perf server (reply %q)", addr, pd)
 	}
-	return &nativeExchange{client: true, session: h.Session, ctl: ctl, dev: dev, addr: addr, cfg: cfg}, nil
+	return &nativeExchange{client: true, session: h.Session, ctl: ctl, timeout: p.exchangeTimeout(), dev: dev, addr: addr,
+		cfg: cfg}, nil
 }
 
-// AcceptExchange waits on ln for a client's control QP and checks its
-// parameters against ours; a client that differs is rejected with the
-// differences, and AcceptExchange fails. A client whose MPA Request is not
-// iwarp-perf's (no private data: perftest's ib_*_* -R) gets perftest's
-// exchange instead.
-func AcceptExchange(ctx context.Context, ln *verbs.Listener, dev *verbs.Device, p *Params) (Exchange, error) {
-	for {
-		req, err := ln.GetRequest(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if !bytes.HasPrefix(req.PrivateData, []byte(protoPrefix)) {
-			return acceptPerftest(ctx, req, ln, dev, p)
-		}
-		if !bytes.HasPrefix(req.PrivateData, []byte(helloPrefix)) {
-			req.Reject([]byte(rejectPrefix + "expected a hello first"))
-			continue // a stray data QP of an earlier client
-		}
-		var h hello
-		if err := json.Unmarshal(req.PrivateData[len(helloPrefix):], &h); err != nil {
-			req.Reject([]byte(rejectPrefix + "malformed hello"))
-			continue
-		}
-		if d := p.symmetric().mismatch(h.Params); d != "" {
-			req.Reject([]byte(rejectPrefix + clip(d, 400)))
-			return nil, fmt.Errorf("client %v has different parameters: %s", req.RemoteAddr(), d)
-		}
-		ctl, err := newCtlQP(dev)
-		if err != nil {
-			req.Reject(nil)
-			return nil, err
-		}
-		if err := req.Accept(ctl.qp, []byte(okReply)); err != nil {
-			ctl.close()
-			return nil, fmt.Errorf("accepting %v: %w", req.RemoteAddr(), err)
-		}
-		return &nativeExchange{session: h.Session, ctl: ctl, ln: ln}, nil
+// AcceptExchange takes the next connection request from src and opens the
+// exchange with it: a client's control QP, whose parameters it checks
+// against ours. A client that differs, or that sends no valid hello, is
+// rejected with the reason and AcceptExchange returns a *ClientError. A
+// request without iwarp-perf's private data (perftest's ib_*_* -R) gets
+// perftest's exchange instead. Errors that are not a *ClientError come
+// from src or from this side.
+func AcceptExchange(ctx context.Context, src RequestSource, dev *verbs.Device, p *Params) (Exchange, error) {
+	req, err := src.GetRequest(ctx)
+	if err != nil {
+		return nil, err
 	}
+	refuse := func(why string, err error) (Exchange, error) {
+		req.Reject([]byte(rejectPrefix + clip(why, 400)))
+		return nil, &ClientError{Addr: req.RemoteAddr(), Err: err}
+	}
+	if !bytes.HasPrefix(req.PrivateData, []byte(protoPrefix)) {
+		if p.Test.verb() == verbAtomic {
+			return refuse("the atomic tests need iwarp-perf's exchange",
+				errors.New("a request without iwarp-perf's hello (perftest's exchange), which the atomic tests do not support"))
+		}
+		from := req.RemoteAddr()
+		serving(src, func(r *verbs.ConnRequest) bool { return perftestClaims(from, r) })
+		x, err := acceptPerftest(ctx, req, src, dev, p)
+		if err != nil {
+			return nil, &ClientError{Addr: req.RemoteAddr(), Err: err}
+		}
+		return x, nil
+	}
+	if !bytes.HasPrefix(req.PrivateData, []byte(helloPrefix)) {
+		return refuse("expected a hello first", errors.New("a request without a hello (a QP of no test in progress)"))
+	}
+	var h hello
+	if err := json.Unmarshal(req.PrivateData[len(helloPrefix):], &h); err != nil {
+		return refuse("malformed hello", fmt.Errorf("malformed hello: %w", err))
+	}
+	if d := p.symmetric().mismatch(h.Params); d != "" {
+		return refuse(d, fmt.Errorf("different parameters: %s", d))
+	}
+	ctl, err := newCtlQP(dev)
+	if err != nil {
+		req.Reject(nil)
+		return nil, &localError{err}
+	}
+	x := &nativeExchange{session: h.Session, ctl: ctl, timeout: p.exchangeTimeout(), ln: src}
+	serving(src, x.claims) // the client may dial its QPs as soon as it has our Reply
+	if err := req.Accept(ctl.qp, []byte(okReply)); err != nil {
+		ctl.close()
+		return nil, &ClientError{Addr: req.RemoteAddr(), Err: fmt.Errorf("accepting: %w", err)}
+	}
+	return x, nil
 }
+
+// claims reports whether req is a QP of this exchange's test.
+func (x *nativeExchange) claims(req *verbs.ConnRequest) bool {
+	return bytes.HasPrefix(req.PrivateData, []byte(qpPrefix+strconv.FormatUint(x.session, 10)+" "))
+}
+
+func (x *nativeExchange) peer() net.Addr { return x.ctl.peer() }
 
 func (x *nativeExchange) Connect(ctx context.Context, qps []*verbs.QP) error {
 	if x.client {
 		for i, qp := range qps {
 			pd := fmt.Sprintf("%s%d %d", qpPrefix, x.session, i)
-			if _, err := qp.Dial(ctx, "tcp", x.addr, []byte(pd), x.cfg); err != nil {
-				return fmt.Errorf("connecting QP %d: %w", i, err)
+			sctx, cancel := step(ctx, x.timeout, "MPA Reply")
+			_, err := qp.Dial(sctx, "tcp", x.addr, []byte(pd), x.cfg)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("connecting QP %d: %w", i, causeOf(sctx, err))
 			}
 		}
 		return nil
 	}
 	{
 		for left := len(qps); left > 0; {
-			req, err := x.ln.GetRequest(ctx)
+			sctx, cancel := step(ctx, x.timeout, fmt.Sprintf("QP %d of %d", len(qps)-left, len(qps)))
+			req, err := x.ln.GetRequest(sctx)
+			cancel()
 			if err != nil {
-				return fmt.Errorf("waiting for the client's QPs: %w", err)
+				return fmt.Errorf("waiting for the client's QPs: %w", causeOf(sctx, err))
 			}
 			idx := -1
 			if s, ok := strings.CutPrefix(string(req.PrivateData), qpPrefix); ok {
@@ -230,7 +260,7 @@ func (x *nativeExchange) Connect(ctx context.Context, qps []*verbs.QP) error {
 				}
 			}
 			if idx < 0 {
-				req.Reject([]byte(rejectPrefix + "not a QP of the test in progress"))
+				refuseOther(req)
 				continue
 			}
 			if err := req.Accept(qps[idx], nil); err != nil {
@@ -244,8 +274,10 @@ func (x *nativeExchange) Connect(ctx context.Context, qps []*verbs.QP) error {
 
 func (x *nativeExchange) SwapBufs(ctx context.Context, local []BufInfo) ([]BufInfo, error) {
 	var remote []BufInfo
-	if err := swap(ctx, x.ctl, msgBufs, local, &remote); err != nil {
-		return nil, err
+	sctx, cancel := step(ctx, x.timeout, "buffer exchange")
+	defer cancel()
+	if err := swap(sctx, x.ctl, msgBufs, local, &remote); err != nil {
+		return nil, causeOf(sctx, err)
 	}
 	if len(remote) != len(local) {
 		return nil, fmt.Errorf("protocol error: peer describes %d QPs, we have %d", len(remote), len(local))
@@ -317,6 +349,14 @@ func newCtlQP(dev *verbs.Device) (*ctlQP, error) {
 func (c *ctlQP) close() {
 	c.qp.Close()
 	c.mr.Dereg()
+}
+
+// peer is the address of the QP's peer.
+func (c *ctlQP) peer() net.Addr {
+	if conn := c.qp.Conn(); conn != nil {
+		return conn.RemoteAddr()
+	}
+	return nil
 }
 
 // poll takes completions off the CQ, blocking until at least one arrives.

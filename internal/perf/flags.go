@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -80,6 +81,9 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	intVar(&fpduDelay, "", "fpdu-delay", 0)
 	var latWait string
 	fs.StringVar(&latWait, "lat-wait", "handler", "")
+	var exchangeTimeout string
+	fs.StringVar(&exchangeTimeout, "exchange-timeout", "", "")
+	intVar(&p.Runs, "", "runs", 1)
 	help := false
 	boolVar(&help, "h", "help")
 
@@ -124,6 +128,16 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 		return nil, false, usagef("--fpdu-delay %d: not negative", fpduDelay)
 	}
 	p.FPDUDelay = time.Duration(fpduDelay) * time.Millisecond
+	if exchangeTimeout != "" {
+		d, err := parseSeconds(exchangeTimeout)
+		if err != nil || d <= 0 {
+			return nil, false, usagef("invalid --exchange-timeout=%s: a positive number of seconds or a duration such as 500ms", exchangeTimeout)
+		}
+		p.ExchangeTimeout = d
+	}
+	if p.Runs < 0 {
+		return nil, false, usagef("--runs %d: not negative (0: serve until interrupted)", p.Runs)
+	}
 	switch latWait {
 	case "handler":
 	case "poll":
@@ -240,6 +254,18 @@ func (v *intValue) Set(s string) error {
 	return nil
 }
 
+// parseSeconds reads a duration: a number of seconds ("15", "0.5") or Go's
+// form ("500ms", "2m").
+func parseSeconds(s string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f > float64(math.MaxInt64/int64(time.Second)) {
+			return 0, fmt.Errorf("%s seconds is too long", s)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	return time.ParseDuration(s)
+}
+
 type boolValue bool
 
 func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
@@ -257,8 +283,9 @@ func (v *boolValue) Set(s string) error {
 const Usage = `Usage: iwarp-perf [TEST] [options] [SERVER]
 
 perftest-style benchmarks for the goiwarp iWARP stack. Without SERVER the
-test listens and serves one client; with SERVER it connects to one;
---loopback runs both sides in this process over 127.0.0.1. With no TEST it
+test listens and serves clients one at a time until one run has completed
+(--runs); with SERVER it connects to one; --loopback runs both sides in this
+process over 127.0.0.1. With no TEST it
 runs the demo: RDMA Write bandwidth at 64 KiB over loopback for 3 seconds,
 then the same over plain TCP sockets, and compares them. Either side may be
 Linux perftest's ib_TEST -R (see "With Linux perftest" below).
@@ -302,6 +329,12 @@ iWARP options (both sides alike):
       --fpdu-delay=MS   when connecting, hold our first FPDU back MS ms after the MPA
                         Reply (default 0; 200 with -R): siw as responder loses one
                         that comes too soon
+Serving (see "A server and its clients" below):
+      --runs=N          server: exit after N completed runs (default 1, as perftest; 0: serve
+                        until interrupted)
+      --exchange-timeout=T  the longest wait on the peer (default 15s; seconds or 500ms, 2m):
+                        each message and QP of the exchange, and the test while nothing
+                        moves on its connections; also shortens the MPA start-up's timeouts
 Diagnostics:
       --profile=cpu|mem|mutex|block|trace   write cpu.pprof, mem.pprof, ... in the working
                         directory (github.com/pkg/profile)
@@ -320,4 +353,16 @@ With Linux perftest (5.70 to 6.27, and 6.29 untested; tested: 6.06 on siw):
   write_bw/read_bw server shows the client's numbers, a send_bw server its
   own, and read_lat's server none. -a and -b work as in perftest (with -a a
   write_bw/read_bw server shows the last size); -D only for write_bw/read_bw.
+
+A server and its clients:
+  A server runs one test at a time. Whoever reaches its port can connect:
+  iWARP has no authentication. A client that fails is dropped, with the
+  reason on stderr ("iwarp-perf: client ADDR: ...; dropped"), and the server
+  waits for the next: one that sends nothing for --exchange-timeout, closes
+  or sends what the exchange does not expect, or asks for other parameters
+  (rejected with the differences). A client that comes while another
+  is served waits a second at most, in case that test ends, and is then
+  rejected as busy (tcp_* clients wait, up to their --exchange-timeout).
+  The server exits 0 once --runs runs have completed, and 1 if interrupted
+  first.
 `

@@ -2,6 +2,7 @@ package perf
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -168,6 +169,9 @@ const (
 	// noPeakIters: perftest does not compute the peak above this many
 	// iterations (the search is quadratic).
 	noPeakIters = 20000
+
+	// DefExchangeTimeout bounds each wait on the peer (--exchange-timeout).
+	DefExchangeTimeout = 15 * time.Second
 )
 
 // Params are a run's settings. Fields marked symmetric must be the same on
@@ -217,6 +221,16 @@ type Params struct {
 	// LatPoll makes the latency tests poll from their own goroutine
 	// instead of stepping in the QP's receive handler (lat_handler.go).
 	LatPoll bool
+
+	// Hostile peers (serve.go). ExchangeTimeout bounds every wait on the
+	// peer: each step of the exchange, and the test itself while nothing
+	// moves on its connections (0: DefExchangeTimeout). A server serves
+	// clients one at a time until Runs runs have completed (0: until its
+	// context ends), and reports each client it drops to Log (nil:
+	// nowhere).
+	ExchangeTimeout time.Duration
+	Runs            int
+	Log             io.Writer
 	// cycle is perftest's cycle_buffer as agreed with a perftest peer (the
 	// larger page size): the span of the peer's address cycling. 0 without
 	// perftest's exchange.
@@ -224,6 +238,14 @@ type Params struct {
 
 	// set records the flags given on the command line (by long name).
 	set map[string]bool
+}
+
+// exchangeTimeout is ExchangeTimeout or its default.
+func (p *Params) exchangeTimeout() time.Duration {
+	if p.ExchangeTimeout > 0 {
+		return p.ExchangeTimeout
+	}
+	return DefExchangeTimeout
 }
 
 // Sizes returns the message sizes to run: Size, or 2 .. 2^23 with -a.
@@ -462,3 +484,4 @@ func (s symmetric) mismatch(peer symmetric) string {
 	add("atomic type (-A)", s.Atomic, peer.Atomic)
 	return strings.Join(d, "; ")
 }
+

@@ -40,6 +40,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"strconv"
 	"syscall"
 	"time"
@@ -62,8 +63,6 @@ const (
 	// does: every perftestRetry, perftestRetries times.
 	perftestRetry   = 100 * time.Millisecond
 	perftestRetries = 20
-	// perftestVersionWait bounds a client's wait for the server's X1.
-	perftestVersionWait = 15 * time.Second
 	// perftestCloseGrace is how long a client waits for the server to
 	// close the control connection before it closes it (see Close).
 	perftestCloseGrace = time.Second
@@ -83,7 +82,11 @@ type perftestExchange struct {
 	addr string
 	cfg  verbs.ConnConfig
 	// server side
-	ln *verbs.Listener
+	ln RequestSource
+
+	// testing is set at the first Sync: from then on the run's watchdog
+	// bounds the waits (serve.go), not a deadline per message.
+	testing bool
 
 	version string // the peer's
 	destLen int    // perftest.DestLen, or DestLen629 for a 6.29 peer
@@ -112,15 +115,15 @@ func DialPerftest(ctx context.Context, dev *verbs.Device, addr string, cfg verbs
 
 // acceptPerftest accepts req, the control QP of a perftest client, and
 // runs X1 to X5.
-func acceptPerftest(ctx context.Context, req *verbs.ConnRequest, ln *verbs.Listener, dev *verbs.Device, p *Params) (Exchange, error) {
+func acceptPerftest(ctx context.Context, req *verbs.ConnRequest, ln RequestSource, dev *verbs.Device, p *Params) (Exchange, error) {
 	ctl, err := newCtlQP(dev)
 	if err != nil {
 		req.Reject(nil)
-		return nil, err
+		return nil, &localError{err}
 	}
 	if err := req.Accept(ctl.qp, nil); err != nil {
 		ctl.close()
-		return nil, fmt.Errorf("accepting %v: %w", req.RemoteAddr(), err)
+		return nil, fmt.Errorf("accepting: %w", err)
 	}
 	return startPerftest(ctx, ctl, false, dev, "", verbs.ConnConfig{}, ln, p, false)
 }
@@ -129,7 +132,7 @@ func acceptPerftest(ctx context.Context, req *verbs.ConnRequest, ln *verbs.Liste
 // that a client dialed for iwarp-perf's exchange and found perftest: the
 // first-FPDU delay perftest needs is then still to be taken.
 func startPerftest(ctx context.Context, ctl *ctlQP, client bool, dev *verbs.Device, addr string, cfg verbs.ConnConfig,
-	ln *verbs.Listener, p *Params, fallback bool) (Exchange, error) {
+	ln RequestSource, p *Params, fallback bool) (Exchange, error) {
 	x := &perftestExchange{client: client, p: p.asPerftest(), ctl: ctl, addr: addr, cfg: cfg, ln: ln, destLen: perftest.DestLen}
 	if fallback && !p.isSet("fpdu-delay") && !p.Loopback && cfg.FirstFPDUDelay == 0 {
 		x.cfg.FirstFPDUDelay = perftestFPDUDelay
@@ -182,6 +185,11 @@ func refused(err error) bool {
 func (x *perftestExchange) xchg(ctx context.Context, what string, msg []byte, want ...int) ([]byte, error) {
 	var peer []byte
 	var err error
+	if !x.testing {
+		var cancel context.CancelFunc
+		ctx, cancel = step(ctx, x.p.exchangeTimeout(), "")
+		defer cancel()
+	}
 	if x.client {
 		if err = x.send(ctx, msg); err == nil {
 			peer, err = x.ctl.recvRaw(ctx)
@@ -192,7 +200,7 @@ func (x *perftestExchange) xchg(ctx context.Context, what string, msg []byte, wa
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("perftest exchange (%s): %w", what, err)
+		return nil, fmt.Errorf("perftest exchange (%s): %w", what, causeOf(ctx, err))
 	}
 	for _, n := range want {
 		if len(peer) == n {
@@ -212,17 +220,13 @@ func (x *perftestExchange) open(ctx context.Context) error {
 	// perftest answers X1 at once (ib_write_bw after a second). A client
 	// that hears nothing has most likely lost the race with siw's
 	// responder that FirstFPDUDelay avoids: say so rather than hang.
-	vctx, cancel := ctx, context.CancelFunc(func() {})
-	if x.client {
-		vctx, cancel = context.WithTimeout(ctx, perftestVersionWait)
-	}
-	b, err := x.xchg(vctx, "version", perftest.Version(perftestVersion), perftest.VersionLen)
-	cancel()
+	b, err := x.xchg(ctx, "version", perftest.Version(perftestVersion), perftest.VersionLen)
 	if err != nil {
-		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("no answer from the server in %v: a server on siw loses a first message that comes "+
-				"too soon after its MPA Reply; try a larger --fpdu-delay (now %d ms)",
-				perftestVersionWait, x.cfg.FirstFPDUDelay.Milliseconds())
+		var te *TimeoutError
+		if x.client && errors.As(err, &te) {
+			return fmt.Errorf("no answer from the server in %v (--exchange-timeout): a server on siw loses a first "+
+				"message that comes too soon after its MPA Reply; try a larger --fpdu-delay (now %d ms)",
+				te.After, x.cfg.FirstFPDUDelay.Milliseconds())
 		}
 		return err
 	}
@@ -268,18 +272,23 @@ func (x *perftestExchange) Connect(ctx context.Context, qps []*verbs.QP) error {
 		// One after the other: the server numbers the QPs in the order it
 		// accepts them.
 		for i, qp := range qps {
-			if err := dialRetry(ctx, qp, x.addr, x.cfg); err != nil {
-				return fmt.Errorf("connecting QP %d: %w", i, err)
+			sctx, cancel := step(ctx, x.p.exchangeTimeout(), "MPA Reply")
+			err := dialRetry(sctx, qp, x.addr, x.cfg)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("connecting QP %d: %w", i, causeOf(sctx, err))
 			}
 		}
 	} else {
 		for k := 0; k < len(qps); {
-			req, err := x.ln.GetRequest(ctx)
+			sctx, cancel := step(ctx, x.p.exchangeTimeout(), fmt.Sprintf("QP %d of %d", k, len(qps)))
+			req, err := x.ln.GetRequest(sctx)
+			cancel()
 			if err != nil {
-				return fmt.Errorf("waiting for the client's QPs: %w", err)
+				return fmt.Errorf("waiting for the client's QPs: %w", causeOf(sctx, err))
 			}
-			if len(req.PrivateData) > 0 {
-				req.Reject([]byte(rejectPrefix + "not a QP of the test in progress"))
+			if !x.claims(req) {
+				refuseOther(req)
 				continue
 			}
 			if err := req.Accept(qps[k], nil); err != nil {
@@ -347,6 +356,26 @@ func (x *perftestExchange) SwapBufs(ctx context.Context, local []BufInfo) ([]Buf
 	return remote, nil
 }
 
+// claims reports whether req may be a test QP of this exchange's client:
+// perftest's carry no private data, and the only other thing to tell them
+// by is that they come from the client's host.
+func (x *perftestExchange) claims(req *verbs.ConnRequest) bool {
+	return perftestClaims(x.ctl.peer(), req)
+}
+
+// perftestClaims reports whether req may be a test QP of the perftest
+// client whose control QP came from client.
+func perftestClaims(client net.Addr, req *verbs.ConnRequest) bool {
+	if len(req.PrivateData) > 0 {
+		return false
+	}
+	a, ok1 := req.RemoteAddr().(*net.TCPAddr)
+	b, ok2 := client.(*net.TCPAddr)
+	return ok1 && ok2 && a.IP.Equal(b.IP)
+}
+
+func (x *perftestExchange) peer() net.Addr { return x.ctl.peer() }
+
 // plan returns the sizes this side measures, in order, as perftest's
 // main loops run them. With -a, perftest's write_bw and read_bw server (not
 // -b) runs nothing and shows the client's last report, and read_lat's
@@ -369,6 +398,7 @@ func (x *perftestExchange) Sync(ctx context.Context) error {
 	if x.i >= x.n {
 		return errors.New("perftest exchange: no measurement left")
 	}
+	x.testing = true
 	start := x.i == 0
 	switch p.Test {
 	case SendBW, SendLat:

@@ -297,6 +297,14 @@ func connConfig(p *Params, client bool) verbs.ConnConfig {
 	if client {
 		c.FirstFPDUDelay = p.FPDUDelay
 	}
+	// The MPA start-up is a step of the exchange too: --exchange-timeout
+	// shortens its timeouts (verbs: request 5 s, reply 10 s), never lengthens
+	// them.
+	if t := p.exchangeTimeout(); t < 5*time.Second {
+		c.RequestTimeout, c.ReplyTimeout = t, t
+	} else if t < 10*time.Second {
+		c.ReplyTimeout = t
+	}
 	return c
 }
 

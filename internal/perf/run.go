@@ -35,6 +35,7 @@ func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "iwarp-perf: %v\nRun 'iwarp-perf -h' for usage.\n", err)
 		return 2
 	}
+	p.Log = stderr
 	if p.Profile != "" {
 		mode := map[string]func(*profile.Profile){"cpu": profile.CPUProfile, "mem": profile.MemProfile,
 			"mutex": profile.MutexProfile, "block": profile.BlockProfile, "trace": profile.TraceProfile}[p.Profile]
@@ -69,7 +70,7 @@ func Run(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
 		}
 		defer ln.Close()
 		pr.waiting()
-		return serveTCP(ctx, p, pr, ln)
+		return serveTCP(ctx, p, pr, ln.(*net.TCPListener), true)
 	}
 	dev := verbs.Open(verbs.DeviceAttr{})
 	ln, err := dev.Listen("tcp", net.JoinHostPort("", strconv.Itoa(p.Port)), connConfig(p, false))
@@ -78,12 +79,17 @@ func Run(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
 	}
 	defer ln.Close()
 	pr.waiting()
-	return serveRDMA(ctx, p, pr, dev, ln)
+	return serveRDMA(ctx, p, pr, dev, ln, true)
 }
 
-// waiting is perftest's server greeting.
+// waiting is perftest's server greeting, and how we serve.
 func (pr *printer) waiting() {
 	pr.printf("\n************************************\n* Waiting for client to connect... *\n************************************\n")
+	if pr.p.Test.TCP() {
+		pr.printf(" One client at a time: others wait until its test is over\n")
+	} else {
+		pr.printf(" One client at a time: others are refused as busy until its test is over\n")
+	}
 }
 
 // runLoopback runs the server in a goroutine and the client here, over
@@ -108,7 +114,7 @@ func runLoopback(ctx context.Context, p *Params, w io.Writer) ([]Report, error) 
 		}
 		defer ln.Close()
 		addr = ln.Addr().String()
-		go func() { _, err := serveTCP(sctx, &sp, spr, ln); errc <- err }()
+		go func() { _, err := serveTCP(sctx, &sp, spr, ln.(*net.TCPListener), false); errc <- err }()
 	} else {
 		dev := verbs.Open(verbs.DeviceAttr{})
 		ln, err := dev.Listen("tcp", addr, connConfig(p, false))
@@ -117,7 +123,7 @@ func runLoopback(ctx context.Context, p *Params, w io.Writer) ([]Report, error) 
 		}
 		defer ln.Close()
 		addr = ln.Addr().String()
-		go func() { _, err := serveRDMA(sctx, &sp, spr, dev, ln); errc <- err }()
+		go func() { _, err := serveRDMA(sctx, &sp, spr, dev, ln, false); errc <- err }()
 	}
 	cp := *p
 	cp.Server = "127.0.0.1"
@@ -158,22 +164,19 @@ func runClient(ctx context.Context, p *Params, w io.Writer, addr string) ([]Repo
 	return runRDMA(ctx, p, pr, dev, x, true)
 }
 
-func serveRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, ln *verbs.Listener) ([]Report, error) {
-	x, err := AcceptExchange(ctx, ln, dev, p)
-	if err != nil {
-		return nil, err
-	}
-	defer x.Close()
-	return runRDMA(ctx, p, pr, dev, x, false)
-}
-
-func serveTCP(ctx context.Context, p *Params, pr *printer, ln net.Listener) ([]Report, error) {
-	s, err := acceptTCPSide(ctx, p, ln)
-	if err != nil {
-		return nil, err
-	}
-	defer s.close()
-	return s.run(ctx, pr, false)
+func serveTCP(ctx context.Context, p *Params, pr *printer, ln *net.TCPListener, keep bool) ([]Report, error) {
+	return serveLoop(ctx, p, pr, keep, func() ([]Report, error) {
+		s, err := acceptTCPSide(ctx, p, ln)
+		if err != nil {
+			return nil, err
+		}
+		defer s.close()
+		rows, err := s.run(ctx, pr, false)
+		if err != nil && ctx.Err() == nil {
+			err = &ClientError{Addr: s.ctl.conn.RemoteAddr(), Err: err}
+		}
+		return rows, err
+	})
 }
 
 // roles says what a side does in a measurement: sends the test's
@@ -206,6 +209,14 @@ func pick(p *Params, client bool, mine, peer Report) Report {
 
 // runRDMA is a side's part of an RDMA test once the exchange is open.
 func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x Exchange, client bool) ([]Report, error) {
+	return runRDMAOver(ctx, p, pr, dev, x, client, nil)
+}
+
+// runRDMAOver is runRDMA that calls over, if not nil, once the last
+// report has been exchanged and shown: the test is over, the clean-up
+// still to come.
+func runRDMAOver(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x Exchange, client bool,
+	over func()) ([]Report, error) {
 	switch x := x.(type) {
 	case *perftestExchange:
 		p = x.p // perftest's defaults, and what the exchange agreed
@@ -218,9 +229,30 @@ func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 			pr = &printer{w: pr.w, p: p}
 		}
 	}
+	// The run ends as soon as the control QP fails; and no wait on the peer
+	// outlasts --exchange-timeout (serve.go).
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var ctl *ctlQP
+	switch x := x.(type) {
+	case *perftestExchange:
+		ctl = x.ctl
+	case *nativeExchange:
+		ctl = x.ctl
+	}
+	if ctl != nil {
+		defer watchQP(ctx, cancel, ctl.qp, "control QP")()
+	}
+	rows, err := runTest(ctx, p, pr, dev, x, ctl, cancel, client, over)
+	return rows, causeOf(ctx, err)
+}
+
+// runTest is runRDMA once the run's context is set up.
+func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x Exchange, ctl *ctlQP,
+	cancel context.CancelCauseFunc, client bool, over func()) ([]Report, error) {
 	e, err := newEndpoint(dev, p)
 	if err != nil {
-		return nil, err
+		return nil, &localError{err}
 	}
 	defer e.close()
 	if err := e.postRecvs(); err != nil {
@@ -247,6 +279,14 @@ func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 	sender, receiver := roles(p, client)
 	var rows []Report
 	var stats []string
+	conns := make([]net.Conn, 0, 1+len(e.qps))
+	if ctl != nil {
+		conns = append(conns, ctl.qp.Conn())
+	}
+	for _, q := range e.qps {
+		conns = append(conns, q.qp.Conn())
+	}
+	defer watchProgress(ctx, cancel, p.exchangeTimeout(), "the test", conns)()
 	sizes := p.Sizes()
 	px, _ := x.(*perftestExchange)
 	if px != nil {
@@ -289,13 +329,16 @@ func runRDMA(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 			continue // nothing to show: the server of perftest's read_lat
 		}
 		if err := pr.row(r); err != nil {
-			return rows, err
+			return rows, &localError{err}
 		}
 		rows = append(rows, r)
 	}
 	pr.printf("%s", resultLine)
 	for _, l := range stats {
 		pr.printf("%s\n", l)
+	}
+	if over != nil {
+		over()
 	}
 	return rows, nil
 }
@@ -309,8 +352,17 @@ func latFirst(p *Params, client bool) bool {
 	return client
 }
 
-// run is a side's part of a TCP test.
+// run is a side's part of a TCP test. Each step waits on the peer for
+// --exchange-timeout at most, and the measurement while nothing moves on
+// the connections.
 func (s *tcpSide) run(ctx context.Context, pr *printer, client bool) ([]Report, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	rows, err := s.runSizes(ctx, cancel, pr, client)
+	return rows, causeOf(ctx, err)
+}
+
+func (s *tcpSide) runSizes(ctx context.Context, cancel context.CancelCauseFunc, pr *printer, client bool) ([]Report, error) {
 	p := s.p
 	pr.printf("%s", resultLine)
 	pr.printf("                    TCP %sTest\n", map[bool]string{true: "BW ", false: "Latency "}[p.Test.BW()])
@@ -332,6 +384,11 @@ func (s *tcpSide) run(ctx context.Context, pr *printer, client bool) ([]Report, 
 		if err != nil {
 			return rows, err
 		}
+		watched := []net.Conn{s.ctl.conn}
+		for _, c := range conns {
+			watched = append(watched, c)
+		}
+		stopWatch := watchProgress(ctx, cancel, p.exchangeTimeout(), "the test", watched)
 		mine, err := func() (Report, error) {
 			defer func() {
 				for _, c := range conns {
@@ -354,15 +411,18 @@ func (s *tcpSide) run(ctx context.Context, pr *printer, client bool) ([]Report, 
 			return r, err
 		}()
 		if err != nil {
+			stopWatch()
 			return rows, err
 		}
 		var peer Report
-		if err := swap(ctx, s.ctl, msgReport, mine, &peer); err != nil {
+		err = swap(ctx, s.ctl, msgReport, mine, &peer)
+		stopWatch()
+		if err != nil {
 			return rows, err
 		}
 		r := pick(p, client, mine, peer)
 		if err := pr.row(r); err != nil {
-			return rows, err
+			return rows, &localError{err}
 		}
 		rows = append(rows, r)
 	}

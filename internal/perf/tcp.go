@@ -72,8 +72,8 @@ func (c *tcpCtl) recv(ctx context.Context) (byte, []byte, error) {
 type tcpSide struct {
 	p    *Params
 	ctl  *tcpCtl
-	ln   net.Listener // server
-	addr string       // client: the server
+	ln   *net.TCPListener // server
+	addr string           // client: the server
 }
 
 func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) {
@@ -84,14 +84,16 @@ func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) 
 	}
 	c := &tcpCtl{conn: conn, r: bufio.NewReader(conn), session: randSession()}
 	b, _ := json.Marshal(hello{Session: c.session, Params: p.symmetric()})
-	if err := c.send(ctx, 'H', b); err != nil {
+	hctx, cancel := step(ctx, p.exchangeTimeout(), "the server's answer")
+	defer cancel()
+	if err := c.send(hctx, 'H', b); err != nil {
 		conn.Close()
-		return nil, err
+		return nil, causeOf(hctx, err)
 	}
-	k, pl, err := c.recv(ctx)
+	k, pl, err := c.recv(hctx)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("%s: %w", addr, err)
+		return nil, fmt.Errorf("%s: %w", addr, causeOf(hctx, err))
 	}
 	if k == 'X' {
 		conn.Close()
@@ -101,42 +103,55 @@ func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) 
 		conn.Close()
 		return nil, fmt.Errorf("%s is not an iwarp-perf server", addr)
 	}
+	c.conn.SetDeadline(time.Time{})
 	return &tcpSide{p: p, ctl: c, addr: addr}, nil
 }
 
-func acceptTCPSide(ctx context.Context, p *Params, ln net.Listener) (*tcpSide, error) {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
-		}
-		c := &tcpCtl{conn: conn, r: bufio.NewReader(conn)}
-		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		k, pl, err := c.recv(hctx)
-		cancel()
-		var h hello
-		if err != nil || k != 'H' || json.Unmarshal(pl, &h) != nil {
-			conn.Close()
-			continue // not an iwarp-perf client, or a stray data connection
-		}
-		if d := p.symmetric().mismatch(h.Params); d != "" {
-			c.send(ctx, 'X', []byte(d))
-			conn.Close()
-			return nil, fmt.Errorf("client %v has different parameters: %s", conn.RemoteAddr(), d)
-		}
-		c.session = h.Session
-		c.conn.SetDeadline(time.Time{})
-		if err := c.send(ctx, 'H', nil); err != nil {
-			conn.Close()
-			return nil, err
-		}
-		return &tcpSide{p: p, ctl: c, ln: ln}, nil
+// acceptTCPSide takes the next client's control connection and checks its
+// hello; a client that sends none, or other parameters, is refused (a
+// *ClientError).
+func acceptTCPSide(ctx context.Context, p *Params, ln *net.TCPListener) (*tcpSide, error) {
+	conn, err := acceptCtx(ctx, ln)
+	if err != nil {
+		return nil, err
 	}
+	refuse := func(err error) (*tcpSide, error) {
+		conn.Close()
+		return nil, &ClientError{Addr: conn.RemoteAddr(), Err: err}
+	}
+	c := &tcpCtl{conn: conn, r: bufio.NewReader(conn)}
+	hctx, cancel := step(ctx, p.exchangeTimeout(), "hello")
+	defer cancel()
+	k, pl, err := c.recv(hctx)
+	if err != nil {
+		return refuse(causeOf(hctx, err))
+	}
+	var h hello
+	if k != 'H' || json.Unmarshal(pl, &h) != nil {
+		return refuse(errors.New("not an iwarp-perf hello"))
+	}
+	if d := p.symmetric().mismatch(h.Params); d != "" {
+		c.send(hctx, 'X', []byte(d))
+		return refuse(fmt.Errorf("different parameters: %s", d))
+	}
+	c.session = h.Session
+	if err := c.send(hctx, 'H', nil); err != nil {
+		return refuse(causeOf(hctx, err))
+	}
+	c.conn.SetDeadline(time.Time{})
+	return &tcpSide{p: p, ctl: c, ln: ln}, nil
+}
+
+// acceptCtx accepts a connection on ln until ctx ends.
+func acceptCtx(ctx context.Context, ln *net.TCPListener) (*net.TCPConn, error) {
+	ln.SetDeadline(time.Time{}) // an earlier wait may have left one
+	stop := context.AfterFunc(ctx, func() { ln.SetDeadline(time.Now()) })
+	defer stop()
+	c, err := ln.AcceptTCP()
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return c, err
 }
 
 func (s *tcpSide) close() { s.ctl.conn.Close() }
@@ -154,8 +169,9 @@ func (s *tcpSide) connect(ctx context.Context) ([]*net.TCPConn, error) {
 		return nil, err
 	}
 	var hdr [16]byte
+	t := s.p.exchangeTimeout()
 	if s.addr != "" {
-		var d net.Dialer
+		d := net.Dialer{Timeout: t}
 		for i := range conns {
 			c, err := d.DialContext(ctx, "tcp", s.addr)
 			if err != nil {
@@ -171,14 +187,14 @@ func (s *tcpSide) connect(ctx context.Context) ([]*net.TCPConn, error) {
 		}
 		return conns, nil
 	}
-	stop := context.AfterFunc(ctx, func() { s.ln.(*net.TCPListener).SetDeadline(time.Now()) })
-	defer stop()
 	for left := n; left > 0; {
-		c, err := s.ln.Accept()
+		sctx, cancel := step(ctx, t, fmt.Sprintf("waiting for the client's connection %d of %d", n-left, n))
+		c, err := acceptCtx(sctx, s.ln)
+		cancel()
 		if err != nil {
-			return fail(err)
+			return fail(causeOf(sctx, err))
 		}
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(time.Now().Add(t))
 		_, err = io.ReadFull(c, hdr[:])
 		c.SetReadDeadline(time.Time{})
 		i := int(binary.BigEndian.Uint32(hdr[12:]))
@@ -187,7 +203,7 @@ func (s *tcpSide) connect(ctx context.Context) ([]*net.TCPConn, error) {
 			c.Close()
 			continue
 		}
-		conns[i] = c.(*net.TCPConn)
+		conns[i] = c
 		left--
 	}
 	return conns, nil
