@@ -78,19 +78,51 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 // (see ConnConfig.FirstFPDUHold): released by releaseHold on the event, or
 // by the fallback timer.
 func (qp *QP) holdFirst(p mpa.Params, fallback time.Duration, initiator bool) {
+	expire := qp.releaseHold
 	switch {
 	case !initiator && p.P2P:
 		fallback = -1 // the RTR or nothing: awaitRTR bounds the wait
 	case !initiator:
 		qp.rx.holdTillFPDU = true
 	case p.P2P && p.RTR == mpa.RTRRead:
+		expire = func() { qp.nudgeRTR(fallback) }
 	default:
 		return
 	}
 	qp.holdSQ.Store(true)
 	if fallback > 0 {
-		qp.holdTimer = time.AfterFunc(fallback, qp.releaseHold)
+		qp.holdMu.Lock()
+		qp.holdTimer = time.AfterFunc(fallback, expire)
+		qp.holdMu.Unlock()
 	}
+}
+
+// nudgeRTR runs when our Read RTR has gone unanswered for a fallback: the
+// transmit loop sends a zero-length RDMA Write (RFC 5041 section 5.2: a
+// zero-length tagged message names no buffer and is not checked), whose
+// arrival makes a peer that left the RTR unread read both — Linux siw
+// (6.1) does when the RTR arrived before its QP took the socket, and would
+// otherwise never answer, nor report the connection established, until we
+// sent something else. One more fallback for the answer, then the hold
+// ends anyway.
+func (qp *QP) nudgeRTR(fallback time.Duration) {
+	if !qp.holdSQ.Load() {
+		return
+	}
+	qp.nudge.Store(true)
+	wake(qp.wake)
+	qp.holdMu.Lock()
+	qp.holdTimer = time.AfterFunc(fallback, qp.releaseHold)
+	qp.holdMu.Unlock()
+}
+
+// stopHold stops a hold's fallback timer.
+func (qp *QP) stopHold() {
+	qp.holdMu.Lock()
+	if qp.holdTimer != nil {
+		qp.holdTimer.Stop()
+	}
+	qp.holdMu.Unlock()
 }
 
 // releaseHold lets the send queue go.

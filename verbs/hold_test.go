@@ -22,6 +22,8 @@ import (
 func (p *rawPeer) wantSend(t *testing.T, text string) {
 	t.Helper()
 	u := p.wantULPDU(t, "the stack's Send")
+	require.GreaterOrEqual(t, len(u), ddp.UntaggedHdrLen, "%x", u)
+	require.Zero(t, u[0]&ddp.FlagTagged, "an untagged message: %x", u)
 	require.Equal(t, rdmap.Ctrl(rdmap.OpSend), ddp.Untagged(u[:ddp.UntaggedHdrLen]).ULPCtrl(), "%x", u)
 	require.Equal(t, text, string(u[ddp.UntaggedHdrLen:]))
 }
@@ -139,9 +141,17 @@ func TestInitiatorHoldsUntilRTRAnswer(t *testing.T) {
 	require.Equal(t, Success, waitWC(t, q.scq).Status)
 }
 
-// A responder that never answers the Read RTR (siw, when the RTR reached
-// it before its QP took the socket): the fallback lets the initiator's
-// next FPDU go, whose arrival makes such a peer read both.
+// wantNudge reads the stack's zero-length RDMA Write (nudgeRTR).
+func (p *rawPeer) wantNudge(t *testing.T) {
+	t.Helper()
+	u := p.wantULPDU(t, "the stack's nudge")
+	require.Equal(t, ddp.AppendTagged(nil, true, rdmap.Ctrl(rdmap.OpWrite), rtrSTag, 0), u, "a zero-length Write to STag 1")
+}
+
+// A responder that does not answer the Read RTR (siw, when the RTR reached
+// it before its QP took the socket, reads nothing until more data comes):
+// after a fallback the initiator nudges it with a zero-length Write, and
+// after another lets its WRs go.
 func TestInitiatorRTRHoldFallback(t *testing.T) {
 	checkRoutines(t)
 	const hold = 150 * time.Millisecond
@@ -152,8 +162,10 @@ func TestInitiatorRTRHoldFallback(t *testing.T) {
 	postSend(t, q.qp, "hello")
 	rr := p.wantReadRequest(t, 1)
 	require.Zero(t, rr.Size())
-	p.wantSend(t, "hello")
+	p.wantNudge(t)
 	require.GreaterOrEqual(t, time.Since(start), hold-10*time.Millisecond)
+	p.wantSend(t, "hello")
+	require.GreaterOrEqual(t, time.Since(start), 2*hold-10*time.Millisecond)
 	// The late answer still completes the RTR, and the QP goes on.
 	p.send(t, ddp.AppendTagged(nil, true, rdmap.Ctrl(rdmap.OpReadResponse), rr.SinkSTag(), rr.SinkTO()))
 	postSend(t, q.qp, "again")
@@ -176,4 +188,22 @@ func TestDefaultStartupP2PRead(t *testing.T) {
 	exercise(t, s, c, 10)
 	exercise(t, c, s, 10)
 	require.Less(t, time.Since(start), 10*time.Second)
+}
+
+// The nudge works: a responder that reads the RTR only when more data
+// comes answers it then, and the held WRs go at once.
+func TestInitiatorRTRNudgeAnswered(t *testing.T) {
+	checkRoutines(t)
+	const hold = 150 * time.Millisecond
+	st := newStackSide(t, ConnConfig{})
+	q := st.newQP(t, 0, 0)
+	p := answerDialNoRTR(t, q.qp, ConnConfig{FirstFPDUHold: hold}, mpa.Config{IRD: 8, ORD: 8})
+	postSend(t, q.qp, "hello")
+	rr := p.wantReadRequest(t, 1)
+	p.wantNudge(t)
+	answered := time.Now()
+	p.send(t, ddp.AppendTagged(nil, true, rdmap.Ctrl(rdmap.OpReadResponse), rr.SinkSTag(), rr.SinkTO()))
+	p.wantSend(t, "hello")
+	require.Less(t, time.Since(answered), hold, "no second fallback")
+	require.Equal(t, Success, waitWC(t, q.scq).Status)
 }

@@ -106,6 +106,8 @@ type QP struct {
 	rtrDone   chan struct{} // closed when the peer-to-peer RTR has arrived (or none is due)
 	peerFIN   atomic.Bool   // the peer closed its stream: send what is owed, start no new WR
 	holdSQ    atomic.Bool   // this side must not send first yet (holdFirst)
+	nudge     atomic.Bool   // tx: send a zero-length Write (nudgeRTR)
+	holdMu    sync.Mutex    // guards holdTimer
 	holdTimer *time.Timer   // the hold's fallback, if any
 
 	errOnce   sync.Once

@@ -139,9 +139,7 @@ func (qp *QP) loopDone() {
 	}
 	qp.setError(ErrDisconnected) // no-op when a cause is recorded
 	qp.state.Store(int32(StateError))
-	if qp.holdTimer != nil {
-		qp.holdTimer.Stop()
-	}
+	qp.stopHold()
 	qp.conn.Close()
 	qp.flushAll()
 	close(qp.done)

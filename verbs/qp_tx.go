@@ -223,6 +223,14 @@ func (qp *QP) txFill() (worked bool, err error) {
 		case t.cur != nil:
 			err = qp.txSQ()
 		default:
+			if qp.nudge.CompareAndSwap(true, false) {
+				h := ddp.AppendTagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpWrite), rtrSTag, 0)
+				if err = t.append(h, nil); err != nil {
+					return worked, err
+				}
+				worked = true
+				continue
+			}
 			if job := qp.irdq.front(); job != nil {
 				t.rr, t.rrOff = job, 0
 				continue

@@ -38,7 +38,7 @@ die() { say "$*"; exit 125; }
 PKGS="qemu-system-x86 busybox-static kmod iproute2 cpio xz-utils gcc make
       ibverbs-providers ibverbs-utils rdmacm-utils perftest tcpdump"
 # Binaries copied into the guest, with the libraries they link.
-GUEST_BINS="busybox kmod rdma tcpdump rping ibv_devinfo ibv_devices
+GUEST_BINS="busybox kmod rdma tcpdump rping ucmatose rdma_server rdma_client ibv_devinfo ibv_devices
             ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat"
 GUEST_MODS="virtio_pci virtio_net 9pnet_virtio 9p crc32c_generic crc32c_intel ib_core
             ib_uverbs iw_cm rdma_cm rdma_ucm siw"
