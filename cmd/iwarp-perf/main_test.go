@@ -267,7 +267,11 @@ func TestBadFlags(t *testing.T) {
 		{"atomic_bw", "-R", "host1"},
 		{"write_bw", "--exchange-timeout=0"},
 		{"write_bw", "--exchange-timeout=soon"},
+		{"write_bw", "--max-region=lots"},
+		{"write_bw", "--max-region=0"},
 		{"write_bw", "--runs=-1"},
+		{"write_bw", "-q", "1024", "-s", "1048576"},         // 2 GiB of regions, above the default --max-region
+		{"write_bw", "-a", "-q", "2", "--max-region=16MiB"}, // 32 MiB
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			code, out, errs := run(t, args...)

@@ -26,8 +26,8 @@
 //   - run.go: the roles of client and server, --loopback, the demo.
 //   - serve.go: a server that hostile clients cannot wedge: one client at a
 //     time, the others refused as busy, a deadline on every wait on the
-//     peer (--exchange-timeout), and the loop that drops a failed client
-//     and serves the next.
+//     peer (--exchange-timeout), --max-region, and the loop that drops a
+//     failed client and serves the next.
 //
 // # Linux perftest
 //

@@ -375,6 +375,12 @@ func (c *ctlQP) poll(ctx context.Context) error {
 			}
 			switch wc.Opcode {
 			case verbs.WCRecv:
+				if len(c.inbox) >= ctlRecvs {
+					// The exchanges are in lock-step: a peer is at most one
+					// message ahead. One that floods must not grow the inbox.
+					c.err = fmt.Errorf("protocol error: the peer sent more than %d messages ahead", ctlRecvs)
+					return c.err
+				}
 				off := int(wc.ID) * ctlSlot
 				c.inbox = append(c.inbox, bytes.Clone(c.mr.Buf()[off:off+int(wc.ByteLen)]))
 				if _, err := c.qp.PostRecv(verbs.RecvWR{ID: wc.ID, SGL: []verbs.SGE{c.mr.SGE(off, ctlSlot)}}); err != nil {

@@ -81,8 +81,9 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	intVar(&fpduDelay, "", "fpdu-delay", 0)
 	var latWait string
 	fs.StringVar(&latWait, "lat-wait", "handler", "")
-	var exchangeTimeout string
+	var exchangeTimeout, maxRegion string
 	fs.StringVar(&exchangeTimeout, "exchange-timeout", "", "")
+	fs.StringVar(&maxRegion, "max-region", "", "")
 	intVar(&p.Runs, "", "runs", 1)
 	help := false
 	boolVar(&help, "h", "help")
@@ -134,6 +135,13 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 			return nil, false, usagef("invalid --exchange-timeout=%s: a positive number of seconds or a duration such as 500ms", exchangeTimeout)
 		}
 		p.ExchangeTimeout = d
+	}
+	if maxRegion != "" {
+		n, err := parseSize(maxRegion)
+		if err != nil || n <= 0 {
+			return nil, false, usagef("invalid --max-region=%s: a positive size such as 64MiB or 1GiB", maxRegion)
+		}
+		p.MaxRegion = n
 	}
 	if p.Runs < 0 {
 		return nil, false, usagef("--runs %d: not negative (0: serve until interrupted)", p.Runs)
@@ -266,6 +274,26 @@ func parseSeconds(s string) (time.Duration, error) {
 	return time.ParseDuration(s)
 }
 
+// parseSize reads a size in octets: a number, optionally with a binary
+// unit (K, KiB, M, MiB, G, GiB; KB, MB and GB count as binary too).
+func parseSize(s string) (int64, error) {
+	num := s[:len(s)-len(strings.TrimLeft(s, "0123456789"))]
+	unit := strings.ToUpper(strings.TrimSpace(s[len(num):]))
+	shift, ok := map[string]uint{"": 0, "B": 0, "K": 10, "KB": 10, "KIB": 10, "M": 20, "MB": 20, "MIB": 20,
+		"G": 30, "GB": 30, "GIB": 30}[unit]
+	if !ok {
+		return 0, fmt.Errorf("unknown unit %q", unit)
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("%s is too large", s)
+	}
+	return n << shift, nil
+}
+
 type boolValue bool
 
 func (v *boolValue) String() string   { return strconv.FormatBool(bool(*v)) }
@@ -335,6 +363,8 @@ Serving (see "A server and its clients" below):
       --exchange-timeout=T  the longest wait on the peer (default 15s; seconds or 500ms, 2m):
                         each message and QP of the exchange, and the test while nothing
                         moves on its connections; also shortens the MPA start-up's timeouts
+      --max-region=SIZE most memory registered for the test's QPs, whatever the peer asks
+                        (default 256MiB; K, M, G: KiB, MiB, GiB)
 Diagnostics:
       --profile=cpu|mem|mutex|block|trace   write cpu.pprof, mem.pprof, ... in the working
                         directory (github.com/pkg/profile)
@@ -359,8 +389,9 @@ A server and its clients:
   iWARP has no authentication. A client that fails is dropped, with the
   reason on stderr ("iwarp-perf: client ADDR: ...; dropped"), and the server
   waits for the next: one that sends nothing for --exchange-timeout, closes
-  or sends what the exchange does not expect, or asks for other parameters
-  (rejected with the differences). A client that comes while another
+  or sends what the exchange does not expect, asks for other parameters
+  (rejected with the differences), or whose perftest page size would make
+  the regions larger than --max-region. A client that comes while another
   is served waits a second at most, in case that test ends, and is then
   rejected as busy (tcp_* clients wait, up to their --exchange-timeout).
   The server exits 0 once --runs runs have completed, and 1 if interrupted

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goiwarp/iwarp/internal/perftest"
 	"github.com/goiwarp/iwarp/mpa"
 )
 
@@ -172,6 +173,10 @@ const (
 
 	// DefExchangeTimeout bounds each wait on the peer (--exchange-timeout).
 	DefExchangeTimeout = 15 * time.Second
+	// DefMaxRegion bounds the memory a side registers for its test QPs
+	// (--max-region): -a (16 MiB a QP) on up to 16 QPs, and 1024 QPs of
+	// 64 KiB messages (128 MiB).
+	DefMaxRegion = 256 << 20
 )
 
 // Params are a run's settings. Fields marked symmetric must be the same on
@@ -224,11 +229,13 @@ type Params struct {
 
 	// Hostile peers (serve.go). ExchangeTimeout bounds every wait on the
 	// peer: each step of the exchange, and the test itself while nothing
-	// moves on its connections (0: DefExchangeTimeout). A server serves
-	// clients one at a time until Runs runs have completed (0: until its
-	// context ends), and reports each client it drops to Log (nil:
-	// nowhere).
+	// moves on its connections (0: DefExchangeTimeout). MaxRegion bounds
+	// the memory registered for the test's QPs, whatever the peer says (0:
+	// DefMaxRegion). A server serves clients one at a time until Runs runs
+	// have completed (0: until its context ends), and reports each client
+	// it drops to Log (nil: nowhere).
 	ExchangeTimeout time.Duration
+	MaxRegion       int64
 	Runs            int
 	Log             io.Writer
 	// cycle is perftest's cycle_buffer as agreed with a perftest peer (the
@@ -247,6 +254,29 @@ func (p *Params) exchangeTimeout() time.Duration {
 	}
 	return DefExchangeTimeout
 }
+
+// maxRegion is MaxRegion or its default.
+func (p *Params) maxRegion() int64 {
+	if p.MaxRegion > 0 {
+		return p.MaxRegion
+	}
+	return DefMaxRegion
+}
+
+// halfLen is the length of each half of a QP's memory region (rdma.go):
+// the largest message, or with perftest's exchange the span over which the
+// peer cycles its addresses from ours, roundup64(max(message, cycle)),
+// where cycle is the larger page size of the two sides (the peer's word).
+func (p *Params) halfLen(cycle int) int64 {
+	if p.Perftest {
+		return (max(int64(p.MaxMsg()), int64(cycle), 64) + 63) &^ 63
+	}
+	return int64(max(p.MaxMsg(), 64))
+}
+
+// regionBytes is the memory a side registers for its test QPs: a region of
+// two halves each.
+func (p *Params) regionBytes(cycle int) int64 { return int64(p.QPs) * 2 * p.halfLen(cycle) }
 
 // Sizes returns the message sizes to run: Size, or 2 .. 2^23 with -a.
 func (p *Params) Sizes() []int {
@@ -392,6 +422,16 @@ func (p *Params) finish() error {
 	if t.verb().oneSided() || t.TCP() {
 		p.Inline = 0
 	}
+	// Our own regions within --max-region, as a server that meets a
+	// perftest client sizes them (at least a page each half).
+	if !t.TCP() {
+		q := *p
+		q.Perftest = true
+		if need := q.regionBytes(perftest.PageSize); need > p.maxRegion() {
+			return fmt.Errorf("the memory regions of %d QPs take %s (2 × %s each), more than --max-region %s",
+				p.QPs, fmtSize(need), fmtSize(q.halfLen(perftest.PageSize)), fmtSize(p.maxRegion()))
+		}
+	}
 	if p.JSONFile == "" {
 		p.JSONFile = "perftest_out.json"
 	}
@@ -485,3 +525,18 @@ func (s symmetric) mismatch(peer symmetric) string {
 	return strings.Join(d, "; ")
 }
 
+// fmtSize writes n octets as "256 MiB", "1 GiB" or "1.5 GiB".
+func fmtSize(n int64) string {
+	for _, u := range []struct {
+		shift uint
+		name  string
+	}{{30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if n >= 1<<u.shift {
+			if n%(1<<u.shift) == 0 {
+				return fmt.Sprintf("%d %s", n>>u.shift, u.name)
+			}
+			return fmt.Sprintf("%.1f %s", float64(n)/float64(int64(1)<<u.shift), u.name)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
+}

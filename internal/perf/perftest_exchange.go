@@ -247,11 +247,16 @@ func (x *perftestExchange) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cycle, _ := perftest.ParseInt(b)
-	if cycle > 1<<30 {
-		return fmt.Errorf("perftest exchange: the peer's cycle buffer is %d octets", cycle)
+	// The peer's page size is perftest's cycle_buffer: the span over which
+	// it cycles the addresses of its Writes and Reads from ours, so it sizes
+	// our regions (newEndpoint). It is the peer's word, bounded by ours.
+	peer, _ := perftest.ParseInt(b)
+	cycle := max(perftest.PageSize, peer)
+	if need, limit := x.p.regionBytes(cycle), x.p.maxRegion(); need > limit {
+		return fmt.Errorf("perftest exchange: the peer's page size of %d octets would have us register %s for -q %d, "+
+			"more than --max-region %s", peer, fmtSize(need), x.p.QPs, fmtSize(limit))
 	}
-	x.p.cycle = max(perftest.PageSize, cycle)
+	x.p.cycle = cycle
 	if _, err := x.xchg(ctx, "cache line", perftest.Int(perftest.CacheLine), perftest.SysDataLen); err != nil {
 		return err
 	}

@@ -93,11 +93,14 @@ const pollBatch = 64
 const postBatch = 32
 
 func newEndpoint(dev *verbs.Device, p *Params) (*endpoint, error) {
-	e := &endpoint{p: p, dev: dev, pd: dev.AllocPD(), half: max(p.MaxMsg(), 64), wcs: make([]verbs.WC, pollBatch)}
+	// A perftest peer cycles its Writes and Reads over
+	// roundup64(max(size, cycle_buffer)) octets from our address.
+	if need := p.regionBytes(p.cycle); need > p.maxRegion() {
+		return nil, fmt.Errorf("the memory regions of %d QPs would take %s, more than --max-region %s",
+			p.QPs, fmtSize(need), fmtSize(p.maxRegion()))
+	}
+	e := &endpoint{p: p, dev: dev, pd: dev.AllocPD(), half: int(p.halfLen(p.cycle)), wcs: make([]verbs.WC, pollBatch)}
 	if p.Perftest {
-		// A perftest peer cycles its Writes and Reads over
-		// roundup64(max(size, cycle_buffer)) octets from our address.
-		e.half = (max(p.MaxMsg(), p.cycle, 64) + 63) &^ 63
 		if p.Test == SendBW {
 			mr, err := e.pd.RegMR(make([]byte, 4*p.QPs), verbs.LocalWrite|verbs.RemoteWrite)
 			if err != nil {

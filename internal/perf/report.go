@@ -293,7 +293,10 @@ func (pr *printer) writeJSON(r Report) error {
 		b.WriteString("{\n")
 		for i, e := range kvs {
 			k, _ := json.Marshal(e.k)
-			v, _ := json.Marshal(e.v)
+			v, err := json.Marshal(e.v)
+			if err != nil {
+				v = []byte("null") // NaN or infinity, from a peer's report
+			}
 			fmt.Fprintf(&b, "%s: %s", k, v)
 			if i < len(kvs)-1 {
 				b.WriteString(",")

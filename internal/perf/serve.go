@@ -19,6 +19,8 @@ package perf
 //     while a client is served, only requests of its test are passed on;
 //     another client's is held for busyWait, in case the test ends, and
 //     then refused as busy rather than left waiting for a Reply.
+//   - What a peer sends never sizes our memory beyond --max-region (see
+//     Params.regionBytes).
 
 import (
 	"bytes"
