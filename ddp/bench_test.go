@@ -50,31 +50,12 @@ func BenchmarkParseUntagged(b *testing.B) {
 	}
 }
 
-func BenchmarkSegmenter(b *testing.B) {
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		s := NewSegmenter(1<<20, MaxPayload(1460-6, true))
-		for seg, ok := s.Next(); ok; seg, ok = s.Next() {
-			sink += uint64(seg.Len)
-		}
-	}
-}
-
 func BenchmarkCheckUntagged(b *testing.B) {
-	q := NewQueue(128)
-	q.Post(128)
+	h := Untagged(AppendUntagged(nil, false, 0x43, 0, 0, 1, 0))
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		if CheckQN(0, 3) != nil || q.CheckMSN(uint32(i%128)+1) != nil || CheckMO(0, 1024, 4096) != nil {
-			b.Fatal("check")
-		}
-	}
-}
-
-func BenchmarkCheckTagged(b *testing.B) {
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		if CheckTagged(0x1000+uint64(i%1024), 1024, 0x1000, 4096) != nil {
+		if CheckQN(h.QN(), 3) != nil || CheckMSN(h.MSN(), 1) != nil || CheckMO(h.MO(), 0) != nil ||
+			CheckBuffer(h.QN(), h.MSN(), true) != nil || CheckMsgLen(h.MO(), 1024, 4096) != nil {
 			b.Fatal("check")
 		}
 	}

@@ -50,7 +50,10 @@ func ctrl(tagged, last bool) byte {
 
 // Parse checks the DDP header at the start of a DDP segment b and returns its
 // length and buffer model. Only the header octets are examined; b may carry
-// the payload after them.
+// the payload after them, or end with the header: a receiver that reads its
+// stream piece by piece reads the first octet, then as much of the segment as
+// HdrLen of its T flag asks for (all of it, if the segment is shorter), and
+// passes that (package verbs does, for every segment it receives).
 //
 // The version is checked first because with any other DV the rest of the
 // layout is unknown. A wrong version is an "invalid DDP version" error of the

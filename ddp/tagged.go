@@ -37,24 +37,9 @@ func (h Tagged) STag() uint32 { return binary.BigEndian.Uint32(h[taggedSTagOff:]
 // TO returns the tagged offset of the segment's first payload octet.
 func (h Tagged) TO() uint64 { return binary.BigEndian.Uint64(h[taggedTOOff:]) }
 
-// SetLast sets or clears the L flag, so that one header can be rewritten in
-// place for each segment of a message.
-func (h Tagged) SetLast(last bool) { setLast(h, last) }
-
-// SetTO sets the tagged offset.
-func (h Tagged) SetTO(to uint64) { binary.BigEndian.PutUint64(h[taggedTOOff:], to) }
-
 // AppendTagged appends a tagged DDP header to b.
 func AppendTagged(b []byte, last bool, ulpCtrl byte, stag uint32, to uint64) []byte {
 	b = append(b, ctrl(true, last), ulpCtrl)
 	b = binary.BigEndian.AppendUint32(b, stag)
 	return binary.BigEndian.AppendUint64(b, to)
-}
-
-func setLast(h []byte, last bool) {
-	if last {
-		h[ctrlOff] |= FlagLast
-	} else {
-		h[ctrlOff] &^= FlagLast
-	}
 }

@@ -50,16 +50,6 @@ func (h Untagged) MSN() uint32 { return binary.BigEndian.Uint32(h[untaggedMSNOff
 // MO returns the message offset of the segment's first payload octet.
 func (h Untagged) MO() uint32 { return binary.BigEndian.Uint32(h[untaggedMOOff:]) }
 
-// SetLast sets or clears the L flag, so that one header can be rewritten in
-// place for each segment of a message.
-func (h Untagged) SetLast(last bool) { setLast(h, last) }
-
-// SetMSN sets the message sequence number.
-func (h Untagged) SetMSN(msn uint32) { binary.BigEndian.PutUint32(h[untaggedMSNOff:], msn) }
-
-// SetMO sets the message offset.
-func (h Untagged) SetMO(mo uint32) { binary.BigEndian.PutUint32(h[untaggedMOOff:], mo) }
-
 // AppendUntagged appends an untagged DDP header to b.
 func AppendUntagged(b []byte, last bool, ulpCtrl byte, ulpWord, qn, msn, mo uint32) []byte {
 	b = append(b, ctrl(false, last), ulpCtrl)

@@ -1,111 +1,137 @@
 package ddp
 
-// Receive-side validation of untagged segments (RFC 5041 section 7.1). RFC
-// 5041 section 7.1 lists five checks for a non-zero-length untagged segment and
-// section 7.2 numbers their errors:
+// Receive-side checks of untagged segments (RFC 5041 section 7.1), for a Data
+// Sink that reads its stream in order (MPA over TCP) and has at most one
+// message under way per queue, as a QP does. Section 7.1 lists five checks for
+// a non-zero-length untagged segment and section 7.2 numbers their errors:
 //
-//	1. the QN is valid for this stream              -> CodeInvalidQN (0x01)
-//	2. the QN and MSN have an associated buffer     -> CodeMSNNoBuffer (0x02)
-//	3. the MO falls within the buffer               -> CodeInvalidMO (0x04)
-//	4. MO + payload length falls within the buffer  -> CodeMsgTooLong (0x05)
-//	5. the MSN falls in the legal range of the QN   -> CodeMSNRange (0x03)
+//	1. the QN is valid for this stream              -> CodeInvalidQN (0x01)    CheckQN
+//	2. the QN and MSN have an associated buffer     -> CodeMSNNoBuffer (0x02)  CheckBuffer
+//	3. the MO falls within the buffer               -> CodeInvalidMO (0x04)    CheckMO
+//	4. MO + payload length falls within the buffer  -> CodeMsgTooLong (0x05)   CheckMsgLen
+//	5. the MSN falls in the legal range of the QN   -> CodeMSNRange (0x03)     CheckMSN
 //
-// CheckQN does 1, Queue.CheckMSN does 2 and 5, CheckMO does 3 and 4. They
-// return nil or a *Error, and allocate only for the error.
+// A QP makes them in the order 1, 5, 3, 2, 4: the MSN and MO are the header's
+// own rules, and only a segment that passes them has a buffer to look for.
+// RDMAP (RFC 5040 section 5.3) has every Send consume a buffer, zero-length
+// ones too, so a QP checks zero-length segments as well, except for 4, which
+// has nothing to place. Each check is a comparison the compiler inlines; only
+// a failing one allocates, for its error.
+//
+// # Which MSN error
+//
+// Section 7.1 defines the legal MSN range of check 5 as lying between the MSN
+// of the first and that of the last available buffer of the queue, and its
+// implementation note puts the lower limit at the messages already completed
+// and the upper one at the buffers available. Check 2's 0x02 ("no buffer
+// available") is about the buffer of an MSN in that range.
+//
+// On a stream the range has one member. The Data Source transmits a queue's
+// messages in the order they were submitted (section 5.3), the stream
+// delivers their segments in that order, and the Data Sink delivers a message
+// only after every earlier one (sections 5.3 and 5.4). A segment can
+// therefore only continue the message under way or start the next one; a
+// segment of any later message would mean that the messages before it were
+// skipped. So:
+//
+//   - any MSN but the expected one, behind or ahead, whether or not a buffer
+//     is posted for it, is 0x03 "MSN range is not valid" (CheckMSN);
+//   - the expected MSN with no buffer posted for it is 0x02 "no buffer
+//     available" (CheckBuffer).
+//
+// Linux siw behaves the same way (drivers/infiniband/sw/siw/siw_qp_rx.c):
+// siw_send_check_ntoh and siw_init_rresp answer any MSN but the expected one
+// with DDP_ECODE_UT_INVALID_MSN_RANGE, and siw_proc_send answers a Send that
+// finds no receive with DDP_ECODE_UT_INVALID_MSN_NOBUF. siw takes the receive
+// before it reads the MSN, so there a wrong MSN with nothing posted is 0x02;
+// here the MSN comes first: an MSN outside the range has no buffer to speak
+// of, and were check 2 made first, every wrong MSN would fail it and 0x03
+// could never be sent.
+//
+// This package used to have a Queue type whose CheckMSN answered an MSN ahead
+// of the expected one but within the receive queue's depth with 0x02, and
+// accepted one ahead for which a buffer was posted. The QP never called it and
+// answered 0x03 for both. The RFC's range ends at the last buffer available,
+// not at the queue's depth, and nothing read in order can place a message
+// ahead of one not yet received, so the QP's answer is the one kept here.
 
 // CheckQN checks that qn names one of the stream's nq untagged queues,
 // numbered from zero (RFC 5041 section 7.1 check 1). Which queues exist is up
-// to the ULP: three for RDMAP, four with the RFC 7306 extensions.
+// to the ULP: three for RDMAP, four with the RFC 7306 extensions (package
+// rdmap's CheckQN also checks that a message came on its opcode's queue).
 func CheckQN(qn, nq uint32) error {
 	if qn >= nq {
-		return Errorf(ETypeUntagged, CodeInvalidQN, "QN %d, stream has %d queues", qn, nq)
+		return errQN(qn, nq)
 	}
 	return nil
 }
 
-// Queue is the Data Sink's view of one untagged queue's message sequence
-// numbers (RFC 5041 sections 4.3 and 7.1). Messages are Delivered in order
-// (section 5.3), so the legal MSNs are a window: from the MSN of the oldest
-// message not yet completed, through one per posted buffer. Window bounds how
-// far ahead a peer may ever be, typically the receive queue depth, or IRD for
-// the Read Request queue.
-//
-// Queue is a plain value the QP keeps per QN; it is not safe for concurrent
-// use.
-type Queue struct {
-	next   uint32 // MSN of the oldest message not yet completed
-	posted uint32 // buffers posted for MSNs next, next+1, ...
-	window uint32 // most buffers that can ever be posted
+func errQN(qn, nq uint32) error {
+	return Errorf(ETypeUntagged, CodeInvalidQN, "QN %d, stream has %d queues", qn, nq)
 }
 
-// NewQueue returns the state of a queue that has no buffers posted yet and
-// accepts at most window of them. Its first message has MSN 1 (RFC 5041
-// section 4.3: "The initial value for MSN MUST be one").
-func NewQueue(window uint32) Queue { return Queue{next: 1, window: window} }
-
-// Next returns the MSN of the oldest message not yet completed.
-func (q *Queue) Next() uint32 { return q.next }
-
-// Posted returns how many buffers are posted, counting the one of Next.
-func (q *Queue) Posted() uint32 { return q.posted }
-
-// Post records n more posted buffers. It reports false, and records nothing,
-// if that would exceed the window.
-func (q *Queue) Post(n uint32) bool {
-	if uint64(q.posted)+uint64(n) > uint64(q.window) {
-		return false
-	}
-	q.posted += n
-	return true
-}
-
-// Complete records that the message with MSN Next was completed and its
-// buffer consumed. The MSN wraps from 0xFFFFFFFF to 0 (RFC 5041 section 4.3).
-func (q *Queue) Complete() {
-	if q.posted == 0 {
-		return
-	}
-	q.posted--
-	q.next++
-}
-
-// Slot returns msn's position among the posted buffers: 0 for Next's buffer.
-// It is meaningful only after CheckMSN accepted msn.
-func (q *Queue) Slot(msn uint32) uint32 { return msn - q.next }
-
-// CheckMSN checks that a segment's MSN has a posted buffer (RFC 5041 section
-// 7.1 checks 2 and 5). An MSN within the window but beyond the posted buffers
-// needs a buffer that is not there: "Invalid MSN - no buffer available". Any
-// other MSN, behind Next (an old message) or beyond the window, is outside the
-// legal range: "Invalid MSN - MSN range is not valid". Arithmetic is modulo
-// 2^32, as MSNs are.
-//
-// RFC 5041 requires the check for non-zero-length segments; RDMAP (RFC 5040
-// section 5.3) also has every Send consume a buffer, so a QP calls it for
-// zero-length Sends too.
-func (q *Queue) CheckMSN(msn uint32) error {
-	d := msn - q.next
-	switch {
-	case d < q.posted:
-		return nil
-	case d < q.window:
-		return Errorf(ETypeUntagged, CodeMSNNoBuffer, "MSN %d, %d buffers posted from MSN %d", msn, q.posted, q.next)
-	}
-	return Errorf(ETypeUntagged, CodeMSNRange, "MSN %d outside %d..%d", msn, q.next, q.next+q.window-1)
-}
-
-// CheckMO checks that a segment's n payload octets at message offset mo fit a
-// buffer of bufLen octets (RFC 5041 section 7.1 checks 3 and 4). A zero-length
-// segment places nothing and is not checked (section 7.1 covers
-// "non-zero-length Untagged DDP Segments").
-func CheckMO(mo, n, bufLen uint32) error {
-	switch {
-	case n == 0:
-		return nil
-	case mo >= bufLen:
-		return Errorf(ETypeUntagged, CodeInvalidMO, "MO %d, buffer of %d octets", mo, bufLen)
-	case uint64(mo)+uint64(n) > uint64(bufLen):
-		return Errorf(ETypeUntagged, CodeMsgTooLong, "%d octets at MO %d, buffer of %d octets", n, mo, bufLen)
+// CheckMSN checks the MSN of a segment against next, the MSN of the message
+// under way on its queue or, if none is, of the next one (RFC 5041 section
+// 7.1 check 5). Only next is legal (see "Which MSN error" above); any other
+// MSN is "Invalid MSN - MSN range is not valid". A queue's first message has
+// MSN 1 (section 4.3), and MSNs wrap from 0xFFFFFFFF to 0.
+func CheckMSN(msn, next uint32) error {
+	if msn != next {
+		return errMSN(msn, next)
 	}
 	return nil
+}
+
+func errMSN(msn, next uint32) error {
+	return Errorf(ETypeUntagged, CodeMSNRange, "MSN %d, expected %d", msn, next)
+}
+
+// CheckBuffer reports RFC 5041 section 7.1 check 2 for message msn of queue
+// qn, whose MSN CheckMSN accepted: posted says whether the ULP has a buffer
+// for it. Without one it is "Invalid MSN - no buffer available". Section 7.1
+// lets an implementation treat the missing buffer as a fault of the ULP and
+// disable the stream; iWARP has no receiver-not-ready retry, so a QP does.
+func CheckBuffer(qn, msn uint32, posted bool) error {
+	if !posted {
+		return errNoBuffer(qn, msn)
+	}
+	return nil
+}
+
+func errNoBuffer(qn, msn uint32) error {
+	return Errorf(ETypeUntagged, CodeMSNNoBuffer, "no buffer posted on QN %d for MSN %d", qn, msn)
+}
+
+// CheckMO checks a segment's message offset against want, the octets of its
+// message that arrived before it: 0 for a message's first segment (RFC 5041
+// section 7.1 check 3, in the form it takes on a stream). The Data Source
+// sends the segments of a message with increasing MOs (section 5.3) and the
+// stream keeps them in order, so every MO but want is "Invalid MO", as in siw
+// (siw_send_check_ntoh). An MO that continues a message at the end of its
+// buffer is no error here: what is wrong with that message is its length
+// (CheckMsgLen).
+func CheckMO(mo, want uint32) error {
+	if mo != want {
+		return errMO(mo, want)
+	}
+	return nil
+}
+
+func errMO(mo, want uint32) error {
+	return Errorf(ETypeUntagged, CodeInvalidMO, "MO %d, expected %d", mo, want)
+}
+
+// CheckMsgLen checks that a segment's n payload octets at message offset mo
+// fit a buffer of bufLen octets (RFC 5041 section 7.1 check 4): "DDP Message
+// too long for available buffer" otherwise. A zero-length segment places
+// nothing and always fits. The sum is taken in 64 bits: nothing wraps.
+func CheckMsgLen(mo, n, bufLen uint32) error {
+	if n != 0 && uint64(mo)+uint64(n) > uint64(bufLen) {
+		return errMsgLen(mo, n, bufLen)
+	}
+	return nil
+}
+
+func errMsgLen(mo, n, bufLen uint32) error {
+	return Errorf(ETypeUntagged, CodeMsgTooLong, "%d octets at MO %d, buffer of %d octets", n, mo, bufLen)
 }
