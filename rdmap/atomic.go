@@ -53,6 +53,8 @@ func (o AtomicOpcode) String() string {
 //	|                      Compare Data (64)                        |
 //	|                      Compare Mask (64)                        |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+// It must hold at least AtomicRequestLen octets (check with CheckLen first).
 type AtomicRequest []byte
 
 const (
@@ -68,16 +70,6 @@ const (
 	arsReqIDOff   = 0
 	arsOrigValOff = 4
 )
-
-// ParseAtomicRequest returns the Atomic Request header in b, the message
-// after the untagged DDP header. It checks the length only; see
-// CheckAtomicRequest.
-func ParseAtomicRequest(b []byte) (AtomicRequest, error) {
-	if len(b) < AtomicRequestLen {
-		return nil, errMalformed("Atomic Request", len(b), AtomicRequestLen)
-	}
-	return AtomicRequest(b[:AtomicRequestLen]), nil
-}
 
 // Opcode returns the AOpCode. The 28 reserved bits before it are "set to zero
 // on transmit, ignored on receive" (RFC 7306 section 5.2.1).
@@ -147,16 +139,9 @@ func CheckAtomicRequest(r AtomicRequest, addr uint64) error {
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|                 Original Remote Data Value (64)               |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+// It must hold at least AtomicResponseLen octets (check with CheckLen first).
 type AtomicResponse []byte
-
-// ParseAtomicResponse returns the Atomic Response header in b, the message
-// after the untagged DDP header.
-func ParseAtomicResponse(b []byte) (AtomicResponse, error) {
-	if len(b) < AtomicResponseLen {
-		return nil, errMalformed("Atomic Response", len(b), AtomicResponseLen)
-	}
-	return AtomicResponse(b[:AtomicResponseLen]), nil
-}
 
 // ReqID returns the Original Request Identifier.
 func (r AtomicResponse) ReqID() uint32 { return binary.BigEndian.Uint32(r[arsReqIDOff:]) }

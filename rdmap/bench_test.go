@@ -31,10 +31,14 @@ func BenchmarkParseReadRequestMessage(b *testing.B) {
 		if err != nil || op != OpReadRequest {
 			b.Fatal(err)
 		}
-		rr, err := ParseReadRequest(seg[n:])
-		if err != nil {
+		h := ddp.Untagged(seg[:n])
+		if err := CheckQN(op, h.QN(), false); err != nil {
 			b.Fatal(err)
 		}
+		if err := CheckLen(op, h, len(seg)-n); err != nil {
+			b.Fatal(err)
+		}
+		rr := ReadRequest(seg[n:])
 		sink += uint64(rr.SinkSTag()) + rr.SinkTO() + uint64(rr.Size()) + uint64(rr.SrcSTag()) + rr.SrcTO()
 	}
 }
@@ -56,20 +60,20 @@ func BenchmarkAtomicRequest(b *testing.B) {
 	b.SetBytes(AtomicRequestLen)
 	for i := 0; i < b.N; i++ {
 		buf = AppendAtomicRequest(buf[:0], AtomicFetchAdd, uint32(i), 0x01020304, 0x1000, 1, 0, 0, ^uint64(0))
-		r, err := ParseAtomicRequest(buf)
-		if err != nil || CheckAtomicRequest(r, r.TO()) != nil {
+		r := AtomicRequest(buf)
+		if err := CheckAtomicRequest(r, r.TO()); err != nil {
 			b.Fatal(err)
 		}
 		sink += r.AddSwap() + uint64(r.ReqID())
 	}
 }
 
-func BenchmarkAppendTerminateMessage(b *testing.B) {
+func BenchmarkAppendTerminate(b *testing.B) {
 	term, _ := NewTerminate(ErrInvalidSTag, readReqSeg, len(readReqSeg))
 	buf := make([]byte, 0, 128)
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		buf = AppendTerminateMessage(buf[:0], 1, term)
+		buf = term.Append(AppendTerminateDDP(buf[:0]))
 	}
 	sink += uint64(len(buf))
 }

@@ -76,12 +76,12 @@ func reportsSegment(c Cause) bool {
 	return false
 }
 
-// AppendTerminateMessage appends a whole Terminate message, the ULPDU to hand
-// to MPA: its untagged DDP header (L set, RDMAP control 0x47, Invalidate STag
-// zero, QN 2, the caller's MSN, MO 0; RFC 5040 section 5.4 and Appendix A.6)
-// and the Terminate header. The Terminate queue's first and only message has
-// MSN 1 (RFC 5041 section 4.3).
-func AppendTerminateMessage(b []byte, msn uint32, t Terminate) []byte {
-	b = ddp.AppendUntagged(b, true, Ctrl(OpTerminate), 0, QNTerminate, msn, 0)
-	return t.Append(b)
+// AppendTerminateDDP appends the untagged DDP header that carries a
+// Terminate message (RFC 5040 section 5.4 and Appendix A.6): L set, RDMAP
+// control 0x47, Invalidate STag zero, QN 2, MSN 1, MO 0. A stream carries one
+// Terminate at most, so it is always the Terminate queue's first message,
+// with MSN 1 (RFC 5041 section 4.3). The Terminate header (Terminate.Append)
+// follows it, in the same FPDU.
+func AppendTerminateDDP(b []byte) []byte {
+	return ddp.AppendUntagged(b, true, Ctrl(OpTerminate), 0, QNTerminate, 1, 0)
 }

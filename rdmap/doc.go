@@ -6,7 +6,10 @@
 //
 // Like package ddp, headers are views over byte slices checked once for
 // length, and encoders append to a caller's buffer; nothing allocates unless
-// it returns an error.
+// it returns an error. The receive-side checks (check.go: CheckCtrl, CheckQN,
+// CheckLen, CheckReadResponse; CheckAtomicRequest, ParseTerminate) are the
+// ones a queue pair of package verbs makes on the header views it has read,
+// and the only implementation of those rules.
 //
 // Errors are split by who detected them. A *Error is an RDMAP-layer error
 // detected here; *ddp.Error and *mpa.Error come from the layers below. CauseOf

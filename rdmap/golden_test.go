@@ -68,8 +68,10 @@ func TestTsharkFPDUs(t *testing.T) {
 
 func TestTsharkReadRequest(t *testing.T) {
 	seg := ulpdu(t, "rdreq1")
-	rr, err := ParseReadRequest(seg[ddp.UntaggedHdrLen:])
-	require.NoError(t, err)
+	h := ddp.Untagged(seg[:ddp.UntaggedHdrLen])
+	require.NoError(t, CheckQN(OpReadRequest, h.QN(), false))
+	require.NoError(t, CheckLen(OpReadRequest, h, len(seg)-ddp.UntaggedHdrLen))
+	rr := ReadRequest(seg[ddp.UntaggedHdrLen:])
 	require.Equal(t, uint32(0xaabbccdd), rr.SinkSTag())
 	require.Equal(t, uint64(0x2000), rr.SinkTO())
 	require.Equal(t, uint32(0x1000), rr.Size())

@@ -8,19 +8,9 @@ const ImmediateLen = 8
 
 // Immediate is a view of the Immediate Data header of an Immediate Data or
 // Immediate Data with SE message (RFC 7306 section 6.2, Figure 7): 64 bits of
-// data, sent on queue 0.
+// data, sent on queue 0. It must hold ImmediateLen octets (check with
+// CheckLen first).
 type Immediate []byte
-
-// ParseImmediate returns the Immediate Data header in b, the message after the
-// untagged DDP header. RFC 7306 section 6.3: "The Remote Peer MUST check that
-// Immediate Data and Immediate Data with SE Messages include exactly 8 bytes
-// of data from the DDP layer."
-func ParseImmediate(b []byte) (Immediate, error) {
-	if len(b) != ImmediateLen {
-		return nil, errMalformed("Immediate Data", len(b), ImmediateLen)
-	}
-	return Immediate(b), nil
-}
 
 // Data returns the 8 octets of immediate data as a big-endian number.
 func (h Immediate) Data() uint64 { return binary.BigEndian.Uint64(h) }

@@ -104,27 +104,3 @@ func (op Opcode) String() string {
 	}
 	return fmt.Sprintf("Opcode(%d)", uint8(op))
 }
-
-// CheckCtrl validates the RDMAP control octet of a received segment whose DDP
-// header has the given T flag (RFC 5040 section 7.2: "The RDMA OpCode MUST be
-// valid. The RDMA Version MUST be valid."). ext says whether the QP uses the
-// RFC 7306 extensions; without them their opcodes are unexpected. An opcode
-// that arrives in the wrong buffer model (a tagged Send, say) is unexpected
-// too: RFC 5040 Figure 4 fixes the T flag of each message and has no closer
-// code. The reserved bits are ignored (section 4.1).
-func CheckCtrl(tagged bool, ctrl byte, ext bool) (Opcode, error) {
-	op := CtrlOpcode(ctrl)
-	if v := CtrlVersion(ctrl); v != Version {
-		return op, Errorf(ETypeRemoteOperation, CodeInvalidVersion, "RV %d", v)
-	}
-	info := opTable[op]
-	switch {
-	case !info.Known:
-		return op, Errorf(ETypeRemoteOperation, CodeUnexpectedOpcode, "reserved opcode %d", uint8(op))
-	case info.RFC7306 && !ext:
-		return op, Errorf(ETypeRemoteOperation, CodeUnexpectedOpcode, "%v without RFC 7306", op)
-	case info.Tagged != tagged:
-		return op, Errorf(ETypeRemoteOperation, CodeUnexpectedOpcode, "%v with T=%t", op, tagged)
-	}
-	return op, nil
-}

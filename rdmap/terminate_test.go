@@ -71,7 +71,7 @@ func TestNewTerminateGolden(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			term, ok := NewTerminate(tc.err, tc.seg, len(tc.seg))
 			require.True(t, ok)
-			got := AppendTerminateMessage(nil, 1, term)
+			got := term.Append(AppendTerminateDDP(nil))
 			require.Equal(t, fmt.Sprintf("% x", unhexS(tc.want)), fmt.Sprintf("% x", got))
 
 			// What the peer decodes is what was meant.
@@ -330,7 +330,7 @@ func TestTerminateZeroAllocs(t *testing.T) {
 		if err != nil {
 			panic(err)
 		}
-		buf = AppendTerminateMessage(buf[:0], 1, term)
+		buf = term.Append(AppendTerminateDDP(buf[:0]))
 	})
 	require.Zero(t, allocs)
 }

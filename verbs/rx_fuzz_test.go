@@ -35,7 +35,7 @@ func FuzzQPReceive(f *testing.F) {
 	write = append(write, "data"...)
 	rreq := ddp.AppendUntagged(nil, true, rdmap.Ctrl(rdmap.OpReadRequest), 0, rdmap.QNReadRequest, 1, 0)
 	rreq = rdmap.AppendReadRequest(rreq, 1, 0, 16, 0x100, 0)
-	term := rdmap.AppendTerminateMessage(nil, 1, rdmap.Terminate{Layer: rdmap.LayerDDP, EType: 1})
+	term := rdmap.Terminate{Layer: rdmap.LayerDDP, EType: 1}.Append(rdmap.AppendTerminateDDP(nil))
 	for _, crc := range []bool{false, true} {
 		f.Add(seed(crc, send), crc)
 		f.Add(seed(crc, write, send), crc)
