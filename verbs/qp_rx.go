@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -140,42 +139,40 @@ func (qp *QP) rxFailed(err error) {
 	}
 }
 
-// rxSegment takes apart one DDP segment of n octets.
+// rxSegment takes apart one DDP segment of n octets. Its headers are read
+// into x.hdr and checked there, on views, by packages ddp and rdmap, the one
+// implementation of each wire rule; what needs the QP's state (memory, posted
+// buffers, outstanding Reads) is checked here, in the handlers.
 func (qp *QP) rxSegment(n int) error {
 	x := &qp.rx
 	x.hl = 0
-	if n < ddp.TaggedHdrLen {
-		// Valid MPA framing around too little for DDP: RFC 5041 has no code
-		// for it, so it is a local catastrophic error, as in ddp.Parse.
-		return ddp.Errorf(ddp.ETypeCatastrophic, 0, "ULPDU of %d octets is shorter than a DDP header", n)
-	}
-	if err := x.r.ReadFull(x.hdr[:2]); err != nil {
+	// The first octet's T flag says how long the DDP header is; a segment
+	// too short for its header is read whole, for ddp.Parse to judge.
+	k := min(n, 2)
+	if err := x.r.ReadFull(x.hdr[:k]); err != nil {
 		return err
 	}
-	x.hl = 2
-	tagged := x.hdr[0]&ddp.FlagTagged != 0
-	hl := ddp.UntaggedHdrLen
-	if tagged {
-		hl = ddp.TaggedHdrLen
-	}
-	if n < hl {
-		return ddp.Errorf(ddp.ETypeCatastrophic, 0, "ULPDU of %d octets is shorter than its DDP header", n)
-	}
-	if err := x.r.ReadFull(x.hdr[2:hl]); err != nil {
-		return err
-	}
-	x.hl = hl
-	// RFC 5041 section 7.2: a wrong DDP version is reported per model.
-	if x.hdr[0]&ddp.VersionMask != ddp.Version {
-		if tagged {
-			return ddp.Errorf(ddp.ETypeTagged, ddp.CodeTaggedVersion, "DDP version %d", x.hdr[0]&ddp.VersionMask)
+	if k > 0 {
+		hl := min(n, ddp.HdrLen(x.hdr[0]&ddp.FlagTagged != 0))
+		if err := x.r.ReadFull(x.hdr[k:hl]); err != nil {
+			return err
 		}
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeUntaggedVersion, "DDP version %d", x.hdr[0]&ddp.VersionMask)
+		k = hl
 	}
-	if v := rdmap.CtrlVersion(x.hdr[1]); v != rdmap.Version {
-		return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeInvalidVersion, "RDMAP version %d", v)
+	x.hl = k
+	hl, tagged, err := ddp.Parse(x.hdr[:k])
+	if err != nil {
+		return err
 	}
-	op := rdmap.CtrlOpcode(x.hdr[1])
+	op, err := rdmap.CheckCtrl(tagged, x.hdr[1], qp.ext)
+	if err != nil {
+		return err
+	}
+	if !tagged {
+		if err := rdmap.CheckQN(op, ddp.Untagged(x.hdr[:hl]).QN(), qp.ext); err != nil {
+			return err
+		}
+	}
 	plen := n - hl
 	if x.expectRTR != mpa.RTRNone {
 		if handled, err := qp.rxRTR(tagged, op, plen); handled || err != nil {
@@ -184,36 +181,25 @@ func (qp *QP) rxSegment(n int) error {
 	}
 	if tagged {
 		h := ddp.Tagged(x.hdr[:hl])
-		switch op {
-		case rdmap.OpWrite:
+		if op == rdmap.OpWrite {
 			return qp.rxWrite(h, plen)
-		case rdmap.OpReadResponse:
-			return qp.rxReadResponse(h, plen)
 		}
-		return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnexpectedOpcode, "opcode %d in a tagged segment", op)
+		return qp.rxReadResponse(h, plen) // the other tagged message CheckCtrl lets through
 	}
 	h := ddp.Untagged(x.hdr[:hl])
 	switch op {
-	case rdmap.OpSend, rdmap.OpSendInvalidate, rdmap.OpSendSE, rdmap.OpSendSEInvalidate:
-		return qp.rxSend(h, op, plen)
 	case rdmap.OpReadRequest:
 		return qp.rxReadRequest(h, plen)
 	case rdmap.OpTerminate:
-		return qp.rxTerminate(h, plen)
+		return qp.rxTerminate(plen)
 	case rdmap.OpImmediateData, rdmap.OpImmediateDataSE:
-		if qp.ext {
-			return qp.rxImmediate(h, op, plen)
-		}
+		return qp.rxImmediate(h, op, plen)
 	case rdmap.OpAtomicRequest:
-		if qp.ext {
-			return qp.rxAtomicRequest(h, plen)
-		}
+		return qp.rxAtomicRequest(h, plen)
 	case rdmap.OpAtomicResponse:
-		if qp.ext {
-			return qp.rxAtomicResponse(h, plen)
-		}
+		return qp.rxAtomicResponse(h, plen)
 	}
-	return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnexpectedOpcode, "opcode %d in an untagged segment", op)
+	return qp.rxSend(h, op, plen) // the four Sends
 }
 
 // rxCommit carries out what the segment just checked asks for.
@@ -275,5 +261,3 @@ func (qp *QP) rxCommit() error {
 }
 
 var errCQOverrun = rdmap.Errorf(rdmap.ETypeLocalCatastrophic, rdmap.CodeCatastrophicStream, "completion queue overrun")
-
-var be64 = binary.BigEndian.Uint64

@@ -12,21 +12,22 @@ import (
 // fit) and into the completion.
 func (qp *QP) rxImmediate(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	x := &qp.rx
-	if h.QN() != rdmap.QNSend {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "Immediate Data on QN %d", h.QN())
+	if err := ddp.CheckMSN(h.MSN(), x.sendMSN); err != nil {
+		return err
 	}
-	if h.MSN() != x.sendMSN || x.recvOn {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "Immediate Data MSN %d, expected %d", h.MSN(), x.sendMSN)
+	if x.recvOn {
+		// That MSN is the Send still under way on QN 0: a message of its own
+		// cannot have it.
+		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "Immediate Data MSN %d inside the Send of that MSN", h.MSN())
 	}
-	if n != rdmap.ImmediateLen || !h.Last() || h.MO() != 0 {
-		// "The Remote Peer MUST check that ... exactly 8 bytes".
-		return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnspecified, "Immediate Data of %d octets", n)
+	if err := rdmap.CheckLen(op, h, n); err != nil {
+		return err
 	}
 	if err := x.r.ReadFull(x.actImm[:]); err != nil {
 		return err
 	}
-	if !qp.popRecv(&x.recv) {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNNoBuffer, "no receive posted for Immediate Data MSN %d", h.MSN())
+	if err := ddp.CheckBuffer(rdmap.QNSend, h.MSN(), qp.popRecv(&x.recv)); err != nil {
+		return err
 	}
 	x.recvOn = true
 	if x.recv.total >= 8 {
@@ -35,7 +36,7 @@ func (qp *QP) rxImmediate(h ddp.Untagged, op rdmap.Opcode, n int) error {
 			off += copy(s, x.actImm[off:])
 		}
 	}
-	wc := WC{ID: x.recv.id, Opcode: WCRecvImm, Flags: WithImm, ImmData: be64(x.actImm[:]), QP: qp}
+	wc := WC{ID: x.recv.id, Opcode: WCRecvImm, Flags: WithImm, ImmData: rdmap.Immediate(x.actImm[:]).Data(), QP: qp}
 	if op == rdmap.OpImmediateDataSE {
 		wc.Flags |= SolicitedEvent
 	}
@@ -47,7 +48,7 @@ func (qp *QP) rxImmediate(h ddp.Untagged, op rdmap.Opcode, n int) error {
 // operation itself runs once the CRC has checked out.
 func (qp *QP) rxAtomicRequest(h ddp.Untagged, n int) error {
 	x := &qp.rx
-	if err := qp.rxQN1(h, n, rdmap.AtomicRequestLen, "Atomic Request"); err != nil {
+	if err := qp.rxQN1(h, rdmap.OpAtomicRequest, n); err != nil {
 		return err
 	}
 	r := rdmap.AtomicRequest(x.hdr[ddp.UntaggedHdrLen:x.hl])
@@ -66,18 +67,11 @@ func (qp *QP) rxAtomicRequest(h ddp.Untagged, n int) error {
 // request (RFC 7306 section 5.2.2).
 func (qp *QP) rxAtomicResponse(h ddp.Untagged, n int) error {
 	x := &qp.rx
-	if h.QN() != rdmap.QNAtomicResponse {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "Atomic Response on QN %d", h.QN())
+	if err := ddp.CheckMSN(h.MSN(), x.atomicMSN); err != nil {
+		return err
 	}
-	if h.MSN() != x.atomicMSN {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "Atomic Response MSN %d, expected %d", h.MSN(), x.atomicMSN)
-	}
-	if !h.Last() || h.MO() != 0 || n > rdmap.AtomicResponseLen {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMsgTooLong, "Atomic Response of %d octets", n)
-	}
-	if n < rdmap.AtomicResponseLen {
-		// Fits any buffer: a malformed RDMAP header, as for Immediate Data.
-		return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnspecified, "Atomic Response of %d octets", n)
+	if err := rdmap.CheckLen(rdmap.OpAtomicResponse, h, n); err != nil {
+		return err
 	}
 	if err := x.r.ReadFull(x.hdr[x.hl : x.hl+n]); err != nil {
 		return err

@@ -12,32 +12,32 @@ import (
 // Read Requests, Terminates (RFC 5041 section 5.3, RFC 5040 section 4).
 
 // rxSend places a Send segment into the posted receive buffer (RFC 5041
-// section 5.3 untagged model; checks as section 7.2).
+// section 5.3 untagged model). rxSegment checked its QN; the checks of
+// section 7.1 that remain go in package ddp's order: MSN, MO, buffer, length.
 func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	x := &qp.rx
-	if h.QN() != rdmap.QNSend {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "Send on QN %d", h.QN())
+	if err := ddp.CheckMSN(h.MSN(), x.sendMSN); err != nil {
+		return err
 	}
-	if h.MSN() != x.sendMSN {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "MSN %d, expected %d", h.MSN(), x.sendMSN)
+	var want uint32 // a message's first segment is at MO 0
+	if x.recvOn {
+		want = uint32(x.recvOff)
 	}
-	mo := int(h.MO())
+	if err := ddp.CheckMO(h.MO(), want); err != nil {
+		return err
+	}
 	if !x.recvOn {
-		if mo != 0 {
-			return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidMO, "first segment at MO %d", mo)
-		}
-		if !qp.popRecv(&x.recv) {
-			// iWARP has no receiver-not-ready retry: this is fatal.
-			return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNNoBuffer, "no receive posted for MSN %d", h.MSN())
+		// iWARP has no receiver-not-ready retry: no receive is fatal.
+		if err := ddp.CheckBuffer(rdmap.QNSend, h.MSN(), qp.popRecv(&x.recv)); err != nil {
+			return err
 		}
 		x.recvOn, x.recvOff = true, 0
-	} else if mo != x.recvOff {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidMO, "MO %d, expected %d", mo, x.recvOff)
 	}
-	if mo+n > x.recv.total {
+	mo := int(h.MO())
+	if err := ddp.CheckMsgLen(h.MO(), uint32(n), clampU32(x.recv.total)); err != nil {
 		qp.recvCQ.push(WC{ID: x.recv.id, Status: LocLenErr, Opcode: WCRecv, QP: qp})
 		x.recvOn = false
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMsgTooLong, "message exceeds the %d-octet receive buffer", x.recv.total)
+		return err
 	}
 	// Scatter into the receive buffer's elements.
 	off, left := mo, n
@@ -72,23 +72,24 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	return nil
 }
 
+// clampU32 is n as a buffer length for ddp's 32-bit checks: a receive of
+// 4 GiB or more holds any message.
+func clampU32(n int) uint32 { return uint32(min(n, 1<<32-1)) }
+
 // rxQN1 checks a request on queue 1 (RDMA Read Request, RFC 7306 Atomic
 // Request) and reads its RDMAP header after the DDP header.
-func (qp *QP) rxQN1(h ddp.Untagged, n, want int, what string) error {
+func (qp *QP) rxQN1(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	x := &qp.rx
-	if h.QN() != rdmap.QNReadRequest {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "%s on QN %d", what, h.QN())
+	if err := ddp.CheckMSN(h.MSN(), x.readMSN); err != nil {
+		return err
 	}
-	if h.MSN() != x.readMSN {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNRange, "%s MSN %d, expected %d", what, h.MSN(), x.readMSN)
-	}
-	if !h.Last() || h.MO() != 0 || n != want {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMsgTooLong, "%s of %d octets", what, n)
+	if err := rdmap.CheckLen(op, h, n); err != nil {
+		return err
 	}
 	// The IRD is the number of buffers posted on QN 1: a request beyond it
 	// finds none (RFC 7306 section 5.2: atomics share it).
-	if qp.irdq.len() >= qp.ird {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeMSNNoBuffer, "%s beyond IRD %d", what, qp.ird)
+	if err := ddp.CheckBuffer(rdmap.QNReadRequest, h.MSN(), qp.irdq.len() < qp.ird); err != nil {
+		return err
 	}
 	if err := x.r.ReadFull(x.hdr[x.hl : x.hl+n]); err != nil {
 		return err
@@ -109,7 +110,7 @@ func (qp *QP) popRecv(dst *rqe) bool {
 // the response for the transmit loop (RFC 5040 section 4.4).
 func (qp *QP) rxReadRequest(h ddp.Untagged, n int) error {
 	x := &qp.rx
-	if err := qp.rxQN1(h, n, rdmap.ReadRequestLen, "Read Request"); err != nil {
+	if err := qp.rxQN1(h, rdmap.OpReadRequest, n); err != nil {
 		return err
 	}
 	rr := rdmap.ReadRequest(x.hdr[ddp.UntaggedHdrLen:x.hl])
@@ -147,13 +148,10 @@ func readSrcErr(e accessErr, stag uint32, to uint64, size uint32) error {
 	return rdmap.Errorf(rdmap.ETypeRemoteProtection, code, "Read source STag %#x TO %#x size %d", stag, to, size)
 }
 
-// rxTerminate decodes a Terminate from the peer. It is never answered with
-// a Terminate (RFC 5040 section 5.3).
-func (qp *QP) rxTerminate(h ddp.Untagged, n int) error {
+// rxTerminate decodes a Terminate from the peer (on QN 2: rxSegment checked
+// it). It is never answered with a Terminate (RFC 5040 section 5.3).
+func (qp *QP) rxTerminate(n int) error {
 	x := &qp.rx
-	if h.QN() != rdmap.QNTerminate {
-		return ddp.Errorf(ddp.ETypeUntagged, ddp.CodeInvalidQN, "Terminate on QN %d", h.QN())
-	}
 	// Whatever a Terminate carries, it is never answered: read what the
 	// header buffer holds (more than the longest Terminate, RFC 5040
 	// section 4.8: 4 + 2 + 18 + 28 octets) and discard the rest.
