@@ -528,8 +528,7 @@ func (qp *QP) txTerminate(term []byte) {
 	t := &qp.tx
 	qp.conn.SetWriteDeadline(time.Now().Add(termLinger))
 	t.flush() // FPDUs already queued go first, as on the wire they would
-	h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpTerminate), 0, rdmap.QNTerminate, 1, 0)
-	t.append(h, term)
+	t.append(rdmap.AppendTerminateDDP(t.hdr[:0]), term)
 	t.flush()
 	closeWrite(qp.conn)
 }
