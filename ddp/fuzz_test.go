@@ -64,6 +64,9 @@ func FuzzUntagged(f *testing.F) {
 		if !bytes.Equal(re, wantHdr) {
 			t.Fatalf("re-encoded %x, want %x", re, wantHdr)
 		}
+		if h.Version() != Version {
+			t.Fatalf("accepted DV %d", h.Version())
+		}
 
 		plen := uint32(len(b) - n)
 		checkRule(t, "CheckQN", CheckQN(h.QN(), nq), h.QN() < nq, ErrInvalidQN)
@@ -90,6 +93,11 @@ func parseLikeAQP(t *testing.T, b []byte) (int, bool, error) {
 	if err != nil && !errors.Is(err, ErrTaggedVersion) && !errors.Is(err, ErrUntaggedVersion) && !errors.Is(err, ErrCatastrophic) {
 		t.Fatalf("Parse: %v", err)
 	}
+	if err != nil {
+		var e *Error
+		errors.As(err, &e)
+		_ = err.Error() + e.EType.String()
+	}
 	return n, tagged, err
 }
 
@@ -109,5 +117,7 @@ func checkRule(t *testing.T, name string, err error, ok bool, sentinel *Error) {
 		t.Fatalf("%s: %v, want nil", name, err)
 	case !ok && !errors.Is(err, sentinel):
 		t.Fatalf("%s: %v, want %v", name, err, sentinel)
+	case !ok:
+		_ = err.Error()
 	}
 }

@@ -3,6 +3,7 @@ package rdmap
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/goiwarp/iwarp/ddp"
@@ -25,6 +26,7 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add(AppendReadRequest(nil, 0xaabbccdd, 0x2000, 0x1000, 0x11223344, 0x3000), false, uint32(0))
 	f.Add(AppendReadRequest(nil, 0xaabbccdd, 0x2000, 0x1000, 0x11223344, 0x3000), true, uint32(28))
 	f.Add([]byte{1, 2, 3}, true, uint32(0))
+	f.Add(make([]byte, ReadRequestLen+1), true, uint32(0))
 	f.Fuzz(func(t *testing.T, b []byte, last bool, mo uint32) {
 		h := untagged(OpReadRequest, last, mo)
 		err := CheckLen(OpReadRequest, h, len(b))
@@ -57,10 +59,17 @@ func FuzzAtomic(f *testing.F) {
 	f.Add(AppendAtomicResponse(nil, 0x41424344, 0x0102030405060708), uint8(1), false, uint32(0))
 	f.Add(AppendImmediate(nil, 0x0102030405060708), uint8(2), true, uint32(0))
 	f.Add(AppendImmediate(nil, 0x0102030405060708), uint8(3), true, uint32(8))
+	f.Add([]byte("hello"), uint8(4), false, uint32(8))
 	f.Fuzz(func(t *testing.T, b []byte, which uint8, last bool, mo uint32) {
-		op := []Opcode{OpAtomicRequest, OpAtomicResponse, OpImmediateData, OpImmediateDataSE}[which%4]
+		op := []Opcode{OpAtomicRequest, OpAtomicResponse, OpImmediateData, OpImmediateDataSE, OpSend}[which%5]
 		h := untagged(op, last, mo)
 		err := CheckLen(op, h, len(b))
+		if op == OpSend {
+			if err != nil {
+				t.Fatalf("CheckLen of a Send: %v", err)
+			}
+			return
+		}
 		if ok := lenOK(h, len(b), op.Info().HdrLen-ddp.UntaggedHdrLen); ok != (err == nil) {
 			t.Fatalf("CheckLen of %v, %d octets at MO %d, L %t: %v", op, len(b), mo, last, err)
 		}
@@ -143,6 +152,18 @@ func FuzzTerminate(f *testing.F) {
 				t.Fatalf("re-encoded %x, want %x", re, orig)
 			}
 		}
+		// What a QP does with a Terminate it received: keep a copy that
+		// shares nothing with its read buffer, whose cause is the peer's.
+		c := term.Clone()
+		if !equalTerm(c, term) {
+			t.Fatalf("Clone %+v, want %+v", c, term)
+		}
+		if len(c.DDPHdr) > 0 && &c.DDPHdr[0] == &term.DDPHdr[0] || len(c.RDMAPHdr) > 0 && &c.RDMAPHdr[0] == &term.RDMAPHdr[0] {
+			t.Fatal("Clone shares memory with the parsed octets")
+		}
+		if got := CauseOf(fmt.Errorf("qp: %w", &RemoteError{c})); got != term.Cause() {
+			t.Fatalf("CauseOf a RemoteError: %v, want %v", got, term.Cause())
+		}
 		_ = term.Cause().String()
 		_ = (&RemoteError{term}).Error()
 	})
@@ -161,9 +182,18 @@ func FuzzNewTerminate(f *testing.F) {
 	f.Add(readReqSeg, uint8(1))
 	f.Add(badOpSeg, uint8(2))
 	f.Add([]byte{}, uint8(3))
-	errs := []error{ddp.ErrInvalidSTag, ErrInvalidSTag, ErrUnexpectedOpcode, mpa.ErrCRC, ddp.ErrInvalidQN, ErrAccessRights}
+	f.Add(writeSeg, uint8(6))
+	remote := &RemoteError{Terminate{Layer: LayerDDP, EType: 1}}
+	errs := []error{ddp.ErrInvalidSTag, ErrInvalidSTag, ErrUnexpectedOpcode, mpa.ErrCRC, ddp.ErrInvalidQN, ErrAccessRights, remote}
 	f.Fuzz(func(t *testing.T, seg []byte, which uint8) {
-		term, ok := NewTerminate(errs[int(which)%len(errs)], seg, len(seg))
+		err := errs[int(which)%len(errs)]
+		term, ok := NewTerminate(err, seg, len(seg))
+		if err == remote {
+			if ok {
+				t.Fatalf("answered the peer's Terminate with %+v", term)
+			}
+			return
+		}
 		if !ok {
 			t.Fatal("not built")
 		}
@@ -217,6 +247,7 @@ func FuzzSegment(f *testing.F) {
 		{tg(OpReadResponse, true, 0x1234, 0x1000, []byte("read")...), false, 1, 1, 4, 0},
 		{tg(OpReadResponse, true, 0x1234, 0x1000, []byte("read")...), false, 1, 2, 4, 0},
 		{tg(OpReadResponse, true, 0x1234, 0x1000, []byte("read")...), false, 1, 0, 3, 0},
+		{tg(OpReadResponse, true, 0x1234, 0x1000, []byte("read")...), false, 1, 0, 12, 0},
 		{tg(OpReadResponse, true, 1, 0), false, 1, 3, 0, 0},
 		{un(OpSend, true, QNSend, 1, 0, []byte("hello")...), false, 1, 0, 64, 0},
 		{un(OpSend, false, QNSend, 1, 0, []byte("hello")...), false, 1, 4, 64, 0},
@@ -228,6 +259,7 @@ func FuzzSegment(f *testing.F) {
 		{un(OpReadRequest, true, QNReadRequest, 1, 0, rr...), false, 1, 0, 0, 0},
 		{un(OpReadRequest, true, QNReadRequest, 1, 0, rr...), false, 1, 4, 0, 0},
 		{un(OpReadRequest, true, QNReadRequest, 1, 0, rr[:20]...), false, 1, 0, 0, 0},
+		{un(OpReadRequest, true, QNReadRequest, 1, 0, append(rr, 0)...), false, 1, 0, 0, 0},
 		{un(OpReadRequest, false, QNReadRequest, 1, 0, rr...), false, 1, 0, 0, 0},
 		{un(OpReadRequest, true, QNReadRequest, 1, 4, rr...), false, 1, 0, 0, 0},
 		{un(OpReadRequest, true, QNSend, 1, 0, rr...), false, 1, 0, 0, 0},
@@ -254,6 +286,7 @@ func FuzzSegment(f *testing.F) {
 		if !c.Valid() || c == CauseOf(errors.New("not ours")) {
 			t.Fatalf("%v: cause %v", err, c)
 		}
+		_ = err.Error()
 		term, ok := NewTerminate(err, seg, len(seg))
 		if !ok || term.Cause() != c {
 			t.Fatalf("%v: Terminate %+v", err, term)
