@@ -140,9 +140,11 @@ func TestSiwRpingServer(t *testing.T) {
 		flags string     // more rping flags
 		want  mpa.Params // what the start-up must agree (Rev, CRC, P2P, RTR)
 	}{
-		{"rev2", mpa.Config{Rev: 2, CRC: mpa.CRCOff}, 64, "", mpa.Params{Rev: 2}},
-		{"rev2-crc", mpa.Config{Rev: 2, CRC: mpa.CRCOn}, 64, "", mpa.Params{Rev: 2, CRC: true}},
-		{"rev2-crc-60000", mpa.Config{Rev: 2, CRC: mpa.CRCOn}, 60000, "", mpa.Params{Rev: 2, CRC: true}},
+		// Rev 2 defaults: peer-to-peer mode with a Read RTR (P2PAuto).
+		{"rev2", mpa.Config{Rev: 2, CRC: mpa.CRCOff}, 64, "", mpa.Params{Rev: 2, P2P: true, RTR: mpa.RTRRead}},
+		{"rev2-crc", mpa.Config{Rev: 2, CRC: mpa.CRCOn}, 64, "", mpa.Params{Rev: 2, CRC: true, P2P: true, RTR: mpa.RTRRead}},
+		{"rev2-crc-60000", mpa.Config{Rev: 2, CRC: mpa.CRCOn}, 60000, "", mpa.Params{Rev: 2, CRC: true, P2P: true, RTR: mpa.RTRRead}},
+		{"rev2-client-server", mpa.Config{Rev: 2, CRC: mpa.CRCOn, P2P: mpa.P2POff}, 64, "", mpa.Params{Rev: 2, CRC: true}},
 		// Rev 1 carries no IRD/ORD, and siw then reports 0 to rdma_cm, so
 		// rping's rdma_accept(NULL) leaves its QP with ORD 0: its RDMA Read
 		// fails at once. With -q rping accepts with IRD = ORD = 1.
