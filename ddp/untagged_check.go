@@ -104,10 +104,10 @@ func errNoBuffer(qn, msn uint32) error {
 
 // CheckMO checks a segment's message offset against want, the octets of its
 // message that arrived before it: 0 for a message's first segment (RFC 5041
-// section 7.1 check 3, in the form it takes on a stream). The Data Source
-// sends the segments of a message with increasing MOs (section 5.3) and the
-// stream keeps them in order, so every MO but want is "Invalid MO", as in siw
-// (siw_send_check_ntoh). An MO that continues a message at the end of its
+// section 7.1 check 3, in the form it takes on a stream). Section 5.3 has the
+// Data Source send the segments of a message with increasing MOs (a SHOULD),
+// and the stream keeps them in order, so a QP, which places as it reads,
+// takes every MO but want for "Invalid MO", as siw does (siw_send_check_ntoh). An MO that continues a message at the end of its
 // buffer is no error here: what is wrong with that message is its length
 // (CheckMsgLen).
 func CheckMO(mo, want uint32) error {
