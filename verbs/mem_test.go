@@ -18,11 +18,11 @@ func TestIdleQPMemory(t *testing.T) {
 	}
 	checkRoutines(t)
 	const pairs = 64
-	d := Open(DeviceAttr{})
+	d := openDev(DeviceAttr{})
 	pd := d.AllocPD()
 	cq, err := d.CreateCQ(1024)
 	require.NoError(t, err)
-	ln, err := d.Listen("tcp", "127.0.0.1:0", ConnConfig{})
+	ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{})
 	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -41,10 +41,10 @@ func TestIdleQPMemory(t *testing.T) {
 		c, s := newQP(), newQP()
 		go func() {
 			if req, err := ln.GetRequest(ctx); err == nil {
-				req.Accept(s, nil)
+				req.Accept(ctx, s, nil)
 			}
 		}()
-		_, err := c.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
+		err := c.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{})
 		require.NoError(t, err)
 		clients = append(clients, c)
 	}

@@ -63,14 +63,29 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("%w: empty buffer", ErrInvalidArg)
 	}
-	if access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0 {
-		return nil, fmt.Errorf("%w: remote write needs local write", ErrInvalidArg)
+	if err := checkAccess(access); err != nil {
+		return nil, err
+	}
+	if pd.dev.isClosed() {
+		return nil, fmt.Errorf("%w: device", ErrClosed)
 	}
 	mr := &MR{pd: pd}
 	if err := pd.dev.addMR(mr, &binding{addr: addrOf(buf), buf: buf, access: access, valid: true}); err != nil {
 		return nil, err
 	}
 	return mr, nil
+}
+
+// checkAccess enforces ibv_reg_mr's rule: remote write or atomic access
+// needs local write, since the peer then changes the memory.
+func checkAccess(a Access) error {
+	if a&^(LocalWrite|RemoteWrite|RemoteRead|RemoteAtomic) != 0 {
+		return fmt.Errorf("%w: access %v", ErrInvalidArg, a)
+	}
+	if a&(RemoteWrite|RemoteAtomic) != 0 && a&LocalWrite == 0 {
+		return fmt.Errorf("%w: remote write needs local write", ErrInvalidArg)
+	}
+	return nil
 }
 
 // mrTable maps STag indices to regions: two levels of atomic pointers, so

@@ -63,7 +63,7 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 		return Report{Kind: kindLat, Size: size}, nil // the server only serves the Reads or atomics
 	}
 	l := &latRun{e: e, q: q, ctx: ctx, waitCtx: ctx, spin: latSpin}
-	if p.Loopback || sameHost(q.qp.Conn()) {
+	if p.Loopback || sameHost(q.qp.LocalAddr(), q.qp.RemoteAddr()) {
 		l.spin = latSpinLoopback
 	}
 	dur := p.Duration > 0
@@ -236,12 +236,9 @@ func (e *endpoint) prepareLat(size int) {
 }
 
 // sameHost reports whether c's peer is on this host.
-func sameHost(c net.Conn) bool {
-	if c == nil {
-		return false
-	}
-	r, ok1 := c.RemoteAddr().(*net.TCPAddr)
-	l, ok2 := c.LocalAddr().(*net.TCPAddr)
+func sameHost(local, remote net.Addr) bool {
+	r, ok1 := remote.(*net.TCPAddr)
+	l, ok2 := local.(*net.TCPAddr)
 	return ok1 && ok2 && (r.IP.IsLoopback() || r.IP.Equal(l.IP))
 }
 

@@ -174,8 +174,9 @@ func TestCheckAtomics(t *testing.T) {
 // loopback, each QP 0 with the start-up configuration iwarp-perf uses.
 func endpointPair(ctx context.Context, t *testing.T, p *Params) (cli, srv *endpoint) {
 	t.Helper()
-	dev := verbs.Open(verbs.DeviceAttr{})
-	ln, err := dev.Listen("tcp", "127.0.0.1:0", connConfig(p, false))
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
+	ln, err := dev.Listen(context.Background(), "tcp", "127.0.0.1:0", connConfig(p, false))
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
 	srv, err = newEndpoint(dev, p)
@@ -183,13 +184,13 @@ func endpointPair(ctx context.Context, t *testing.T, p *Params) (cli, srv *endpo
 	t.Cleanup(srv.close)
 	go func() {
 		if req, err := ln.GetRequest(ctx); err == nil {
-			req.Accept(srv.qps[0].qp, nil)
+			req.Accept(ctx, srv.qps[0].qp, nil)
 		}
 	}()
 	cli, err = newEndpoint(dev, p)
 	require.NoError(t, err)
 	t.Cleanup(cli.close)
-	_, err = cli.qps[0].qp.Dial(ctx, "tcp", ln.Addr().String(), nil, connConfig(p, true))
+	err = cli.qps[0].qp.Dial(ctx, "tcp", ln.Addr().String(), connConfig(p, true))
 	require.NoError(t, err)
 	return cli, srv
 }

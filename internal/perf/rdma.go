@@ -193,10 +193,8 @@ func (e *endpoint) localInfo() []BufInfo {
 			// perftest's send_bw advertises the credit word instead.
 			bi[i].Addr, bi[i].RKey, bi[i].Len = e.credit.Addr()+uint64(4*i), e.credit.RKey(), 4
 		}
-		if c := q.qp.Conn(); c != nil {
-			if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
-				bi[i].QPN = uint32(a.Port)
-			}
+		if a, ok := q.qp.LocalAddr().(*net.TCPAddr); ok {
+			bi[i].QPN = uint32(a.Port)
 		}
 	}
 	return bi
@@ -236,20 +234,21 @@ func (e *endpoint) bannerInfo(local, remote []BufInfo) bannerInfo {
 	return b
 }
 
-// tcpStats formats TCP_INFO of each QP's connection.
+// tcpStats formats each QP's counters (verbs.QP.Stats) and TCP_INFO.
 func (e *endpoint) tcpStats() []string {
 	var out []string
 	for _, q := range e.qps {
-		tc, ok := q.qp.Conn().(*net.TCPConn)
-		if !ok {
+		if q.qp.LocalAddr() == nil {
 			continue
 		}
-		s, err := tcpx.Info(tc)
-		if err != nil {
-			out = append(out, fmt.Sprintf(" TCP qp %d: %v", q.i, err))
+		st := q.qp.Stats()
+		out = append(out, fmt.Sprintf(" iWARP qp %d: FPDUs sent %d received %d, stream octets sent %d",
+			q.i, st.FPDUsSent, st.FPDUsReceived, st.OctetsSent))
+		if st.TCPErr != nil {
+			out = append(out, fmt.Sprintf(" TCP qp %d: %v", q.i, st.TCPErr))
 			continue
 		}
-		out = append(out, fmtTCPStats(fmt.Sprintf("qp %d", q.i), s))
+		out = append(out, fmtTCPStats(fmt.Sprintf("qp %d", q.i), st.TCP))
 	}
 	return out
 }
@@ -269,7 +268,7 @@ func (e *endpoint) close() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if q.qp.Conn() != nil && q.qp.State() == verbs.StateRTS {
+			if q.qp.State() == verbs.StateRTS {
 				q.qp.Disconnect(ctx)
 			}
 			q.qp.Close()
@@ -321,4 +320,10 @@ func (e *endpoint) check(wc *verbs.WC) error {
 		return qpFailure(wc.QP, err)
 	}
 	return err
+}
+
+// withPD returns cfg with private data pd.
+func withPD(cfg verbs.ConnConfig, pd []byte) verbs.ConnConfig {
+	cfg.PrivateData = pd
+	return cfg
 }
