@@ -282,3 +282,25 @@ func TestDialContextHook(t *testing.T) {
 		DialContext: func(context.Context, string, string) (*net.TCPConn, error) { return nil, boom }})
 	require.ErrorIs(t, err, boom)
 }
+
+// Polling memory for a peer's Write through MR.Placed is race-clean: run
+// under -race, this test fails if the ordering is missing.
+func TestPlacedOrdersWrites(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{})
+	const n = 20
+	dst := s.regMR(t, 8, LocalWrite|RemoteWrite)
+	for i := 1; i <= n; i++ {
+		before := dst.Placed()
+		_, err := c.qp.PostSend(SendWR{ID: uint64(i), Opcode: OpRDMAWrite, Flags: Inline,
+			InlineData: []byte{byte(i), 0, 0, 0, 0, 0, 0, byte(i)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+		require.NoError(t, err)
+		deadline := time.Now().Add(5 * time.Second)
+		for dst.Placed() == before {
+			require.True(t, time.Now().Before(deadline), "Write %d never placed", i)
+		}
+		b := dst.Buf()
+		require.Equal(t, byte(i), b[0])
+		require.Equal(t, byte(i), b[7])
+	}
+}

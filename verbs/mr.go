@@ -44,6 +44,22 @@ type MR struct {
 	// invalidation and deregistration replace it with a dead one. Lookups
 	// on the data path read it without a lock.
 	b atomic.Pointer[binding]
+	// placed counts RDMA Writes placed in the region (Placed).
+	placed atomic.Uint64
+}
+
+// Placed counts the RDMA Writes peers have placed in full in the region so
+// far (one per message: after its last segment). It synchronises both
+// ways, as a completion does: every placement it counts happens before what
+// the caller reads next, and what the caller did before calling it happens
+// before any later placement. So a program that polls memory for a peer's
+// Write (perftest's write_lat trick) polls Placed until it changes and only
+// then reads the memory: without a data race, as long as the peer writes
+// again only after our answer, round after round. Reading while the peer
+// may be writing is a race however it is done. A counted Write's last CRC
+// may still fail afterwards, which then ends the connection.
+func (mr *MR) Placed() uint64 {
+	return mr.placed.Add(0) // read-modify-write: acquires and releases
 }
 
 // binding is what an STag reaches: read-only once published.

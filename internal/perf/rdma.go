@@ -84,6 +84,7 @@ type qpEnd struct {
 	endSeen   bool // the peer's end marker arrived
 	rwr       verbs.RecvWR
 	reposts   []verbs.RecvWR
+	seen      uint64 // the Writes of the peer counted so far (verbs.MR.Placed), by spinByte
 }
 
 // pollBatch is how many completions one Poll takes.
