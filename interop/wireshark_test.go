@@ -50,6 +50,12 @@ func TestWiresharkJudgesTraffic(t *testing.T) {
 					pcap, stop := capture(t, port(ln))
 					c, s := pairOn(t, ln, ccfg)
 					want := traffic(t, c, s)
+					if p := c.qp.Params(); p.P2P {
+						want++ // the RTR (the P2PAuto default on Rev 2)
+						if p.RTR == mpa.RTRRead {
+							want++ // and its empty Read Response
+						}
+					}
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()
 					require.NoError(t, c.qp.Disconnect(ctx))
