@@ -32,16 +32,22 @@ func (s QPState) String() string {
 	return fmt.Sprintf("QPState(%d)", int32(s))
 }
 
-// QPCap sizes a QP's queues; zero fields take the defaults (128 send and
-// receive WRs, none with an SRQ; one SGE each way; no inline data).
+// QPCap sizes a QP's queues; zero fields take the defaults: 128 send and
+// receive WRs (no receive queue with an SRQ), one SGE each way, and 64
+// octets of inline data (a negative MaxInline: none).
 type QPCap struct {
 	MaxSendWR, MaxRecvWR   int
 	MaxSendSGE, MaxRecvSGE int
 	MaxInline              int
 }
 
-// defaultQPWR is the queue depth a zero QPCap gets, as perftest's.
-const defaultQPWR = 128
+// defaultQPWR is the queue depth a zero QPCap gets, as perftest's, and
+// defaultInline its inline data: enough for a short message or a note of
+// where a buffer is.
+const (
+	defaultQPWR   = 128
+	defaultInline = 64
+)
 
 // QPConfig describes a QP to create.
 type QPConfig struct {
@@ -139,6 +145,12 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	}
 	if c.MaxSendWR == 0 {
 		c.MaxSendWR = min(defaultQPWR, a.MaxQPWR)
+	}
+	switch {
+	case c.MaxInline == 0:
+		c.MaxInline = min(defaultInline, a.MaxInline)
+	case c.MaxInline < 0:
+		c.MaxInline = 0
 	}
 	if c.MaxRecvWR == 0 && cfg.SRQ == nil {
 		c.MaxRecvWR = min(defaultQPWR, a.MaxQPWR)
