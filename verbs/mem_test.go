@@ -73,7 +73,17 @@ func TestIdleQPMemory(t *testing.T) {
 		wc := waitWC(t, cq)
 		require.Equal(t, Success, wc.Status)
 	}
-	time.Sleep(100 * time.Millisecond) // the transmit loops go idle
+	// Until every transmit loop has gone idle (and given its arena back).
+	for end := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
+		parked := true
+		for _, c := range clients {
+			parked = parked && c.txParked.Load()
+		}
+		if parked {
+			break
+		}
+		require.True(t, time.Now().Before(end), "transmit loops still busy")
+	}
 	runtime.GC()
 	runtime.GC() // sync.Pool keeps a victim generation for one GC
 	runtime.ReadMemStats(&after)

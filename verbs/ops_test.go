@@ -86,9 +86,7 @@ func TestSolicitedEvent(t *testing.T) {
 	_, err := c.qp.PostSend(SendWR{ID: 1, Opcode: OpSend, Flags: Inline, InlineData: []byte("plain")})
 	require.NoError(t, err)
 	// The unsolicited Send arrives without waking the solicited waiter.
-	for s.rcq.Len() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	require.NoError(t, s.rcq.Wait(ctx))
 	select {
 	case <-got:
 		t.Fatal("woken by an unsolicited completion")

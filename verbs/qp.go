@@ -109,6 +109,7 @@ type QP struct {
 	txRxSeen atomic.Uint64          // rxSeen when the transmit side last ran
 	tx       txState                // guarded by txMu
 	txStats  txStats                // tx's counters, for Stats
+	txParked atomic.Bool            // the transmit loop waits for work, its arena given back
 	rx       rxState                // owned by the receive loop
 	rxFn     atomic.Pointer[func()] // SetRxHandler's handler
 

@@ -88,8 +88,10 @@ func (qp *QP) txLoop() {
 		}
 		qp.txMu.Unlock()
 		if !worked {
+			qp.txParked.Store(true)
 			select {
 			case <-qp.wake:
+				qp.txParked.Store(false)
 			case <-qp.stop:
 				return
 			}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -654,7 +655,11 @@ func TestHostileDataBeforeReply(t *testing.T) {
 	r := s.getRequest(t)
 	p := newRawPeer(c, mpa.Params{CRC: true})
 	p.send(t, sendULPDU(rdmap.OpSend, 0, rdmap.QNSend, 1, 0, true, []byte("too early")))
-	time.Sleep(50 * time.Millisecond) // on loopback, long enough for the Send to be queued at the stack
+	// Until the octets are queued at the stack's socket.
+	for end := time.Now().Add(peerTimeout); earlyData(r.conn) == 0; {
+		require.True(t, time.Now().Before(end), "the Send never reached the stack")
+		runtime.Gosched()
+	}
 	err := r.Accept(context.Background(), q.qp, nil)
 	if err == nil {
 		knownBug(t, bugEarlyData, "Accept took the octets sent before the Reply as an FPDU")
