@@ -291,7 +291,8 @@ func (q *recvQueue) pop(dst *rqe) bool {
 	return true
 }
 
-// drain marks the queue flushed and returns the IDs still posted.
+// drain marks the queue flushed and calls fn with the ID of each WR still
+// posted, in order.
 func (q *recvQueue) drain(fn func(id uint64)) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -10,8 +10,10 @@ import (
 	"github.com/goiwarp/iwarp/mpa"
 )
 
-// QPState is the state of a queue pair (RFC 5040 section 6 and siw's
-// IDLE/RTR/RTS/CLOSING/TERMINATE/ERROR).
+// QPState is the state of a queue pair: siw's IDLE, RTS, CLOSING,
+// TERMINATE and ERROR (RFC 5040 section 6 leaves them to the
+// implementation). There is no RTR state: a QP goes from IDLE to RTS when
+// its connection is established, by Dial or Accept.
 type QPState int32
 
 // QP states.

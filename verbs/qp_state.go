@@ -9,6 +9,7 @@ import (
 
 	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/rdmap"
+	"github.com/goiwarp/iwarp/tcpx"
 )
 
 // Reasons a QP leaves RTS, from QP.Err.
@@ -301,10 +302,11 @@ func closeWrite(c net.Conn) {
 	c.Close()
 }
 
-// abort closes a connection with a reset.
+// abort closes a connection with a reset (tcpx.Abort).
 func abort(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetLinger(0)
+		tcpx.Abort(tc)
+		return
 	}
 	c.Close()
 }
