@@ -225,7 +225,7 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 		// at once.
 		for _, q := range e.qps {
 			if len(q.reposts) > 0 {
-				k, err := q.qp.PostRecv(q.reposts...)
+				k, err := e.postRecv(q, q.reposts...)
 				q.reposts = q.reposts[:copy(q.reposts, q.reposts[k:])]
 				if err != nil {
 					return Report{}, qpFailure(q.qp, err)
@@ -347,7 +347,7 @@ func (r *bwRun) credit() (int, error) {
 	n := 0
 	for _, q := range r.e.qps {
 		if len(q.reposts) > 0 {
-			k, err := q.qp.PostRecv(q.reposts...)
+			k, err := r.e.postRecv(q, q.reposts...)
 			q.reposts = q.reposts[:copy(q.reposts, q.reposts[k:])]
 			if err != nil {
 				return n, qpFailure(q.qp, err)
@@ -396,9 +396,9 @@ func (r *bwRun) reap(wcs []verbs.WC, t int64) error {
 		if err := e.check(wc); err != nil {
 			return err
 		}
-		q := e.qps[idQP(wc.ID)]
+		q := e.qpOf(wc)
 		if wc.Opcode == verbs.WCRecv && r.pt {
-			q.reposts = append(q.reposts, q.rwr)
+			q.reposts = append(q.reposts, e.recvWR(q, wc))
 			q.rcnt++
 			rx := uint64(e.p.RxDepth)
 			if (q.rcnt%rx)%max(rx/3, 1) == 0 {
@@ -416,7 +416,7 @@ func (r *bwRun) reap(wcs []verbs.WC, t int64) error {
 			continue
 		}
 		if wc.Opcode == verbs.WCRecv {
-			q.reposts = append(q.reposts, q.rwr)
+			q.reposts = append(q.reposts, e.recvWR(q, wc))
 			switch {
 			case wc.Flags&verbs.SolicitedEvent == 0:
 				q.grant++ // data: its receive is reposted before we grant it

@@ -373,6 +373,7 @@ func TestHostileClients(t *testing.T) {
 		{"read_bw/crc-required", []string{"read_bw", "-n", "20", "-s", "4096", "--crc", "required"}},
 		{"send_bw/crc-strict", []string{"send_bw", "-n", "50", "-s", "1024", "-r", "8", "--crc", "strict"}},
 		{"send_bw/perftest-server", []string{"send_bw", "-n", "50", "-s", "1024", "-r", "8", "-R"}},
+		{"send_bw/srq", []string{"send_bw", "-n", "50", "-s", "1024", "-r", "8", "-q", "2", "--use_srq"}},
 		{"write_lat/mpa-rev-1", []string{"write_lat", "-n", "20", "--mpa-rev", "1", "--crc", "off"}},
 		{"write_lat/poll/p2p", []string{"write_lat", "-n", "20", "--lat-wait=poll", "--p2p", "write"}},
 		{"read_lat/p2p", []string{"read_lat", "-n", "20", "--p2p", "read"}},

@@ -338,7 +338,7 @@ func (l *latRun) handle(wcs []verbs.WC) error {
 		}
 		if wc.Opcode == verbs.WCRecv {
 			l.rcvd++
-			if _, err := l.q.qp.PostRecv(l.q.rwr); err != nil {
+			if _, err := l.e.postRecv(l.q, l.e.recvWR(l.q, wc)); err != nil {
 				return qpFailure(l.q.qp, err)
 			}
 			continue

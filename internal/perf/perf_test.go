@@ -3,6 +3,7 @@ package perf
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,4 +194,26 @@ func endpointPair(ctx context.Context, t *testing.T, p *Params) (cli, srv *endpo
 	err = cli.qps[0].qp.Dial(ctx, "tcp", ln.Addr().String(), connConfig(p, true))
 	require.NoError(t, err)
 	return cli, srv
+}
+
+// --use_srq: send tests run with one shared receive queue per side, many
+// QPs drawing on it; other tests refuse it.
+func TestUseSRQ(t *testing.T) {
+	for _, args := range [][]string{
+		{"send_bw", "--loopback", "--use_srq", "-q", "4", "-n", "500", "-s", "4096"},
+		{"send_bw", "--loopback", "--use_srq", "-q", "2", "-n", "300", "-b"},
+		{"send_lat", "--loopback", "--use_srq", "-n", "300"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			code := MainContext(ctx, args, &out, &errb)
+			require.Equal(t, 0, code, "stderr: %s", errb.String())
+			require.Contains(t, out.String(), "Using SRQ      : ON")
+		})
+	}
+	_, _, err := Parse([]string{"write_bw", "--use_srq"})
+	var ue *UsageError
+	require.ErrorAs(t, err, &ue)
 }
