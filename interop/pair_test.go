@@ -21,11 +21,12 @@ type end struct {
 }
 
 func newEnd(t *testing.T) *end {
-	e := &end{dev: verbs.Open(verbs.DeviceAttr{})}
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
+	e := &end{dev: dev}
 	e.pd = e.dev.AllocPD()
 	e.scq, _ = e.dev.CreateCQ(1024)
 	e.rcq, _ = e.dev.CreateCQ(1024)
-	var err error
 	e.qp, err = e.pd.CreateQP(verbs.QPConfig{SendCQ: e.scq, RecvCQ: e.rcq, IRD: 8, ORD: 8,
 		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInline: 64}})
 	require.NoError(t, err)
@@ -43,11 +44,11 @@ func pairOn(t *testing.T, ln *verbs.Listener, ccfg verbs.ConnConfig) (c, s *end)
 	go func() {
 		req, err := ln.GetRequest(ctx)
 		if err == nil {
-			err = req.Accept(s.qp, []byte("server"))
+			err = req.Accept(ctx, s.qp, []byte("server"))
 		}
 		errc <- err
 	}()
-	_, err := c.qp.Dial(ctx, "tcp", ln.Addr().String(), []byte("client"), ccfg)
+	err := c.qp.Dial(ctx, "tcp", ln.Addr().String(), withPD(ccfg, []byte("client")))
 	require.NoError(t, err)
 	require.NoError(t, <-errc)
 	return c, s
@@ -101,4 +102,10 @@ func traffic(t *testing.T, c, s *end) int {
 		time.Sleep(5 * time.Millisecond) // keep FPDUs of different messages in different segments
 	}
 	return fpdus
+}
+
+// withPD returns cfg with private data pd.
+func withPD(cfg verbs.ConnConfig, pd []byte) verbs.ConnConfig {
+	cfg.PrivateData = pd
+	return cfg
 }

@@ -11,6 +11,7 @@ package interop
 // hides in one.
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os/exec"
@@ -46,7 +47,9 @@ var ucmaOptions = cmatose.Options{Connections: 4, Count: 10}
 // cmatose server, which sends first: our Sends wait for FirstFPDUHold
 // after the Reply, never sharing its segment.
 func TestSiwUcmatoseClient(t *testing.T) {
-	ln, err := verbs.Open(verbs.DeviceAttr{}).Listen("tcp", "127.0.0.1:0", verbs.ConnConfig{})
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
+	ln, err := dev.Listen(context.Background(), "tcp", "127.0.0.1:0", verbs.ConnConfig{})
 	require.NoError(t, err)
 	defer ln.Close()
 	script := fmt.Sprintf("for r in $(seq 1 %d); do waitfile go.$r 300 || exit 1; timeout %d "+ucmaClient+" > /tmp/out 2>&1; rc=$?; %s; done",
@@ -168,7 +171,7 @@ func TestSiwRpingDefaults(t *testing.T) {
 			ctx := vmCtx(t, vm, time.Minute)
 			e, err := rping.NewEndpoint()
 			require.NoError(t, err)
-			_, err = e.QP.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", hp), nil, rping.ConnConfig(verbs.ConnConfig{}))
+			err = e.QP.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", hp), rping.ConnConfig(verbs.ConnConfig{}))
 			require.NoError(t, err, "round %d", r)
 			p := e.QP.Params()
 			require.True(t, p.P2P && p.RTR == mpa.RTRRead, "round %d: the default start-up: %+v", r, p)
@@ -179,7 +182,9 @@ func TestSiwRpingDefaults(t *testing.T) {
 		}
 	})
 	t.Run("our server", func(t *testing.T) {
-		ln, err := verbs.Open(verbs.DeviceAttr{}).Listen("tcp", "127.0.0.1:0", rping.ConnConfig(verbs.ConnConfig{}))
+		dev, err := verbs.Open(verbs.DeviceAttr{})
+		require.NoError(t, err)
+		ln, err := dev.Listen(context.Background(), "tcp", "127.0.0.1:0", rping.ConnConfig(verbs.ConnConfig{}))
 		require.NoError(t, err)
 		defer ln.Close()
 		script := fmt.Sprintf("for r in $(seq 1 %d); do waitfile go.$r 300 || exit 1; timeout 60 rping -c -a 10.0.2.2 -p %d -C %d -S 64 -V > /tmp/out 2>&1; rc=$?; %s; done",
@@ -193,7 +198,7 @@ func TestSiwRpingDefaults(t *testing.T) {
 			require.NoError(t, err)
 			e, err := rping.NewEndpoint()
 			require.NoError(t, err)
-			require.NoError(t, req.Accept(e.QP, nil))
+			require.NoError(t, req.Accept(ctx, e.QP, nil))
 			n, err := e.Server(ctx, 0, 64)
 			require.NoError(t, err, "round %d", r)
 			require.Equal(t, siwPings, n)

@@ -185,7 +185,7 @@ func TestSiwRpingServer(t *testing.T) {
 			defer e.QP.Close()
 			cfg := rping.ConnConfig(verbs.ConnConfig{MPA: c.cfg, FirstFPDUDelay: siwFirstFPDUDelay})
 			start := time.Now()
-			_, err = e.QP.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", fwds[i].Host), nil, cfg)
+			err = e.QP.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", fwds[i].Host), cfg)
 			require.NoError(t, err, "MPA start-up")
 			p := e.QP.Params()
 			require.Equal(t, c.want, mpa.Params{Rev: p.Rev, CRC: p.CRC, P2P: p.P2P, RTR: p.RTR}, "negotiated")
@@ -234,11 +234,12 @@ func TestSiwRpingClient(t *testing.T) {
 		// (RFC 6581 section 5); siw's initiator refuses it.
 		{"rev1-refused", mpa.Config{Rev: 1, CRC: mpa.CRCOff}, 64, false},
 	}
-	d := verbs.Open(verbs.DeviceAttr{})
+	d, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
 	lns := make([]*verbs.Listener, len(cases))
 	var script strings.Builder
 	for i, c := range cases {
-		ln, err := d.Listen("tcp", "127.0.0.1:0", rping.ConnConfig(verbs.ConnConfig{MPA: c.cfg}))
+		ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", rping.ConnConfig(verbs.ConnConfig{MPA: c.cfg}))
 		require.NoError(t, err)
 		defer ln.Close()
 		lns[i] = ln
@@ -267,7 +268,7 @@ func TestSiwRpingClient(t *testing.T) {
 			require.NoError(t, err)
 			defer e.QP.Close()
 			start := time.Now()
-			require.NoError(t, req.Accept(e.QP, nil), "our MPA Reply")
+			require.NoError(t, req.Accept(ctx, e.QP, nil), "our MPA Reply")
 			n, srvErr := e.Server(ctx, 0, c.size)
 			took := time.Since(start)
 			l := guestLine(t, vm, fmt.Sprintf("CLIENT %d ", i), time.Minute)
@@ -298,7 +299,8 @@ func TestSiwRpingClient(t *testing.T) {
 // ours that misbehave, and CRCs on (so that Wireshark checks them on the
 // Terminates too).
 func TestSiwTerminate(t *testing.T) {
-	d := verbs.Open(verbs.DeviceAttr{})
+	d, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
 	cfg := rping.ConnConfig(verbs.ConnConfig{MPA: mpa.Config{Rev: 2, CRC: mpa.CRCOn}})
 	names := []string{"siw-terminates-bad-stag", "we-terminate-no-receive"}
 	lns := make([]*verbs.Listener, len(names))
@@ -307,7 +309,7 @@ func TestSiwTerminate(t *testing.T) {
 	// dynamic debug messages say more about what it does.
 	script.WriteString("mount -t debugfs none /sys/kernel/debug && echo 'module siw +p' > /sys/kernel/debug/dynamic_debug/control\n")
 	for i := range names {
-		ln, err := d.Listen("tcp", "127.0.0.1:0", cfg)
+		ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", cfg)
 		require.NoError(t, err)
 		defer ln.Close()
 		lns[i] = ln
@@ -330,7 +332,7 @@ func TestSiwTerminate(t *testing.T) {
 		req, err := lns[i].GetRequest(ctx)
 		require.NoError(t, err)
 		e := newEnd(t)
-		require.NoError(t, req.Accept(e.qp, nil))
+		require.NoError(t, req.Accept(ctx, e.qp, nil))
 		return e
 	}
 	waitDone := func(t *testing.T, e *end) {
@@ -451,7 +453,7 @@ func TestSiwP2PSendRTR(t *testing.T) {
 	defer e.QP.Close()
 	cfg := rping.ConnConfig(verbs.ConnConfig{MPA: mpa.Config{Rev: 2, CRC: mpa.CRCOn, P2P: mpa.P2POn, RTRs: mpa.RTRSend},
 		FirstFPDUDelay: siwFirstFPDUDelay})
-	_, err = e.QP.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", hp), nil, cfg)
+	err = e.QP.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", hp), cfg)
 	require.NoError(t, err)
 	require.Equal(t, mpa.RTRWrite, e.QP.Params().RTR, "siw's choice, taken")
 	require.NoError(t, e.Client(ctx, 3, 64, true))
@@ -516,7 +518,7 @@ func siwPing(addr string, delay time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	cfg := rping.ConnConfig(verbs.ConnConfig{MPA: mpa.Config{CRC: mpa.CRCOff}, FirstFPDUDelay: delay})
-	if _, err := e.QP.Dial(ctx, "tcp", addr, nil, cfg); err != nil {
+	if err := e.QP.Dial(ctx, "tcp", addr, cfg); err != nil {
 		return err
 	}
 	if err := e.Client(ctx, 1, 64, true); err != nil {

@@ -42,13 +42,20 @@ func TestWiresharkJudgesTraffic(t *testing.T) {
 						MaxFPDU: 1500, SegmentPerFPDU: mk != "none"}
 					scfg := verbs.ConnConfig{MPA: mpa.Config{Rev: rev, CRC: policy, MarkersRx: mk == "tx" || mk == "both"},
 						MaxFPDU: 1500, SegmentPerFPDU: mk != "none"}
-					d := verbs.Open(verbs.DeviceAttr{})
-					ln, err := d.Listen("tcp", "127.0.0.1:0", scfg)
+					d, err := verbs.Open(verbs.DeviceAttr{})
+					require.NoError(t, err)
+					ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", scfg)
 					require.NoError(t, err)
 					defer ln.Close()
 					pcap, stop := capture(t, port(ln))
 					c, s := pairOn(t, ln, ccfg)
 					want := traffic(t, c, s)
+					if p := c.qp.Params(); p.P2P {
+						want++ // the RTR (the P2PAuto default on Rev 2)
+						if p.RTR == mpa.RTRRead {
+							want++ // and its empty Read Response
+						}
+					}
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					defer cancel()
 					require.NoError(t, c.qp.Disconnect(ctx))

@@ -171,7 +171,7 @@ func applyEstablished(c *net.TCPConn, cfg *Config) error {
 
 // Abort closes c abortively: SO_LINGER is set to zero, so the kernel discards
 // unsent data and sends an RST instead of a FIN, and the peer's next Read
-// fails with ECONNRESET. A queue pair going to the Error state uses it. c is
+// fails with ECONNRESET. verbs.QP.Abort uses it. c is
 // closed even if setting SO_LINGER fails.
 func Abort(c *net.TCPConn) error {
 	lerr := c.SetLinger(0)

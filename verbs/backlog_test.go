@@ -132,7 +132,7 @@ func TestBacklogTakenRequestKeepsWorking(t *testing.T) {
 		req, err := s.ln.GetRequest(ctx)
 		if err == nil {
 			time.Sleep(2 * wait) // the application takes its time to answer
-			err = req.Accept(q.qp, nil)
+			err = req.Accept(ctx, q.qp, nil)
 		}
 		errc <- err
 	}()
@@ -151,8 +151,8 @@ func TestBacklogTakenRequestKeepsWorking(t *testing.T) {
 // Listener.Close drops queued requests and returns with no goroutine left.
 func TestBacklogClose(t *testing.T) {
 	checkRoutines(t)
-	dev := Open(DeviceAttr{})
-	ln, err := dev.Listen("tcp", "127.0.0.1:0", ConnConfig{})
+	dev := openDev(DeviceAttr{})
+	ln, err := dev.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{})
 	require.NoError(t, err)
 	var cs []*net.TCPConn
 	for range 8 {

@@ -15,6 +15,11 @@ import (
 // ConnConfig is the start-up and transport configuration of a connection
 // (what rdma_cm's conn_param and the iw_cm's MPA knobs say in Linux).
 type ConnConfig struct {
+	// PrivateData goes to the peer in our MPA Request (Dial) — at most
+	// DeviceAttr.MaxPrivData octets — and the peer's comes back in
+	// QP.PeerPrivateData. A Listener ignores it: Accept and Reject take
+	// theirs per request.
+	PrivateData []byte
 	// MPA is the start-up policy: revision (2 by default), CRC policy
 	// (on by default), markers per direction, peer-to-peer mode and RTR
 	// types, strict or relaxed IRD/ORD. Its IRD and ORD, when zero, come
@@ -22,6 +27,11 @@ type ConnConfig struct {
 	MPA mpa.Config
 	// TCP are the socket options (buffers, keep-alive, user timeout).
 	TCP tcpx.Config
+	// DialContext, if set, makes Dial's TCP connection instead of
+	// tcpx.Dial (to bind a source address, pick a network namespace or
+	// reach a peer through a tunnel), as net/http.Transport's; TCP's options
+	// are then applied to what it returns.
+	DialContext func(ctx context.Context, network, addr string) (*net.TCPConn, error)
 	// ReplyTimeout bounds the initiator's wait for the MPA Reply (siw:
 	// 10 s); RequestTimeout the responder's wait for the Request (siw: 5 s),
 	// and, in peer-to-peer mode, for the RTR message.
@@ -122,31 +132,42 @@ func (c *ConnConfig) mpaConfig(qp *QP) mpa.Config {
 }
 
 // Dial connects qp to a listener at addr: TCP, then the MPA Request with
-// private data pd, then the Reply. It returns the responder's private data.
-// A Reject comes back as an error that Is mpa.ErrRejected and, as an
-// *mpa.RejectError, carries the responder's private data.
-func (qp *QP) Dial(ctx context.Context, network, addr string, pd []byte, cfg ConnConfig) ([]byte, error) {
+// cfg.PrivateData, then the Reply; the responder's private data is then
+// QP.PeerPrivateData. ctx bounds the whole start-up (with
+// cfg.ReplyTimeout); its error is wrapped in Dial's. A Reject comes back as
+// an error that Is mpa.ErrRejected and, as an *mpa.RejectError, carries the
+// responder's private data and IRD/ORD.
+func (qp *QP) Dial(ctx context.Context, network, addr string, cfg ConnConfig) error {
 	cfg.defaults()
 	qp.startMu.Lock()
 	closed := qp.closed
 	qp.startMu.Unlock()
-	if closed {
-		return nil, fmt.Errorf("%w: Dial on a closed QP", ErrClosed)
+	if closed || qp.dev.isClosed() {
+		return fmt.Errorf("%w: Dial on a closed QP", ErrClosed)
 	}
 	if qp.State() != StateIdle {
-		return nil, fmt.Errorf("%w: Dial on a QP in %s", ErrQPState, qp.State())
+		return fmt.Errorf("%w: Dial on a QP in %s", ErrQPState, qp.State())
 	}
-	if len(pd) > qp.dev.attr.MaxPrivData {
-		return nil, fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(pd), qp.dev.attr.MaxPrivData)
+	if len(cfg.PrivateData) > qp.dev.attr.MaxPrivData {
+		return fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(cfg.PrivateData), qp.dev.attr.MaxPrivData)
 	}
 	mcfg := cfg.mpaConfig(qp)
-	req, err := mpa.BuildRequest(mcfg, pd)
+	req, err := mpa.BuildRequest(mcfg, cfg.PrivateData)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	conn, err := tcpx.Dial(ctx, network, addr, cfg.TCP)
+	var conn *net.TCPConn
+	if cfg.DialContext != nil {
+		if conn, err = cfg.DialContext(ctx, network, addr); err == nil {
+			if err = tcpx.Apply(conn, cfg.TCP); err != nil {
+				conn.Close()
+			}
+		}
+	} else {
+		conn, err = tcpx.Dial(ctx, network, addr, cfg.TCP)
+	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	deadline := time.Now().Add(cfg.ReplyTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -166,7 +187,7 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, pd []byte, cfg Con
 	}
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("verbs: MPA start-up with %s: %w", addr, ctxErr(ctx, err))
+		return fmt.Errorf("verbs: MPA start-up with %s: %w", addr, ctxErr(ctx, err))
 	}
 	params, err := mpa.ConfirmReply(mcfg, req, rep)
 	if err != nil {
@@ -177,10 +198,10 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, pd []byte, cfg Con
 			startupTerminate(conn, rep.CRC || req.CRC, rep.Markers, err)
 		}
 		conn.Close()
-		return nil, err
+		return err
 	}
 	peerPD, _ := rep.ULPPrivateData()
-	peerPD = append([]byte(nil), peerPD...)
+	qp.peerPD = append([]byte(nil), peerPD...)
 	conn.SetDeadline(time.Time{})
 	if cfg.FirstFPDUDelay > 0 {
 		t := time.NewTimer(cfg.FirstFPDUDelay)
@@ -189,14 +210,14 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, pd []byte, cfg Con
 		case <-ctx.Done():
 			t.Stop()
 			conn.Close()
-			return nil, ctx.Err()
+			return ctxErr(ctx, ctx.Err())
 		}
 	}
 	if err := qp.start(conn, params, cfg, true); err != nil {
 		conn.Close()
-		return nil, err
+		return err
 	}
-	return peerPD, nil
+	return nil
 }
 
 // ctxErr adds ctx's error to err when ctx has ended: the deadline Dial took
@@ -236,15 +257,22 @@ type Listener struct {
 // wait in the kernel's accept queue.
 const maxHandshakes = 256
 
-// Listen starts a Listener on addr ("tcp", "tcp4" or "tcp6").
-func (d *Device) Listen(network, addr string, cfg ConnConfig) (*Listener, error) {
+// Listen starts a Listener on addr (network "tcp", "tcp4" or "tcp6"); ctx
+// bounds the listen call itself, as net.ListenConfig.Listen's.
+func (d *Device) Listen(ctx context.Context, network, addr string, cfg ConnConfig) (*Listener, error) {
 	cfg.defaults()
-	ln, err := tcpx.Listen(context.Background(), network, addr, cfg.TCP)
+	if d.isClosed() {
+		return nil, fmt.Errorf("%w: device", ErrClosed)
+	}
+	ln, err := tcpx.Listen(ctx, network, addr, cfg.TCP)
 	if err != nil {
 		return nil, err
 	}
 	l := &Listener{dev: d, ln: ln, cfg: cfg, stop: make(chan struct{}), ready: make(chan struct{}, 1),
 		sem: make(chan struct{}, maxHandshakes), pending: make(map[net.Conn]struct{})}
+	d.mu.Lock()
+	d.listeners[l] = struct{}{}
+	d.mu.Unlock()
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
@@ -267,6 +295,9 @@ func (l *Listener) Close() error {
 			r.conn.Close() // its watch ends and drops it
 		}
 		l.mu.Unlock()
+		l.dev.mu.Lock()
+		delete(l.dev.listeners, l)
+		l.dev.mu.Unlock()
 	})
 	l.wg.Wait()
 	return nil
@@ -463,28 +494,33 @@ func (r *ConnRequest) Request() mpa.Frame { return r.req }
 
 var errAnswered = errors.New("verbs: connection request already answered")
 
-// Accept binds qp to the connection and sends the MPA Reply with private
-// data pd. In peer-to-peer mode it returns once the initiator's RTR message
-// has arrived.
-func (r *ConnRequest) Accept(qp *QP, pd []byte) error {
+// Accept binds qp to the connection and sends the MPA Reply with
+// privateData (at most DeviceAttr.MaxPrivData octets). In peer-to-peer
+// mode it returns once the initiator's RTR message has arrived, bounded by
+// the Listener's RequestTimeout and by ctx (whose error it then wraps).
+func (r *ConnRequest) Accept(ctx context.Context, qp *QP, privateData []byte) error {
 	err := errAnswered
-	r.once.Do(func() { err = r.accept(qp, pd) })
+	r.once.Do(func() { err = r.accept(ctx, qp, privateData) })
 	return err
 }
 
-func (r *ConnRequest) accept(qp *QP, pd []byte) error {
+func (r *ConnRequest) accept(ctx context.Context, qp *QP, privateData []byte) error {
 	cfg := r.l.cfg
 	conn := r.conn
 	if qp.State() != StateIdle {
 		conn.Close()
 		return fmt.Errorf("%w: Accept with a QP in %s", ErrQPState, qp.State())
 	}
-	if len(pd) > qp.dev.attr.MaxPrivData {
+	if len(privateData) > qp.dev.attr.MaxPrivData {
 		conn.Close()
-		return fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(pd), qp.dev.attr.MaxPrivData)
+		return fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(privateData), qp.dev.attr.MaxPrivData)
+	}
+	if qp.dev.isClosed() {
+		conn.Close()
+		return fmt.Errorf("%w: device", ErrClosed)
 	}
 	mcfg := cfg.mpaConfig(qp)
-	rep, params, err := mpa.Respond(mcfg, r.req, pd)
+	rep, params, err := mpa.Respond(mcfg, r.req, privateData)
 	// The same check as the handshake's, for octets that came while the
 	// application made up its mind: still before our Reply.
 	if n := earlyData(conn); err == nil && n > 0 {
@@ -503,12 +539,13 @@ func (r *ConnRequest) accept(qp *QP, pd []byte) error {
 		return err
 	}
 	conn.SetDeadline(time.Time{}) // the start-up's deadline must not outlive it
+	qp.peerPD = r.PrivateData
 	if err := qp.start(conn, params, cfg, false); err != nil {
 		conn.Close()
 		return err
 	}
 	if params.P2P {
-		return qp.awaitRTR(cfg.RequestTimeout)
+		return qp.awaitRTR(ctx, cfg.RequestTimeout)
 	}
 	return nil
 }
@@ -528,14 +565,14 @@ func (l *Listener) rejectConfig() mpa.Config {
 	return m
 }
 
-// Reject refuses the request with private data pd (a Reply with R set), and
-// closes the connection.
-func (r *ConnRequest) Reject(pd []byte) error {
+// Reject refuses the request with privateData (a Reply with R set, which
+// also carries our IRD and ORD), and closes the connection.
+func (r *ConnRequest) Reject(privateData []byte) error {
 	err := errAnswered
 	r.once.Do(func() {
 		defer r.conn.Close()
 		var b []byte
-		b, err = mpa.Reject(r.l.rejectConfig(), r.req, pd).Append(nil)
+		b, err = mpa.Reject(r.l.rejectConfig(), r.req, privateData).Append(nil)
 		if err == nil {
 			r.conn.SetWriteDeadline(time.Now().Add(r.l.cfg.RequestTimeout))
 			_, err = r.conn.Write(b)

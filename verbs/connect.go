@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"time"
@@ -47,6 +48,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	qp.irdq.init(qp.ird)
 	qp.ordq.init(qp.ord + 1) // one more for a Read RTR
 	qp.tx.w = mpa.NewWriter(conn, p.CRC, p.MarkersTx)
+	qp.tx.stats = &qp.txStats
 	qp.tx.batch = txBatch
 	if cfg.SegmentPerFPDU {
 		qp.tx.batch = 1
@@ -151,10 +153,10 @@ func (qp *QP) sendRTR(r mpa.RTR) error {
 	default:
 		return fmt.Errorf("verbs: no RTR type negotiated")
 	}
-	if err := t.w.Append(h, nil); err != nil {
+	if err := t.append(h, nil); err != nil {
 		return err
 	}
-	return t.w.Flush()
+	return t.flush()
 }
 
 // rxRTR checks that the first FPDU of a peer-to-peer connection is the RTR
@@ -194,10 +196,13 @@ func (qp *QP) rxRTR(tagged bool, op rdmap.Opcode, n int) (handled bool, err erro
 // an RTR that passed all checks, its CRC included (RFC 5044 section 7.1.2
 // rule 4: "receive and validate"); anything else ends the QP, and Accept
 // reports why.
-func (qp *QP) awaitRTR(timeout time.Duration) error {
+func (qp *QP) awaitRTR(ctx context.Context, timeout time.Duration) error {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
+	case <-ctx.Done():
+		qp.Abort()
+		return fmt.Errorf("verbs: waiting for the RTR message: %w", ctx.Err())
 	case <-qp.rtrDone:
 		if err := qp.Err(); err != nil {
 			return err

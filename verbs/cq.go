@@ -66,13 +66,17 @@ func (cq *CQ) Err() error {
 	return cq.err
 }
 
-// Wait blocks until the CQ holds a completion, the CQ fails or ctx ends.
+// Wait blocks until the CQ holds a completion, the CQ fails or ctx ends
+// (then it returns ctx.Err()). Every goroutine waiting returns while
+// completions are queued; which of them Polls them is theirs to settle (a
+// completion is polled once). PollWait is the usual way to use it.
 func (cq *CQ) Wait(ctx context.Context) error {
 	for {
 		cq.mu.Lock()
 		n, err := cq.n, cq.err
 		cq.mu.Unlock()
 		if n > 0 {
+			wake(cq.notify) // pass the news on to the next waiter
 			return nil
 		}
 		if err != nil {
@@ -82,6 +86,23 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		case <-cq.notify:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// PollWait polls up to len(wcs) completions into wcs, waiting for the
+// first if none is queued: it returns at least one, or the CQ's error
+// (ErrCQOverrun), or ctx.Err().
+func (cq *CQ) PollWait(ctx context.Context, wcs []WC) (int, error) {
+	if len(wcs) == 0 {
+		return 0, fmt.Errorf("%w: PollWait with no room", ErrInvalidArg)
+	}
+	for {
+		if n := cq.Poll(wcs); n > 0 {
+			return n, nil
+		}
+		if err := cq.Wait(ctx); err != nil {
+			return 0, err
 		}
 	}
 }

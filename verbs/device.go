@@ -3,31 +3,34 @@ package verbs
 import (
 	crand "crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"sync"
+
+	"github.com/goiwarp/iwarp/mpa"
 )
 
-// DeviceAttr are the limits of a Device, as ibv_device_attr.
+// DeviceAttr are the limits of a Device, as ibv_device_attr. A zero field
+// takes its default (DefaultDeviceAttr); Open refuses a limit it cannot
+// honour.
 type DeviceAttr struct {
 	MaxQP       int
 	MaxQPWR     int    // send or receive queue depth
-	MaxSGE      int    // per send or receive WR
-	MaxSGERead  int    // RDMA Read sink (iWARP: 1)
+	MaxSGE      int    // per send or receive WR, at most 6 (an RDMA Read's sink is always one SGE, as in iWARP)
 	MaxInline   int    // octets of inline data per WR
-	MaxIRD      int    // inbound RDMA Reads a QP serves at once
-	MaxORD      int    // outbound RDMA Reads a QP has outstanding
+	MaxIRD      int    // inbound RDMA Reads a QP serves at once, at most 16383 (MPA's field)
+	MaxORD      int    // outbound RDMA Reads a QP has outstanding, at most 16383
 	MaxMR       int    // registered memory regions
 	MaxMRSize   uint64 // octets in one memory region
 	MaxMRTotal  uint64 // octets registered in all
 	MaxCQE      int
-	MaxPrivData int // private data octets an application may send in MPA start-up
+	MaxPrivData int // private data octets an application may send in MPA start-up, at most 508
 }
 
 // DefaultDeviceAttr are the limits Open uses when given a zero DeviceAttr.
 var DefaultDeviceAttr = DeviceAttr{
 	MaxQP:       16384,
 	MaxQPWR:     16384,
-	MaxSGE:      6,
-	MaxSGERead:  1,
+	MaxSGE:      maxSGE,
 	MaxInline:   256,
 	MaxIRD:      128,
 	MaxORD:      128,
@@ -39,50 +42,98 @@ var DefaultDeviceAttr = DeviceAttr{
 }
 
 // Device is an iWARP device: the owner of memory registrations (the STag
-// table), protection domains and queue pairs. One process normally opens
-// one.
+// table), protection domains, queue pairs and listeners. One process
+// normally opens one.
 type Device struct {
 	attr DeviceAttr
 
-	mu       sync.RWMutex
-	mrs      mrTable // by STag index (STag >> 8); read without mu
-	nmr      int
-	nextIdx  uint32
-	mrBytes  uint64
-	nqp      int
-	closed   bool
-	listener []*Listener
+	mu        sync.RWMutex
+	mrs       mrTable // by STag index (STag >> 8); read without mu
+	nmr       int
+	nextIdx   uint32
+	mrBytes   uint64
+	nqp       int
+	closed    bool
+	qps       map[*QP]struct{}
+	listeners map[*Listener]struct{}
 }
 
-// Open returns a new Device with the given limits (zero fields take the
-// defaults).
-func Open(attr DeviceAttr) *Device {
+// Open returns a new Device with the given limits: zero fields take the
+// defaults, and a limit the stack cannot honour is refused with
+// ErrInvalidArg.
+func Open(attr DeviceAttr) (*Device, error) {
 	d := DefaultDeviceAttr
-	set := func(dst *int, v int) {
-		if v > 0 {
-			*dst = v
+	bad := func(what string, v any) error {
+		return fmt.Errorf("%w: DeviceAttr.%s %v", ErrInvalidArg, what, v)
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int
+		v    int
+		max  int
+	}{
+		{"MaxQP", &d.MaxQP, attr.MaxQP, 1 << 24},
+		{"MaxQPWR", &d.MaxQPWR, attr.MaxQPWR, 1 << 24},
+		{"MaxSGE", &d.MaxSGE, attr.MaxSGE, maxSGE},
+		{"MaxInline", &d.MaxInline, attr.MaxInline, 1 << 16},
+		{"MaxIRD", &d.MaxIRD, attr.MaxIRD, mpa.MaxIRDORD},
+		{"MaxORD", &d.MaxORD, attr.MaxORD, mpa.MaxIRDORD},
+		{"MaxMR", &d.MaxMR, attr.MaxMR, 1 << 24}, // the STag index is 24 bits
+		{"MaxCQE", &d.MaxCQE, attr.MaxCQE, 1 << 30},
+		{"MaxPrivData", &d.MaxPrivData, attr.MaxPrivData, DefaultDeviceAttr.MaxPrivData},
+	} {
+		switch {
+		case f.v < 0 || f.v > f.max:
+			return nil, bad(f.name, f.v)
+		case f.v > 0:
+			*f.dst = f.v
 		}
 	}
-	set(&d.MaxQP, attr.MaxQP)
-	set(&d.MaxQPWR, attr.MaxQPWR)
-	set(&d.MaxSGE, attr.MaxSGE)
-	set(&d.MaxInline, attr.MaxInline)
-	set(&d.MaxIRD, attr.MaxIRD)
-	set(&d.MaxORD, attr.MaxORD)
-	set(&d.MaxMR, attr.MaxMR)
-	set(&d.MaxCQE, attr.MaxCQE)
 	if attr.MaxMRSize > 0 {
 		d.MaxMRSize = attr.MaxMRSize
 	}
 	if attr.MaxMRTotal > 0 {
 		d.MaxMRTotal = attr.MaxMRTotal
 	}
-	if attr.MaxPrivData > 0 && attr.MaxPrivData < d.MaxPrivData {
-		d.MaxPrivData = attr.MaxPrivData
-	}
 	// STag indices start at a random point so that a peer cannot guess the
 	// STags of the first registrations.
-	return &Device{attr: d, nextIdx: randUint32() & 0xffffff}
+	return &Device{attr: d, nextIdx: randUint32() & 0xffffff,
+		qps: make(map[*QP]struct{}), listeners: make(map[*Listener]struct{})}, nil
+}
+
+// Close closes the device's listeners and QPs (as QP.Close: their
+// connections end, their work requests flush) and refuses new objects
+// with ErrClosed. Memory regions stay valid for the program's own use.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	var lns []*Listener
+	for l := range d.listeners {
+		lns = append(lns, l)
+	}
+	var qps []*QP
+	for qp := range d.qps {
+		qps = append(qps, qp)
+	}
+	d.mu.Unlock()
+	for _, l := range lns {
+		l.Close()
+	}
+	for _, qp := range qps {
+		qp.Close()
+	}
+	return nil
+}
+
+// isClosed reports whether Close was called.
+func (d *Device) isClosed() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.closed
 }
 
 // Attr returns the device limits.

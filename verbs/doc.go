@@ -2,13 +2,91 @@
 // ibverbs/librdmacm-shaped API (device, protection domain, memory region,
 // completion queue, RC queue pair, shared receive queue, connection manager)
 // whose queue pairs speak iWARP (RFC 5040 RDMAP over RFC 5041 DDP over RFC
-// 5044/6581 MPA) over ordinary TCP.
+// 5044/6581 MPA) over ordinary TCP, so that two Go programs, or a Go
+// program and the Linux kernel's siw or an iWARP NIC, read and write each
+// other's memory across any IP network.
+//
+// # The model in five objects
+//
+// A Device (Open) owns everything else. A protection domain (PD) groups the
+// memory a connection may reach. A memory region (MR, PD.RegMR) is a []byte
+// registered with access rights; its RKey (an STag) is what a peer names to
+// reach it, together with an address inside it (MR.Addr plus an offset). A
+// completion queue (CQ) collects work completions (WC). A queue pair (QP)
+// is one reliable connection: work requests posted to its send queue
+// (PostSend: Send, RDMA Write, RDMA Read, atomics) and receive queue
+// (PostRecv: buffers for the peer's Sends) complete into its CQs.
+//
+// # Connecting
+//
+// A server listens (Device.Listen), takes each connection request
+// (Listener.GetRequest), looks at the initiator's private data and accepts
+// it onto a QP (ConnRequest.Accept) or rejects it (Reject). A client dials
+// (QP.Dial) with ConnConfig.PrivateData. Private data, up to 508 octets each
+// way, is how RDMA programs exchange what they need to address each other:
+// typically a buffer's address, length and RKey (QP.PeerPrivateData has
+// the peer's).
+//
+// # Moving data
+//
+// A Send consumes a receive buffer the peer posted, in order, and completes
+// there with WCRecv; post receives before the peer can send. An RDMA Write
+// places data in the peer's region with no receive and no completion on the
+// peer; an RDMA Read fetches from it. Both need the peer's RKey and address
+// and the right access (RemoteWrite, RemoteRead). A buffer handed to
+// PostSend or PostRecv belongs to the stack until its completion: do not
+// change or reuse it before (Inline data is copied at post time instead).
+// Completions come in posting order on each queue; a send WR without
+// Signaled (on a QP without SigAll) completes silently, but an error
+// always completes.
+//
+// Poll a CQ (CQ.Poll never blocks) or wait for it (CQ.PollWait, CQ.Wait);
+// a WC's Status is data, not a Go error: anything but Success means the
+// QP has failed (or the WR was flushed because it had), and QP.Err says
+// why.
+//
+// # Ordering and visibility: the rules that bite
+//
+// RDMA Writes and Sends from one QP reach the peer in the order posted, and
+// the peer completes a Send only after placing every Write before it. So
+// "Write the data, then Send a note" is the idiom: when the peer's receive
+// completes, the data is in its memory and visible to its program (the
+// completion orders it, as a channel receive does). An RDMA Read, though,
+// may be overtaken: a Send or Write posted after a Read can reach the peer
+// before the Read's data has come back. Set Fence on a WR that must wait
+// for every earlier Read to complete — "Read the peer's buffer, then tell
+// it it may reuse the buffer" needs Fence on the telling Send, or the peer
+// may overwrite the buffer while the Read is still fetching it.
+//
+// Data a peer places with an RDMA Write is visible to this program after a
+// completion that orders it (a receive of the peer's later Send) or, for
+// programs that poll memory for the fastest reaction, after MR.Placed has
+// counted it; reading memory the peer is writing without either is a data
+// race.
+//
+// # Ending
+//
+// QP.Disconnect ends a connection in order: it waits for the posted sends,
+// the peer finishes what it owes us, and both sides flush what is left.
+// QP.Close ends it at once but still in order at the TCP level (a FIN, as
+// net.Conn's Close); QP.Abort resets it. A failure ends it too: a protocol
+// error detected on either side travels as a Terminate message (RFC 5040),
+// and QP.Err returns a *TerminateError with the decoded cause, Remote true
+// for one the peer sent; a lost connection is ErrConnLost, an orderly end
+// ErrDisconnected. Either way every outstanding WR completes with
+// WRFlushErr. Device.Close closes all of a device's QPs and listeners.
+//
+// # Names and shapes
 //
 // The names are the ones RDMA programmers know: PD, MR (LKey/RKey = STag),
 // CQ, QP, SGE, SendWR, RecvWR, WC with the ibv_wc_status names. What changes
 // is the Go shape: PostSend returns how many WRs it posted and a typed error,
-// CQ.Wait(ctx) replaces completion channels, RegMR takes a []byte, and
-// Dial/Listen/Accept replace rdma_cm's event loop.
+// CQ.Wait(ctx) replaces completion channels, RegMR takes a []byte, Dial,
+// Listen and Accept take a context and replace rdma_cm's event loop, and
+// every call that can block ends with its context, wrapping ctx.Err().
+//
+// The package does not log. What a program may want to watch is in
+// QP.Stats (FPDUs, octets, Reads in flight, TCP_INFO) and QP.Err.
 //
 // # Data path and ownership
 //
@@ -24,7 +102,7 @@
 // into a ring (a small WR that answers the peer is also sent from there when
 // the transmit loop is idle). QP.SetRxHandler runs the application's code on
 // the receive loop after each FPDU, which saves the goroutine hand-off that
-// dominates a round trip's latency. The first error wins: the loop that detects it builds the
-// Terminate, the transmit loop sends it, the connection closes and every
-// outstanding WR completes with WRFlushErr.
+// dominates a round trip's latency. The first error wins: the loop that
+// detects it builds the Terminate, the transmit loop sends it, the
+// connection closes and every outstanding WR completes with WRFlushErr.
 package verbs

@@ -14,5 +14,4 @@ var (
 	ErrResources      = errors.New("verbs: resource limit reached")
 	ErrNotOptedIn     = errors.New("verbs: RFC 7306 extension not enabled on this connection")
 	ErrCQOverrun      = errors.New("verbs: completion queue overrun")
-	ErrMRBusy         = errors.New("verbs: memory region in use")
 )

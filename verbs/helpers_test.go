@@ -35,7 +35,7 @@ func defaultCap() QPCap {
 
 func newSide(t testing.TB, o pairOpts) *side {
 	t.Helper()
-	s := &side{dev: Open(DeviceAttr{})}
+	s := &side{dev: openDev(DeviceAttr{})}
 	s.pd = s.dev.AllocPD()
 	var err error
 	s.scq, err = s.dev.CreateCQ(4096)
@@ -56,7 +56,7 @@ func newSide(t testing.TB, o pairOpts) *side {
 func connect(t testing.TB, o pairOpts) (client, server *side) {
 	t.Helper()
 	client, server = newSide(t, o), newSide(t, o)
-	ln, err := server.dev.Listen("tcp", "127.0.0.1:0", o.server)
+	ln, err := server.dev.Listen(context.Background(), "tcp", "127.0.0.1:0", o.server)
 	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -66,11 +66,12 @@ func connect(t testing.TB, o pairOpts) (client, server *side) {
 		req, err := ln.GetRequest(ctx)
 		if err == nil {
 			server.peerPD = req.PrivateData
-			err = req.Accept(server.qp, o.serverPD)
+			err = req.Accept(ctx, server.qp, o.serverPD)
 		}
 		errc <- err
 	}()
-	client.peerPD, err = client.qp.Dial(ctx, "tcp", ln.Addr().String(), o.clientPD, o.client)
+	err = client.qp.Dial(ctx, "tcp", ln.Addr().String(), withPD(o.client, o.clientPD))
+	client.peerPD = client.qp.PeerPrivateData()
 	require.NoError(t, err)
 	require.NoError(t, <-errc)
 	t.Cleanup(func() {
@@ -145,4 +146,19 @@ func requireSame(t *testing.T, want, got []byte) {
 		}
 		t.Fatalf("data differs at octet %d of %d", i, len(want))
 	}
+}
+
+// openDev is Open for tests, whose limits are valid.
+func openDev(attr DeviceAttr) *Device {
+	d, err := Open(attr)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// withPD returns cfg with private data pd.
+func withPD(cfg ConnConfig, pd []byte) ConnConfig {
+	cfg.PrivateData = pd
+	return cfg
 }

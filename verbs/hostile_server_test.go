@@ -250,7 +250,7 @@ const recvLen = 64
 
 func startHS(t *testing.T, o hsOpts) *hsScenario {
 	t.Helper()
-	dev := Open(DeviceAttr{})
+	dev := openDev(DeviceAttr{})
 	s := &hsScenario{st: &stackSide{dev: dev, pd: dev.AllocPD()}, recvs: o.recvs, mayPlace: map[*guarded]bool{}}
 	s.q = s.st.newQP(t, o.ird, o.ord)
 	s.dst = s.region(t, "target region", s.st.pd, 4096, LocalWrite|RemoteWrite|RemoteRead)
@@ -437,7 +437,7 @@ func TestHostileServerReply(t *testing.T) {
 		// RFC 5044 section 7.1.1 PD_Length: more than 512 octets -> close
 		// the connection; no private data is read, and no Terminate (as
 		// TestHostileDial's PD_Length 513).
-		st := &stackSide{dev: Open(DeviceAttr{})}
+		st := &stackSide{dev: openDev(DeviceAttr{})}
 		st.pd = st.dev.AllocPD()
 		q := st.newQP(t, 8, 8)
 		conn, _, res := rawResponder(t, q.qp, hostileDialCfg(false), peerTimeout, 0)
@@ -464,7 +464,7 @@ func TestHostileServerReply(t *testing.T) {
 		// that cannot answer our Request (TestHostileDial's Rev 0 Reply),
 		// LLP 0x04 "invalid MPA Request or Reply" in a Terminate, then the
 		// close; the QP stays IDLE.
-		st := &stackSide{dev: Open(DeviceAttr{})}
+		st := &stackSide{dev: openDev(DeviceAttr{})}
 		st.pd = st.dev.AllocPD()
 		q := st.newQP(t, 8, 8)
 		cfg := hostileDialCfg(false)
@@ -491,7 +491,7 @@ func TestHostileServerReply(t *testing.T) {
 		// section 7.1.1), so the six octets of private data are the ULP's,
 		// even if they look like an IRD/ORD word asking for peer-to-peer
 		// mode; IRD and ORD stay as configured.
-		st := &stackSide{dev: Open(DeviceAttr{})}
+		st := &stackSide{dev: openDev(DeviceAttr{})}
 		st.pd = st.dev.AllocPD()
 		q := st.newQP(t, 8, 8)
 		conn, _, res := rawResponder(t, q.qp, hostileDialCfg(false), peerTimeout, 0)

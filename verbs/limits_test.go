@@ -12,7 +12,7 @@ import (
 // typed error, and what fits just under it still works.
 func TestDeviceLimits(t *testing.T) {
 	checkRoutines(t)
-	d := Open(DeviceAttr{MaxQP: 2, MaxQPWR: 8, MaxMR: 3, MaxMRSize: 4096, MaxMRTotal: 6000, MaxCQE: 16, MaxPrivData: 32})
+	d := openDev(DeviceAttr{MaxQP: 2, MaxQPWR: 8, MaxMR: 3, MaxMRSize: 4096, MaxMRTotal: 6000, MaxCQE: 16, MaxPrivData: 32})
 	pd := d.AllocPD()
 
 	t.Run("MaxCQE", func(t *testing.T) {
@@ -78,7 +78,7 @@ func TestDeviceLimits(t *testing.T) {
 		defer qp.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err = qp.Dial(ctx, "tcp", "127.0.0.1:1", make([]byte, 33), ConnConfig{})
+		err = qp.Dial(ctx, "tcp", "127.0.0.1:1", ConnConfig{PrivateData: make([]byte, 33)})
 		require.ErrorIs(t, err, ErrInvalidArg)
 	})
 }

@@ -18,11 +18,11 @@ func TestIdleQPMemory(t *testing.T) {
 	}
 	checkRoutines(t)
 	const pairs = 64
-	d := Open(DeviceAttr{})
+	d := openDev(DeviceAttr{})
 	pd := d.AllocPD()
 	cq, err := d.CreateCQ(1024)
 	require.NoError(t, err)
-	ln, err := d.Listen("tcp", "127.0.0.1:0", ConnConfig{})
+	ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{})
 	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -41,10 +41,10 @@ func TestIdleQPMemory(t *testing.T) {
 		c, s := newQP(), newQP()
 		go func() {
 			if req, err := ln.GetRequest(ctx); err == nil {
-				req.Accept(s, nil)
+				req.Accept(ctx, s, nil)
 			}
 		}()
-		_, err := c.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
+		err := c.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{})
 		require.NoError(t, err)
 		clients = append(clients, c)
 	}
@@ -73,7 +73,17 @@ func TestIdleQPMemory(t *testing.T) {
 		wc := waitWC(t, cq)
 		require.Equal(t, Success, wc.Status)
 	}
-	time.Sleep(100 * time.Millisecond) // the transmit loops go idle
+	// Until every transmit loop has gone idle (and given its arena back).
+	for end := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
+		parked := true
+		for _, c := range clients {
+			parked = parked && c.txParked.Load()
+		}
+		if parked {
+			break
+		}
+		require.True(t, time.Now().Before(end), "transmit loops still busy")
+	}
 	runtime.GC()
 	runtime.GC() // sync.Pool keeps a victim generation for one GC
 	runtime.ReadMemStats(&after)

@@ -44,6 +44,22 @@ type MR struct {
 	// invalidation and deregistration replace it with a dead one. Lookups
 	// on the data path read it without a lock.
 	b atomic.Pointer[binding]
+	// placed counts RDMA Writes placed in the region (Placed).
+	placed atomic.Uint64
+}
+
+// Placed counts the RDMA Writes peers have placed in full in the region so
+// far (one per message: after its last segment). It synchronises both
+// ways, as a completion does: every placement it counts happens before what
+// the caller reads next, and what the caller did before calling it happens
+// before any later placement. So a program that polls memory for a peer's
+// Write (perftest's write_lat trick) polls Placed until it changes and only
+// then reads the memory: without a data race, as long as the peer writes
+// again only after our answer, round after round. Reading while the peer
+// may be writing is a race however it is done. A counted Write's last CRC
+// may still fail afterwards, which then ends the connection.
+func (mr *MR) Placed() uint64 {
+	return mr.placed.Add(0) // read-modify-write: acquires and releases
 }
 
 // binding is what an STag reaches: read-only once published.
@@ -63,14 +79,29 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("%w: empty buffer", ErrInvalidArg)
 	}
-	if access&(RemoteWrite|RemoteAtomic) != 0 && access&LocalWrite == 0 {
-		return nil, fmt.Errorf("%w: remote write needs local write", ErrInvalidArg)
+	if err := checkAccess(access); err != nil {
+		return nil, err
+	}
+	if pd.dev.isClosed() {
+		return nil, fmt.Errorf("%w: device", ErrClosed)
 	}
 	mr := &MR{pd: pd}
 	if err := pd.dev.addMR(mr, &binding{addr: addrOf(buf), buf: buf, access: access, valid: true}); err != nil {
 		return nil, err
 	}
 	return mr, nil
+}
+
+// checkAccess enforces ibv_reg_mr's rule: remote write or atomic access
+// needs local write, since the peer then changes the memory.
+func checkAccess(a Access) error {
+	if a&^(LocalWrite|RemoteWrite|RemoteRead|RemoteAtomic) != 0 {
+		return fmt.Errorf("%w: access %v", ErrInvalidArg, a)
+	}
+	if a&(RemoteWrite|RemoteAtomic) != 0 && a&LocalWrite == 0 {
+		return fmt.Errorf("%w: remote write needs local write", ErrInvalidArg)
+	}
+	return nil
 }
 
 // mrTable maps STag indices to regions: two levels of atomic pointers, so

@@ -57,7 +57,7 @@ func TestFastRegAndSendWithInvalidate(t *testing.T) {
 
 // Re-registration gives a new key: the old STag no longer reaches memory.
 func TestFastRegNewKey(t *testing.T) {
-	d := Open(DeviceAttr{})
+	d := openDev(DeviceAttr{})
 	pd := d.AllocPD()
 	mr, err := pd.AllocMR()
 	require.NoError(t, err)
@@ -86,9 +86,7 @@ func TestSolicitedEvent(t *testing.T) {
 	_, err := c.qp.PostSend(SendWR{ID: 1, Opcode: OpSend, Flags: Inline, InlineData: []byte("plain")})
 	require.NoError(t, err)
 	// The unsolicited Send arrives without waking the solicited waiter.
-	for s.rcq.Len() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	require.NoError(t, s.rcq.Wait(ctx))
 	select {
 	case <-got:
 		t.Fatal("woken by an unsolicited completion")
@@ -229,7 +227,7 @@ func TestGracefulDisconnect(t *testing.T) {
 
 func TestSRQ(t *testing.T) {
 	checkRoutines(t)
-	d := Open(DeviceAttr{})
+	d := openDev(DeviceAttr{})
 	pd := d.AllocPD()
 	srq, err := pd.CreateSRQ(16, 1)
 	require.NoError(t, err)
@@ -240,7 +238,7 @@ func TestSRQ(t *testing.T) {
 		require.NoError(t, err)
 	}
 	rcq, _ := d.CreateCQ(64)
-	ln, err := d.Listen("tcp", "127.0.0.1:0", ConnConfig{})
+	ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{})
 	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -256,10 +254,10 @@ func TestSRQ(t *testing.T) {
 		go func() {
 			req, err := ln.GetRequest(ctx)
 			if err == nil {
-				req.Accept(qp, nil)
+				req.Accept(ctx, qp, nil)
 			}
 		}()
-		_, err = c.qp.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
+		err = c.qp.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{})
 		require.NoError(t, err)
 		clients = append(clients, c)
 	}
@@ -284,17 +282,17 @@ func TestCQOverrun(t *testing.T) {
 	require.NoError(t, err)
 	c.qp.Close()
 	c.qp = qp
-	ln, err := s.dev.Listen("tcp", "127.0.0.1:0", ConnConfig{})
+	ln, err := s.dev.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{})
 	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	go func() {
 		if req, err := ln.GetRequest(ctx); err == nil {
-			req.Accept(s.qp, nil)
+			req.Accept(ctx, s.qp, nil)
 		}
 	}()
-	_, err = qp.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
+	err = qp.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{})
 	require.NoError(t, err)
 	defer qp.Close()
 	defer s.qp.Close()

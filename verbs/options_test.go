@@ -80,7 +80,7 @@ func TestRejectWithPrivateData(t *testing.T) {
 	srv := newSide(t, pairOpts{})
 	defer c.qp.Close()
 	defer srv.qp.Close()
-	ln, err := srv.dev.Listen("tcp", "127.0.0.1:0", ConnConfig{})
+	ln, err := srv.dev.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{})
 	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -95,7 +95,7 @@ func TestRejectWithPrivateData(t *testing.T) {
 			req.Reject([]byte("go away"))
 		}
 	}()
-	_, err = c.qp.Dial(ctx, "tcp", ln.Addr().String(), []byte("let me in"), ConnConfig{})
+	err = c.qp.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{PrivateData: []byte("let me in")})
 	require.ErrorIs(t, err, mpa.ErrRejected)
 	var re *mpa.RejectError
 	require.True(t, errors.As(err, &re))
@@ -110,7 +110,7 @@ func TestRejectCarriesResponderIRDORD(t *testing.T) {
 	checkRoutines(t)
 	srv := newSide(t, pairOpts{ird: 4, ord: 2})
 	defer srv.qp.Close()
-	ln, err := srv.dev.Listen("tcp", "127.0.0.1:0", ConnConfig{MPA: mpa.Config{StrictIRD: true}})
+	ln, err := srv.dev.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{MPA: mpa.Config{StrictIRD: true}})
 	require.NoError(t, err)
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -120,14 +120,14 @@ func TestRejectCarriesResponderIRDORD(t *testing.T) {
 		for range 2 {
 			req, err := ln.GetRequest(ctx)
 			if err == nil {
-				err = req.Accept(srv.qp, nil)
+				err = req.Accept(ctx, srv.qp, nil)
 			}
 			accepted <- err
 		}
 	}()
 	c := newSide(t, pairOpts{ird: 64, ord: 64})
 	defer c.qp.Close()
-	_, err = c.qp.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
+	err = c.qp.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{})
 	var re *mpa.RejectError
 	require.ErrorAs(t, err, &re)
 	require.NotNil(t, re.Responder)
@@ -138,7 +138,7 @@ func TestRejectCarriesResponderIRDORD(t *testing.T) {
 	// Retrying with what the responder offers connects.
 	c2 := newSide(t, pairOpts{ird: int(re.Responder.ORD), ord: int(re.Responder.IRD)})
 	defer c2.qp.Close()
-	_, err = c2.qp.Dial(ctx, "tcp", ln.Addr().String(), nil, ConnConfig{})
+	err = c2.qp.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{})
 	require.NoError(t, err)
 	require.NoError(t, <-accepted)
 }
@@ -196,7 +196,7 @@ func TestZeroIRDORD(t *testing.T) {
 // Close gives the QP's slot back once, and a closed QP does not connect.
 func TestCloseIdleQP(t *testing.T) {
 	checkRoutines(t)
-	d := Open(DeviceAttr{MaxQP: 1})
+	d := openDev(DeviceAttr{MaxQP: 1})
 	pd := d.AllocPD()
 	cq, err := d.CreateCQ(8)
 	require.NoError(t, err)
@@ -207,7 +207,7 @@ func TestCloseIdleQP(t *testing.T) {
 	require.ErrorIs(t, err, ErrResources)
 	require.NoError(t, qp.Close())
 	require.NoError(t, qp.Close())
-	_, err = qp.Dial(context.Background(), "tcp", "127.0.0.1:1", nil, ConnConfig{})
+	err = qp.Dial(context.Background(), "tcp", "127.0.0.1:1", ConnConfig{})
 	require.ErrorIs(t, err, ErrClosed)
 	qp2, err := pd.CreateQP(cfg)
 	require.NoError(t, err, "the closed QP's slot is free again, once")

@@ -24,7 +24,7 @@ type sqe struct {
 	sinkKey  uint32 // RDMA Read: the sink's STag and tagged offset
 	sinkTO   uint64
 	inline   []byte // this slot's inline buffer
-	regMR    *MR    // OpRegMR
+	regMR    *MR    // opRegMR
 	regBuf   []byte
 	regAcc   Access
 	imm      uint64 // RFC 7306 Immediate Data
@@ -46,7 +46,7 @@ func (o SendOpcode) wcOp() WCOpcode {
 		return WCRDMARead
 	case OpLocalInv:
 		return WCLocalInv
-	case OpRegMR:
+	case opRegMR:
 		return WCRegMR
 	case OpRDMAWriteWithImm:
 		return WCRDMAWrite
@@ -117,6 +117,9 @@ func (qp *QP) PostRegMR(id uint64, flags SendFlags, mr *MR, buf []byte, access A
 	if mr == nil || !mr.fast || len(buf) == 0 {
 		return fmt.Errorf("%w: PostRegMR needs an MR from AllocMR and a buffer", ErrInvalidArg)
 	}
+	if err := checkAccess(access); err != nil {
+		return err // the rules RegMR enforces
+	}
 	if qp.State() == StateIdle {
 		return fmt.Errorf("%w: PostRegMR on a QP in %s", ErrQPState, qp.State())
 	}
@@ -129,7 +132,7 @@ func (qp *QP) PostRegMR(id uint64, flags SendFlags, mr *MR, buf []byte, access A
 		return ErrQueueFull
 	default:
 		e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
-		*e = sqe{id: id, op: OpRegMR, inline: e.inline, signaled: qp.cfg.SigAll || flags&Signaled != 0,
+		*e = sqe{id: id, op: opRegMR, inline: e.inline, signaled: qp.cfg.SigAll || flags&Signaled != 0,
 			fence: flags&Fence != 0, regMR: mr, regBuf: buf, regAcc: access}
 		qp.sqTail++
 	}
@@ -208,7 +211,7 @@ func (qp *QP) fill(e *sqe, wr *SendWR) error {
 		e.segs[0], e.nseg, e.length = b, 1, len(b)
 		e.sinkKey, e.sinkTO = wr.SGL[0].LKey, wr.SGL[0].Addr
 	case OpLocalInv:
-	default: // OpRegMR goes through PostRegMR
+	default: // opRegMR goes through PostRegMR
 
 		return fmt.Errorf("%w: opcode %v", ErrInvalidArg, wr.Opcode)
 	}
@@ -288,7 +291,8 @@ func (q *recvQueue) pop(dst *rqe) bool {
 	return true
 }
 
-// drain marks the queue flushed and returns the IDs still posted.
+// drain marks the queue flushed and calls fn with the ID of each WR still
+// posted, in order.
 func (q *recvQueue) drain(fn func(id uint64)) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -10,8 +10,10 @@ import (
 	"github.com/goiwarp/iwarp/mpa"
 )
 
-// QPState is the state of a queue pair (RFC 5040 section 6 and siw's
-// IDLE/RTR/RTS/CLOSING/TERMINATE/ERROR).
+// QPState is the state of a queue pair: siw's IDLE, RTS, CLOSING,
+// TERMINATE and ERROR (RFC 5040 section 6 leaves them to the
+// implementation). There is no RTR state: a QP goes from IDLE to RTS when
+// its connection is established, by Dial or Accept.
 type QPState int32
 
 // QP states.
@@ -32,12 +34,22 @@ func (s QPState) String() string {
 	return fmt.Sprintf("QPState(%d)", int32(s))
 }
 
-// QPCap sizes a QP's queues.
+// QPCap sizes a QP's queues; zero fields take the defaults: 128 send and
+// receive WRs (no receive queue with an SRQ), one SGE each way, and 64
+// octets of inline data (a negative MaxInline: none).
 type QPCap struct {
 	MaxSendWR, MaxRecvWR   int
 	MaxSendSGE, MaxRecvSGE int
 	MaxInline              int
 }
+
+// defaultQPWR is the queue depth a zero QPCap gets, as perftest's, and
+// defaultInline its inline data: enough for a short message or a note of
+// where a buffer is.
+const (
+	defaultQPWR   = 128
+	defaultInline = 64
+)
 
 // QPConfig describes a QP to create.
 type QPConfig struct {
@@ -74,7 +86,8 @@ type QP struct {
 	sqMu                   sync.Mutex
 	sq                     []sqe
 	sqHead, sqNext, sqTail uint64
-	sqFlushed              bool // ERROR reached: new WRs flush at once
+	sqFlushed              bool          // ERROR reached: new WRs flush at once
+	sqIdle                 chan struct{} // closed when the SQ drains (Disconnect)
 	// sqWritten: SQ entries below it were handed to TCP in full by a
 	// successful write; flushAll completes those that a write completes
 	// (txCompleted runs only when the transmit loop runs dry).
@@ -84,8 +97,9 @@ type QP struct {
 
 	wake chan struct{} // capacity 1: new work for the transmit loop
 
-	// Connection state, set once by connect before the loops start.
+	// Connection state, set by Dial or Accept before the loops start.
 	conn   net.Conn
+	peerPD []byte // the peer's private data
 	params mpa.Params
 	mulpdu int
 	ext    bool // RFC 7306 atomics and Immediate Data enabled on this connection
@@ -96,6 +110,8 @@ type QP struct {
 	rxSeen   atomic.Uint64          // FPDUs received; with txRxSeen, tells request/response traffic
 	txRxSeen atomic.Uint64          // rxSeen when the transmit side last ran
 	tx       txState                // guarded by txMu
+	txStats  txStats                // tx's counters, for Stats
+	txParked atomic.Bool            // the transmit loop waits for work, its arena given back
 	rx       rxState                // owned by the receive loop
 	rxFn     atomic.Pointer[func()] // SetRxHandler's handler
 
@@ -130,10 +146,23 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
 		return nil, fmt.Errorf("%w: QP needs a send and a receive CQ", ErrInvalidArg)
 	}
-	if c.MaxSendWR <= 0 || c.MaxSendWR > a.MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > a.MaxQPWR ||
-		c.MaxSendSGE > a.MaxSGE || c.MaxRecvSGE > a.MaxSGE || c.MaxInline > a.MaxInline ||
-		(cfg.SRQ == nil && c.MaxRecvWR == 0) {
-		return nil, fmt.Errorf("%w: QP capabilities %+v exceed device limits", ErrInvalidArg, *c)
+	if c.MaxSendWR == 0 {
+		c.MaxSendWR = min(defaultQPWR, a.MaxQPWR)
+	}
+	switch {
+	case c.MaxInline == 0:
+		c.MaxInline = min(defaultInline, a.MaxInline)
+	case c.MaxInline < 0:
+		c.MaxInline = 0
+	}
+	if c.MaxRecvWR == 0 && cfg.SRQ == nil {
+		c.MaxRecvWR = min(defaultQPWR, a.MaxQPWR)
+	}
+	if c.MaxSendWR < 0 || c.MaxSendWR > a.MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > a.MaxQPWR ||
+		c.MaxSendSGE < 0 || c.MaxSendSGE > a.MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > a.MaxSGE ||
+		c.MaxInline < 0 || c.MaxInline > a.MaxInline {
+		return nil, fmt.Errorf("%w: QP capabilities %+v exceed device limits (%d WRs, %d SGEs, %d octets inline)",
+			ErrInvalidArg, *c, a.MaxQPWR, a.MaxSGE, a.MaxInline)
 	}
 	if c.MaxSendSGE == 0 {
 		c.MaxSendSGE = 1
@@ -148,13 +177,6 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 		cfg.ORD = a.MaxORD
 	}
 	cfg.IRD, cfg.ORD = max(cfg.IRD, 0), max(cfg.ORD, 0)
-	d.mu.Lock()
-	if d.nqp >= a.MaxQP {
-		d.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d QPs", ErrResources, a.MaxQP)
-	}
-	d.nqp++
-	d.mu.Unlock()
 	qp := &QP{
 		pd: pd, dev: d, cfg: cfg, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ,
 		sq:   make([]sqe, c.MaxSendWR),
@@ -171,6 +193,16 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 			qp.sq[i].inline = arena[i*c.MaxInline : (i+1)*c.MaxInline : (i+1)*c.MaxInline]
 		}
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		return nil, fmt.Errorf("%w: device", ErrClosed)
+	case d.nqp >= a.MaxQP:
+		return nil, fmt.Errorf("%w: %d QPs", ErrResources, a.MaxQP)
+	}
+	d.nqp++
+	d.qps[qp] = struct{}{}
 	return qp, nil
 }
 
@@ -186,12 +218,33 @@ func (qp *QP) Params() mpa.Params { return qp.params }
 // MULPDU returns the largest ULPDU the QP puts in one FPDU.
 func (qp *QP) MULPDU() int { return qp.mulpdu }
 
-// Conn returns the QP's TCP connection (nil before it connects).
-func (qp *QP) Conn() net.Conn {
+// connOf returns the QP's TCP connection (nil before it connects).
+func (qp *QP) connOf() net.Conn {
 	qp.startMu.Lock()
 	defer qp.startMu.Unlock()
 	return qp.conn
 }
+
+// LocalAddr and RemoteAddr return the connection's addresses (nil before it
+// connects).
+func (qp *QP) LocalAddr() net.Addr {
+	if c := qp.connOf(); c != nil {
+		return c.LocalAddr()
+	}
+	return nil
+}
+
+// RemoteAddr returns the peer's address (nil before the QP connects).
+func (qp *QP) RemoteAddr() net.Addr {
+	if c := qp.connOf(); c != nil {
+		return c.RemoteAddr()
+	}
+	return nil
+}
+
+// PeerPrivateData returns the private data of the peer's MPA Request
+// (Accept) or Reply (Dial), without the Rev 2 IRD/ORD word.
+func (qp *QP) PeerPrivateData() []byte { return qp.peerPD }
 
 // Done is closed when the QP has reached ERROR and flushed its work
 // requests.

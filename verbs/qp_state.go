@@ -9,6 +9,7 @@ import (
 
 	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/rdmap"
+	"github.com/goiwarp/iwarp/tcpx"
 )
 
 // Reasons a QP leaves RTS, from QP.Err.
@@ -204,21 +205,36 @@ func (qp *QP) retireLocked() {
 		e.segs = [maxSGE][]byte{} // drop references to user memory
 		qp.sqHead++
 	}
+	if qp.sqIdle != nil && qp.sqHead == qp.sqTail {
+		close(qp.sqIdle) // Disconnect waits for it
+		qp.sqIdle = nil
+	}
 }
 
-// Close tears the QP down abortively: the connection is reset, outstanding
-// WRs complete with WRFlushErr, and the QP's goroutines are gone when Close
-// returns. It is safe to call more than once.
-func (qp *QP) Close() error {
-	qp.startMu.Lock()
-	conn := qp.conn
-	qp.startMu.Unlock()
+// Close closes the QP: if it is connected, the connection ends in order
+// (FIN, as net.Conn's Close: octets already handed to TCP still go out), work
+// requests not yet written and posted receives complete with WRFlushErr,
+// and the QP's goroutines are gone when Close returns; the QP's slot goes
+// back to the device. It does not wait for the peer: Disconnect does, and
+// for the send queue to drain. Safe to call more than once.
+func (qp *QP) Close() error { return qp.close(false) }
+
+// Abort is Close with a reset (RST) instead of a FIN, as ibverbs users
+// know from destroying a QP in RTS: octets still queued in TCP are lost.
+func (qp *QP) Abort() error { return qp.close(true) }
+
+func (qp *QP) close(reset bool) error {
+	conn := qp.connOf()
 	if conn == nil {
 		qp.closeResources()
 		return nil
 	}
 	if qp.setError(ErrDisconnected) {
-		abort(qp.conn)
+		if reset {
+			abort(conn)
+		} else {
+			conn.Close()
+		}
 	}
 	qp.wg.Wait()
 	qp.closeResources()
@@ -234,42 +250,45 @@ func (qp *QP) closeResources() {
 		qp.startMu.Unlock()
 		qp.dev.mu.Lock()
 		qp.dev.nqp--
+		delete(qp.dev.qps, qp)
 		qp.dev.mu.Unlock()
 	})
 }
 
-// Disconnect closes the connection in an orderly way: it waits until every
-// posted send WR has completed (or ctx ends), then sends FIN; the peer closes
-// its side and both QPs reach ERROR, flushing any receives still posted.
+// Disconnect closes the connection in order and waits for both sides: once
+// every posted send WR has completed it sends FIN, the peer (which sends
+// what it owes us first) closes its side, and both QPs reach ERROR,
+// flushing the receives still posted; then it releases the QP as Close. If
+// ctx ends first, the connection is reset (Abort) and the error wraps
+// ctx.Err().
 func (qp *QP) Disconnect(ctx context.Context) error {
-	qp.startMu.Lock()
-	conn := qp.conn
-	qp.startMu.Unlock()
+	conn := qp.connOf()
 	if conn == nil {
 		return fmt.Errorf("%w: not connected", ErrQPState)
 	}
 	qp.state.CompareAndSwap(int32(StateRTS), int32(StateClosing))
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for {
-		qp.sqMu.Lock()
-		idle := qp.sqHead == qp.sqTail
-		qp.sqMu.Unlock()
-		if idle || qp.Err() != nil {
-			break
-		}
+	qp.sqMu.Lock()
+	drained := qp.sqHead == qp.sqTail
+	if !drained && qp.sqIdle == nil {
+		qp.sqIdle = make(chan struct{})
+	}
+	idle := qp.sqIdle
+	qp.sqMu.Unlock()
+	if !drained {
 		select {
-		case <-ctx.Done():
-			qp.Close()
-			return errors.New("verbs: disconnect timed out; connection reset")
+		case <-idle:
 		case <-qp.done:
-		case <-t.C:
+		case <-ctx.Done():
+			qp.Abort()
+			return fmt.Errorf("verbs: disconnect: waiting for the send queue: %w; connection reset", ctx.Err())
 		}
 	}
-	closeWrite(qp.conn)
+	closeWrite(conn)
 	select {
 	case <-qp.done:
 	case <-ctx.Done():
+		qp.Abort()
+		return fmt.Errorf("verbs: disconnect: waiting for the peer to close: %w; connection reset", ctx.Err())
 	}
 	return qp.Close()
 }
@@ -283,10 +302,11 @@ func closeWrite(c net.Conn) {
 	c.Close()
 }
 
-// abort closes a connection with a reset.
+// abort closes a connection with a reset (tcpx.Abort).
 func abort(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetLinger(0)
+		tcpx.Abort(tc)
+		return
 	}
 	c.Close()
 }

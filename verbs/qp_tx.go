@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/goiwarp/iwarp/ddp"
@@ -38,6 +39,14 @@ type txState struct {
 	writtenTo uint64 // SQ entries below this went out in full (an Append may flush first)
 	doneAt    uint64 // the writer's Written() when txCompleted last ran
 	doneTo    uint64 // SQ entries below this were completed after a flush
+
+	fpdus uint64   // FPDUs queued (Stats)
+	stats *txStats // what flush publishes for Stats
+}
+
+// txStats are the transmit counters Stats reads from other goroutines.
+type txStats struct {
+	fpdus, octets atomic.Uint64
 }
 
 // txLoop is the transmit goroutine of a connected QP. It owns the transmit
@@ -79,8 +88,10 @@ func (qp *QP) txLoop() {
 		}
 		qp.txMu.Unlock()
 		if !worked {
+			qp.txParked.Store(true)
 			select {
 			case <-qp.wake:
+				qp.txParked.Store(false)
 			case <-qp.stop:
 				return
 			}
@@ -125,7 +136,7 @@ const completeEvery = 1 << 20
 // handed to TCP; Reads and atomics wait for their responses, local
 // operations complete where they run.
 func (op SendOpcode) doneWhenWritten() bool {
-	return op != OpRDMARead && op != OpLocalInv && op != OpRegMR && op != OpAtomicFetchAdd && op != OpAtomicCmpSwap
+	return op != OpRDMARead && op != OpLocalInv && op != opRegMR && op != OpAtomicFetchAdd && op != OpAtomicCmpSwap
 }
 
 // stopping reports whether the QP's loops have been told to stop.
@@ -152,7 +163,10 @@ func (t *txState) flush() error {
 			wait = min(2*wait, time.Millisecond)
 		}
 	}
-	return t.w.Flush()
+	err := t.w.Flush()
+	t.stats.fpdus.Store(t.fpdus)
+	t.stats.octets.Store(t.w.Written())
+	return err
 }
 
 // segmentWaitMax bounds flush's wait for TCP to send what it holds.
@@ -280,6 +294,7 @@ func (qp *QP) nextSQ() (*sqe, uint64) {
 // held first, the WRs queued whole before have gone out: writtenTo says so.
 func (t *txState) append(hdr, payload []byte) error {
 	q, w := t.flushTo, t.w.Written()
+	t.fpdus++
 	err := t.w.Append(hdr, payload)
 	if t.w.Written() != w {
 		t.writtenTo = q
@@ -290,6 +305,7 @@ func (t *txState) append(hdr, payload []byte) error {
 // appendV is append with a gather list.
 func (t *txState) appendV(hdr []byte, payload [][]byte) error {
 	q, w := t.flushTo, t.w.Written()
+	t.fpdus++
 	err := t.w.AppendV(hdr, payload)
 	if t.w.Written() != w {
 		t.writtenTo = q
@@ -421,7 +437,7 @@ func (qp *QP) txSQ() error {
 			return err
 		}
 		t.cur = nil // completes when the last Read Response segment is placed
-	case OpLocalInv, OpRegMR:
+	case OpLocalInv, opRegMR:
 		// Local operations take effect in SQ order, when the WRs before them
 		// have been queued.
 		ok := false

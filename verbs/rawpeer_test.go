@@ -91,7 +91,7 @@ func answerDialNoRTR(t testing.TB, qp *QP, cfg ConnConfig, c mpa.Config) *rawPee
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		_, err := qp.Dial(ctx, "tcp", ln.Addr().String(), nil, cfg)
+		err := qp.Dial(ctx, "tcp", ln.Addr().String(), cfg)
 		errc <- err
 	}()
 	ln.SetDeadline(time.Now().Add(peerTimeout))
@@ -356,10 +356,10 @@ type stackSide struct {
 
 func newStackSide(t *testing.T, cfg ConnConfig) *stackSide {
 	t.Helper()
-	s := &stackSide{dev: Open(DeviceAttr{})}
+	s := &stackSide{dev: openDev(DeviceAttr{})}
 	s.pd = s.dev.AllocPD()
 	var err error
-	s.ln, err = s.dev.Listen("tcp", "127.0.0.1:0", cfg)
+	s.ln, err = s.dev.Listen(context.Background(), "tcp", "127.0.0.1:0", cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { s.ln.Close() })
 	return s
@@ -403,7 +403,7 @@ func (s *stackSide) acceptAsync(q *stackQP) <-chan error {
 		defer cancel()
 		req, err := s.ln.GetRequest(ctx)
 		if err == nil {
-			err = req.Accept(q.qp, nil)
+			err = req.Accept(ctx, q.qp, nil)
 		}
 		errc <- err
 	}()
@@ -421,7 +421,7 @@ func (s *stackSide) wantServes(t *testing.T) {
 	_, err = srv.qp.PostRecv(RecvWR{ID: 1, SGL: []SGE{rmr.SGE(0, 16)}})
 	require.NoError(t, err)
 
-	cdev := Open(DeviceAttr{})
+	cdev := openDev(DeviceAttr{})
 	cpd := cdev.AllocPD()
 	cq, err := cdev.CreateCQ(16)
 	require.NoError(t, err)
@@ -431,7 +431,7 @@ func (s *stackSide) wantServes(t *testing.T) {
 	errc := s.acceptAsync(srv)
 	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
 	defer cancel()
-	_, err = cqp.Dial(ctx, "tcp", s.ln.Addr().String(), nil, ConnConfig{})
+	err = cqp.Dial(ctx, "tcp", s.ln.Addr().String(), ConnConfig{})
 	require.NoError(t, err, "a good client after the bad one")
 	require.NoError(t, <-errc)
 	_, err = cqp.PostSend(SendWR{ID: 2, Opcode: OpSend, Flags: Signaled | Inline, InlineData: []byte("still serving")})

@@ -44,7 +44,7 @@ func FuzzQPReceive(f *testing.F) {
 		f.Add(seed(crc, send, send, rreq, write), crc)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, crc bool) {
-		d := Open(DeviceAttr{})
+		d := openDev(DeviceAttr{})
 		pd := d.AllocPD()
 		scq, _ := d.CreateCQ(64)
 		rcq, _ := d.CreateCQ(64)

@@ -34,11 +34,18 @@ func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
 		// placed: siw's zero-length RTR Write carries a dummy STag.
 		return nil
 	}
-	dst, _, e := qp.dev.check(h.STag(), qp.pd, RemoteWrite, h.TO(), n)
+	dst, mr, e := qp.dev.check(h.STag(), qp.pd, RemoteWrite, h.TO(), n)
 	if e != accessOK {
 		return taggedErr(e, h.STag(), h.TO(), n)
 	}
-	return qp.rx.r.ReadFull(dst)
+	mr.placed.Load() // acquires what a poller did before (MR.Placed)
+	if err := qp.rx.r.ReadFull(dst); err != nil {
+		return err
+	}
+	if h.Last() {
+		mr.placed.Add(1) // releases the message to the next poller
+	}
+	return nil
 }
 
 // rxReadResponse places a Read Response segment into the sink of our oldest

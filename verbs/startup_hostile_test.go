@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -545,8 +546,8 @@ func TestHostileRequestAnswered(t *testing.T) {
 				if k.check != nil {
 					k.check(t, r)
 				}
-				err = r.Accept(q.qp, nil)
-				require.ErrorIs(t, r.Accept(q.qp, nil), errAnswered, "a second answer")
+				err = r.Accept(context.Background(), q.qp, nil)
+				require.ErrorIs(t, r.Accept(context.Background(), q.qp, nil), errAnswered, "a second answer")
 			}
 			got := readStartupFrame(t, c)
 			if k.bug != "" && !bytes.Equal(k.reply, got) {
@@ -654,8 +655,12 @@ func TestHostileDataBeforeReply(t *testing.T) {
 	r := s.getRequest(t)
 	p := newRawPeer(c, mpa.Params{CRC: true})
 	p.send(t, sendULPDU(rdmap.OpSend, 0, rdmap.QNSend, 1, 0, true, []byte("too early")))
-	time.Sleep(50 * time.Millisecond) // on loopback, long enough for the Send to be queued at the stack
-	err := r.Accept(q.qp, nil)
+	// Until the octets are queued at the stack's socket.
+	for end := time.Now().Add(peerTimeout); earlyData(r.conn) == 0; {
+		require.True(t, time.Now().Before(end), "the Send never reached the stack")
+		runtime.Gosched()
+	}
+	err := r.Accept(context.Background(), q.qp, nil)
 	if err == nil {
 		knownBug(t, bugEarlyData, "Accept took the octets sent before the Reply as an FPDU")
 	}
@@ -1088,7 +1093,8 @@ func rawResponder(t *testing.T, qp *QP, cfg ConnConfig, ctxTimeout, cancelAfter 
 			defer tm.Stop()
 		}
 		start := time.Now()
-		pd, err := qp.Dial(ctx, "tcp", ln.Addr().String(), nil, cfg)
+		err := qp.Dial(ctx, "tcp", ln.Addr().String(), cfg)
+		pd := qp.PeerPrivateData()
 		res <- dialResult{pd, err, time.Since(start)}
 	}()
 	ln.SetDeadline(time.Now().Add(peerTimeout))
@@ -1109,7 +1115,7 @@ func (s *stackSide) wantRedial(t *testing.T, q *stackQP) {
 	errc := s.acceptAsync(srv)
 	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
 	defer cancel()
-	_, err := q.qp.Dial(ctx, "tcp", s.ln.Addr().String(), nil, ConnConfig{})
+	err := q.qp.Dial(ctx, "tcp", s.ln.Addr().String(), ConnConfig{})
 	require.NoError(t, err, "the QP whose start-up failed dials again")
 	require.NoError(t, recvErr(t, errc, "Accept"))
 	require.NoError(t, q.qp.Disconnect(ctx))

@@ -20,7 +20,7 @@ const (
 	OpRDMAWrite
 	OpRDMARead
 	OpLocalInv
-	OpRegMR // fast registration, posted with QP.PostRegMR
+	opRegMR // fast registration: QP.PostRegMR, not PostSend
 
 	// RFC 7306 extensions, on connections that enabled them on both sides
 	// (ConnConfig.RFC7306; MPA has no bit to negotiate them).
@@ -54,6 +54,32 @@ const (
 	// Inline copies the data at post time; the buffers need no MR.
 	Inline
 )
+
+var sendFlagNames = [...]string{"SIGNALED", "FENCE", "SOLICITED", "INLINE"}
+
+func (f SendFlags) String() string { return flagString(uint8(f), sendFlagNames[:]) }
+
+// flagString names the bits of f, "|"-separated, "0" for none.
+func flagString(f uint8, names []string) string {
+	if f == 0 {
+		return "0"
+	}
+	var b []byte
+	for i := range 8 {
+		if f&(1<<i) == 0 {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, '|')
+		}
+		if i < len(names) {
+			b = append(b, names[i]...)
+		} else {
+			b = fmt.Appendf(b, "%#x", 1<<i)
+		}
+	}
+	return string(b)
+}
 
 // SendWR is a send-queue work request.
 type SendWR struct {
@@ -154,6 +180,10 @@ const (
 	// WithImm: ImmData holds Immediate Data.
 	WithImm
 )
+
+var wcFlagNames = [...]string{"WITH_INV", "SOLICITED", "WITH_IMM"}
+
+func (f WCFlags) String() string { return flagString(uint8(f), wcFlagNames[:]) }
 
 // WC is a work completion. Its Status is data, not a Go error.
 type WC struct {

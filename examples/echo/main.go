@@ -112,8 +112,11 @@ func wait(ctx context.Context, cq *verbs.CQ, what string) error {
 }
 
 func serve(ctx context.Context, port int) error {
-	dev := verbs.Open(verbs.DeviceAttr{})
-	ln, err := dev.Listen("tcp", fmt.Sprintf(":%d", port), verbs.ConnConfig{})
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	if err != nil {
+		return err
+	}
+	ln, err := dev.Listen(ctx, "tcp", fmt.Sprintf(":%d", port), verbs.ConnConfig{})
 	if err != nil {
 		return err
 	}
@@ -128,7 +131,7 @@ func serve(ctx context.Context, port int) error {
 		return err
 	}
 	defer e.qp.Close()
-	if err := req.Accept(e.qp, nil); err != nil {
+	if err := req.Accept(ctx, e.qp, nil); err != nil {
 		return err
 	}
 	fmt.Printf("echo server: connected to %v\n", req.RemoteAddr())
@@ -149,12 +152,16 @@ func client(ctx context.Context, addr, text string) error {
 		return fmt.Errorf("a message of %d octets: at most %d", len(text), msgLen)
 	}
 	copy(msg, text)
-	e, err := newEndpoint(verbs.Open(verbs.DeviceAttr{}))
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	if err != nil {
+		return err
+	}
+	e, err := newEndpoint(dev)
 	if err != nil {
 		return err
 	}
 	defer e.qp.Close()
-	if _, err := e.qp.Dial(ctx, "tcp", addr, nil, verbs.ConnConfig{}); err != nil {
+	if err := e.qp.Dial(ctx, "tcp", addr, verbs.ConnConfig{}); err != nil {
 		return err
 	}
 	if err := e.send(ctx, msg); err != nil {

@@ -147,7 +147,8 @@ func DialExchange(ctx context.Context, dev *verbs.Device, addr string, cfg verbs
 	}
 	h := hello{Session: randSession(), Params: p.symmetric()}
 	b, _ := json.Marshal(h)
-	pd, err := ctl.qp.Dial(ctx, "tcp", addr, append([]byte(helloPrefix), b...), cfg)
+	err = ctl.qp.Dial(ctx, "tcp", addr, withPD(cfg, append([]byte(helloPrefix), b...)))
+	pd := ctl.qp.PeerPrivateData()
 	if err != nil {
 		ctl.close()
 		var rej *mpa.RejectError
@@ -215,7 +216,7 @@ func AcceptExchange(ctx context.Context, src RequestSource, dev *verbs.Device, p
 	}
 	x := &nativeExchange{session: h.Session, ctl: ctl, timeout: p.exchangeTimeout(), ln: src}
 	serving(src, x.claims) // the client may dial its QPs as soon as it has our Reply
-	if err := req.Accept(ctl.qp, []byte(okReply)); err != nil {
+	if err := req.Accept(ctx, ctl.qp, []byte(okReply)); err != nil {
 		ctl.close()
 		return nil, &ClientError{Addr: req.RemoteAddr(), Err: fmt.Errorf("accepting: %w", err)}
 	}
@@ -234,7 +235,7 @@ func (x *nativeExchange) Connect(ctx context.Context, qps []*verbs.QP) error {
 		for i, qp := range qps {
 			pd := fmt.Sprintf("%s%d %d", qpPrefix, x.session, i)
 			sctx, cancel := step(ctx, x.timeout, "MPA Reply")
-			_, err := qp.Dial(sctx, "tcp", x.addr, []byte(pd), x.cfg)
+			err := qp.Dial(sctx, "tcp", x.addr, withPD(x.cfg, []byte(pd)))
 			cancel()
 			if err != nil {
 				return fmt.Errorf("connecting QP %d: %w", i, causeOf(sctx, err))
@@ -263,7 +264,7 @@ func (x *nativeExchange) Connect(ctx context.Context, qps []*verbs.QP) error {
 				refuseOther(req)
 				continue
 			}
-			if err := req.Accept(qps[idx], nil); err != nil {
+			if err := req.Accept(ctx, qps[idx], nil); err != nil {
 				return fmt.Errorf("accepting QP %d: %w", idx, err)
 			}
 			left--
@@ -353,10 +354,7 @@ func (c *ctlQP) close() {
 
 // peer is the address of the QP's peer.
 func (c *ctlQP) peer() net.Addr {
-	if conn := c.qp.Conn(); conn != nil {
-		return conn.RemoteAddr()
-	}
-	return nil
+	return c.qp.RemoteAddr()
 }
 
 // poll takes completions off the CQ, blocking until at least one arrives.

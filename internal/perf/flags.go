@@ -76,6 +76,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	boolVar(&p.SegmentPerFPDU, "", "fpdu-per-segment")
 	fs.StringVar(&p.Profile, "profile", "", "")
 	boolVar(&p.Loopback, "", "loopback")
+	boolVar(&p.UseSRQ, "", "use_srq")
 	boolVar(&p.Perftest, "R", "rdma_cm")
 	var fpduDelay int
 	intVar(&fpduDelay, "", "fpdu-delay", 0)
@@ -342,6 +343,7 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --out_json        also write the results as JSON to perftest_out.json
       --out_json_file=F write the JSON to F (implies --out_json)
       --loopback        run server and client in this process over 127.0.0.1
+      --use_srq         send tests: the receives of all QPs come from one shared receive queue
   -R, --rdma_cm         speak perftest's -R exchange (wire-compatible with ib_TEST -R)
       --lat-wait=handler|poll  latency tests: take each step on the QP's receive
                         goroutine as data lands (default), or poll memory and the CQ

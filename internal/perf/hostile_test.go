@@ -126,6 +126,26 @@ type attacker struct {
 	p   *Params
 	cfg verbs.ConnConfig
 	dev *verbs.Device
+
+	last *net.TCPConn // the socket of the last QP it dialled
+}
+
+// newAttacker returns an attacker whose QPs dial through it, so that it
+// can write to their sockets behind the QPs' backs.
+func newAttacker(t *testing.T, ctx context.Context, s *hostileServer, p *Params) *attacker {
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
+	a := &attacker{t: t, ctx: ctx, s: s, p: p, cfg: connConfig(p, true), dev: dev}
+	a.cfg.DialContext = func(ctx context.Context, network, addr string) (*net.TCPConn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		a.last = c.(*net.TCPConn)
+		return a.last, nil
+	}
+	return a
 }
 
 // ctl returns a control QP, closed with the test.
@@ -145,7 +165,8 @@ func (a *attacker) hello(sym symmetric, session uint64) []byte {
 // native dials a control QP with a hello of the server's parameters.
 func (a *attacker) native(session uint64) *ctlQP {
 	c := a.ctl()
-	pd, err := c.qp.Dial(a.ctx, "tcp", a.s.addr(), a.hello(a.p.symmetric(), session), a.cfg)
+	err := c.qp.Dial(a.ctx, "tcp", a.s.addr(), withPD(a.cfg, a.hello(a.p.symmetric(), session)))
+	pd := c.qp.PeerPrivateData()
 	require.NoError(a.t, err)
 	require.Equal(a.t, okReply, string(pd))
 	return c
@@ -161,7 +182,7 @@ func (a *attacker) nativeQPs(session uint64) {
 			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
 		require.NoError(a.t, err)
 		a.t.Cleanup(func() { qp.Close() })
-		_, err = qp.Dial(a.ctx, "tcp", a.s.addr(), []byte(fmt.Sprintf("%s%d %d", qpPrefix, session, i)), a.cfg)
+		err = qp.Dial(a.ctx, "tcp", a.s.addr(), withPD(a.cfg, []byte(fmt.Sprintf("%s%d %d", qpPrefix, session, i))))
 		require.NoError(a.t, err)
 	}
 }
@@ -170,7 +191,7 @@ func (a *attacker) nativeQPs(session uint64) {
 // false: the server refused it (the atomic tests).
 func (a *attacker) perftest() (*ctlQP, bool) {
 	c := a.ctl()
-	_, err := c.qp.Dial(a.ctx, "tcp", a.s.addr(), nil, a.cfg)
+	err := c.qp.Dial(a.ctx, "tcp", a.s.addr(), a.cfg)
 	if a.p.Test.verb() == verbAtomic {
 		var rej *mpa.RejectError
 		require.ErrorAs(a.t, err, &rej)
@@ -286,7 +307,7 @@ var hostileAttacks = []hostileAttack{
 		sym := a.p.symmetric()
 		sym.Size, sym.QPs, sym.Iters, sym.All, sym.RxDepth = 1<<40, 1<<30, 1<<62, true, 1<<30
 		c := a.ctl()
-		_, err := c.qp.Dial(a.ctx, "tcp", a.s.addr(), a.hello(sym, 6), a.cfg)
+		err := c.qp.Dial(a.ctx, "tcp", a.s.addr(), withPD(a.cfg, a.hello(sym, 6)))
 		var rej *mpa.RejectError
 		require.ErrorAs(a.t, err, &rej)
 		require.Contains(a.t, string(rej.PrivateData), "size (-s) mismatch")
@@ -304,7 +325,7 @@ var hostileAttacks = []hostileAttack{
 	{"bad CRC after the hello", func(a *attacker) string {
 		c := a.native(7)
 		crc := c.qp.Params().CRC
-		_, err := c.qp.Conn().Write(badFPDU())
+		_, err := a.last.Write(badFPDU())
 		require.NoError(a.t, err)
 		switch {
 		case !crc:
@@ -326,7 +347,7 @@ var hostileAttacks = []hostileAttack{
 		a.xchg(c, perftest.Int(perftest.CacheLine))
 		a.xchg(c, perftest.MTU(perftest.MTUEnum1024))
 		a.xchg(c, make([]byte, perftest.DestLen))
-		_, err := c.qp.Conn().Write(badFPDU())
+		_, err := a.last.Write(badFPDU())
 		require.NoError(a.t, err)
 		return "control QP"
 	}},
@@ -352,6 +373,7 @@ func TestHostileClients(t *testing.T) {
 		{"read_bw/crc-required", []string{"read_bw", "-n", "20", "-s", "4096", "--crc", "required"}},
 		{"send_bw/crc-strict", []string{"send_bw", "-n", "50", "-s", "1024", "-r", "8", "--crc", "strict"}},
 		{"send_bw/perftest-server", []string{"send_bw", "-n", "50", "-s", "1024", "-r", "8", "-R"}},
+		{"send_bw/srq", []string{"send_bw", "-n", "50", "-s", "1024", "-r", "8", "-q", "2", "--use_srq"}},
 		{"write_lat/mpa-rev-1", []string{"write_lat", "-n", "20", "--mpa-rev", "1", "--crc", "off"}},
 		{"write_lat/poll/p2p", []string{"write_lat", "-n", "20", "--lat-wait=poll", "--p2p", "write"}},
 		{"read_lat/p2p", []string{"read_lat", "-n", "20", "--p2p", "read"}},
@@ -372,7 +394,7 @@ func TestHostileClients(t *testing.T) {
 				require.NoError(t, err)
 			}
 			for _, h := range hostileAttacks {
-				a := &attacker{t: t, ctx: ctx, s: s, p: cp, cfg: connConfig(cp, true), dev: verbs.Open(verbs.DeviceAttr{})}
+				a := newAttacker(t, ctx, s, cp)
 				s.waitDrop(t, h.run(a))
 			}
 			// And now a client that means it.
@@ -534,7 +556,7 @@ func TestServerBusy(t *testing.T) {
 	s := startHostileServer(ctx, t, args, 2*time.Second)
 	cp, _, err := Parse(append(args, "127.0.0.1"))
 	require.NoError(t, err)
-	a := &attacker{t: t, ctx: ctx, s: s, p: cp, cfg: connConfig(cp, true), dev: verbs.Open(verbs.DeviceAttr{})}
+	a := newAttacker(t, ctx, s, cp)
 	a.native(1) // and nothing more
 
 	var wg sync.WaitGroup
@@ -544,7 +566,7 @@ func TestServerBusy(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			start := time.Now()
-			_, err := c.qp.Dial(ctx, "tcp", s.addr(), pd, a.cfg)
+			err := c.qp.Dial(ctx, "tcp", s.addr(), withPD(a.cfg, pd))
 			took := time.Since(start)
 			var rej *mpa.RejectError
 			if !errors.As(err, &rej) {

@@ -63,7 +63,7 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 		return Report{Kind: kindLat, Size: size}, nil // the server only serves the Reads or atomics
 	}
 	l := &latRun{e: e, q: q, ctx: ctx, waitCtx: ctx, spin: latSpin}
-	if p.Loopback || sameHost(q.qp.Conn()) {
+	if p.Loopback || sameHost(q.qp.LocalAddr(), q.qp.RemoteAddr()) {
 		l.spin = latSpinLoopback
 	}
 	dur := p.Duration > 0
@@ -231,17 +231,17 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 // zero (the peer's first Write may land as soon as the Sync is over).
 func (e *endpoint) prepareLat(size int) {
 	if e.p.Test == WriteLat {
-		storeByte(e.qps[0].target, size-1, 0)
+		q := e.qps[0]
+		q.mr.Placed() // after the peer's earlier Writes (verbs.MR.Placed)
+		q.target[size-1] = 0
+		q.seen = q.mr.Placed() // before its next; spinByte waits for more
 	}
 }
 
 // sameHost reports whether c's peer is on this host.
-func sameHost(c net.Conn) bool {
-	if c == nil {
-		return false
-	}
-	r, ok1 := c.RemoteAddr().(*net.TCPAddr)
-	l, ok2 := c.LocalAddr().(*net.TCPAddr)
+func sameHost(local, remote net.Addr) bool {
+	r, ok1 := remote.(*net.TCPAddr)
+	l, ok2 := local.(*net.TCPAddr)
 	return ok1 && ok2 && (r.IP.IsLoopback() || r.IP.Equal(l.IP))
 }
 
@@ -338,7 +338,7 @@ func (l *latRun) handle(wcs []verbs.WC) error {
 		}
 		if wc.Opcode == verbs.WCRecv {
 			l.rcvd++
-			if _, err := l.q.qp.PostRecv(l.q.rwr); err != nil {
+			if _, err := l.e.postRecv(l.q, l.e.recvWR(l.q, wc)); err != nil {
 				return qpFailure(l.q.qp, err)
 			}
 			continue
@@ -350,11 +350,16 @@ func (l *latRun) handle(wcs []verbs.WC) error {
 
 // spinByte polls b[i] until it holds want, as perftest polls the last
 // octet of its buffer for the peer's RDMA Write; false means the duration
-// ran out first.
+// ran out first. It reads the octet only when a Write has been placed
+// since it last looked (verbs.MR.Placed), so that it never reads while the
+// receive loop writes.
 func (l *latRun) spinByte(b []byte, i int, want byte) (bool, error) {
 	for spins := 1; ; spins++ {
-		if loadByte(b, i) == want {
-			return true, nil
+		if n := l.q.mr.Placed(); n != l.q.seen {
+			l.q.seen = n
+			if b[i] == want {
+				return true, nil
+			}
 		}
 		if l.yield != nil {
 			if !l.pause() {
@@ -378,24 +383,10 @@ func (l *latRun) spinByte(b []byte, i int, want byte) (bool, error) {
 			// The peer may have closed right after its last Write (perftest's
 			// write_lat has no message after the test): it counts if it
 			// landed.
-			if loadByte(b, i) == want {
+			if l.q.mr.Placed(); b[i] == want {
 				return true, nil
 			}
 			return false, qpFailure(l.q.qp, fmt.Errorf("QP %s while waiting for the peer's Write", st))
 		}
 	}
 }
-
-// loadByte and storeByte touch memory that the QP's receive loop writes
-// (the target of the peer's RDMA Writes) without telling the race
-// detector: the latency test polls it as perftest polls memory a NIC
-// writes, with no synchronisation but the value itself. Only these two
-// functions touch that octet from outside the QP.
-//
-//go:norace
-//go:noinline
-func loadByte(b []byte, i int) byte { return b[i] }
-
-//go:norace
-//go:noinline
-func storeByte(b []byte, i int, v byte) { b[i] = v }

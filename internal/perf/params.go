@@ -213,7 +213,10 @@ type Params struct {
 
 	Profile  string
 	Loopback bool
-	Server   string // the server to connect to; "" listens
+	// UseSRQ (--use_srq): the send tests' receives come from one shared
+	// receive queue for all the QPs of a side, as perftest's.
+	UseSRQ bool
+	Server string // the server to connect to; "" listens
 
 	// Perftest (-R, --rdma_cm) speaks perftest's own exchange (see
 	// perftest_exchange.go) instead of iwarp-perf's, so that either side
@@ -402,6 +405,9 @@ func (p *Params) finish() error {
 		if t.verb() == verbSend {
 			p.RxDepth = min(p.RxDepth, p.Iters)
 		}
+	}
+	if p.UseSRQ && t.verb() != verbSend {
+		return fmt.Errorf("--use_srq is for the send tests")
 	}
 	if t.verb() == verbSend && p.RxDepth%2 == 1 && !p.All {
 		p.RxDepth++ // perftest: "WA for a bug when rx_depth is odd in SEND", but for -a

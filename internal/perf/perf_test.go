@@ -3,6 +3,7 @@ package perf
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,8 +175,9 @@ func TestCheckAtomics(t *testing.T) {
 // loopback, each QP 0 with the start-up configuration iwarp-perf uses.
 func endpointPair(ctx context.Context, t *testing.T, p *Params) (cli, srv *endpoint) {
 	t.Helper()
-	dev := verbs.Open(verbs.DeviceAttr{})
-	ln, err := dev.Listen("tcp", "127.0.0.1:0", connConfig(p, false))
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
+	ln, err := dev.Listen(context.Background(), "tcp", "127.0.0.1:0", connConfig(p, false))
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
 	srv, err = newEndpoint(dev, p)
@@ -183,13 +185,35 @@ func endpointPair(ctx context.Context, t *testing.T, p *Params) (cli, srv *endpo
 	t.Cleanup(srv.close)
 	go func() {
 		if req, err := ln.GetRequest(ctx); err == nil {
-			req.Accept(srv.qps[0].qp, nil)
+			req.Accept(ctx, srv.qps[0].qp, nil)
 		}
 	}()
 	cli, err = newEndpoint(dev, p)
 	require.NoError(t, err)
 	t.Cleanup(cli.close)
-	_, err = cli.qps[0].qp.Dial(ctx, "tcp", ln.Addr().String(), nil, connConfig(p, true))
+	err = cli.qps[0].qp.Dial(ctx, "tcp", ln.Addr().String(), connConfig(p, true))
 	require.NoError(t, err)
 	return cli, srv
+}
+
+// --use_srq: send tests run with one shared receive queue per side, many
+// QPs drawing on it; other tests refuse it.
+func TestUseSRQ(t *testing.T) {
+	for _, args := range [][]string{
+		{"send_bw", "--loopback", "--use_srq", "-q", "4", "-n", "500", "-s", "4096"},
+		{"send_bw", "--loopback", "--use_srq", "-q", "2", "-n", "300", "-b"},
+		{"send_lat", "--loopback", "--use_srq", "-n", "300"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			code := MainContext(ctx, args, &out, &errb)
+			require.Equal(t, 0, code, "stderr: %s", errb.String())
+			require.Contains(t, out.String(), "Using SRQ      : ON")
+		})
+	}
+	_, _, err := Parse([]string{"write_bw", "--use_srq"})
+	var ue *UsageError
+	require.ErrorAs(t, err, &ue)
 }

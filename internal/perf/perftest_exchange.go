@@ -121,7 +121,7 @@ func acceptPerftest(ctx context.Context, req *verbs.ConnRequest, ln RequestSourc
 		req.Reject(nil)
 		return nil, &localError{err}
 	}
-	if err := req.Accept(ctl.qp, nil); err != nil {
+	if err := req.Accept(ctx, ctl.qp, nil); err != nil {
 		ctl.close()
 		return nil, fmt.Errorf("accepting: %w", err)
 	}
@@ -157,7 +157,7 @@ func startPerftest(ctx context.Context, ctl *ctlQP, client bool, dev *verbs.Devi
 // forwarder such as QEMU's, accepts and closes at once).
 func dialRetry(ctx context.Context, qp *verbs.QP, addr string, cfg verbs.ConnConfig) error {
 	for i := 0; ; i++ {
-		_, err := qp.Dial(ctx, "tcp", addr, nil, cfg)
+		err := qp.Dial(ctx, "tcp", addr, cfg)
 		if err == nil {
 			return nil
 		}
@@ -296,7 +296,7 @@ func (x *perftestExchange) Connect(ctx context.Context, qps []*verbs.QP) error {
 				refuseOther(req)
 				continue
 			}
-			if err := req.Accept(qps[k], nil); err != nil {
+			if err := req.Accept(ctx, qps[k], nil); err != nil {
 				return fmt.Errorf("accepting QP %d: %w", k, err)
 			}
 			k++

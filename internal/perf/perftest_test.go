@@ -31,8 +31,9 @@ func ptRun(t *testing.T, serverArgs, clientArgs []string, perftestOnly bool) (sr
 	require.NoError(t, err)
 	cp, _, err := Parse(clientArgs)
 	require.NoError(t, err)
-	dev := verbs.Open(verbs.DeviceAttr{})
-	ln, err := dev.Listen("tcp", "127.0.0.1:0", connConfig(sp, false))
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
+	ln, err := dev.Listen(context.Background(), "tcp", "127.0.0.1:0", connConfig(sp, false))
 	require.NoError(t, err)
 	defer ln.Close()
 	cp.Server = "127.0.0.1"
@@ -60,7 +61,8 @@ func ptRun(t *testing.T, serverArgs, clientArgs []string, perftestOnly bool) (sr
 		}
 		sres <- result{x, err}
 	}()
-	cdev := verbs.Open(verbs.DeviceAttr{})
+	cdev, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
 	var x Exchange
 	if cp.Perftest {
 		x, err = DialPerftest(ctx, cdev, ln.Addr().String(), connConfig(cp, true), cp)

@@ -40,13 +40,16 @@ const (
 // the second is what the peer may touch (the target of its Writes, the
 // source of its Reads, where Sends land), advertised in the exchange.
 type endpoint struct {
-	p    *Params
-	dev  *verbs.Device
-	pd   *verbs.PD
-	cq   *verbs.CQ
-	qps  []*qpEnd
-	half int // octets in each half
-	wcs  []verbs.WC
+	p     *Params
+	dev   *verbs.Device
+	pd    *verbs.PD
+	cq    *verbs.CQ
+	srq   *verbs.SRQ           // --use_srq
+	srqMR *verbs.MR            // the SRQ's receive slots
+	byQP  map[*verbs.QP]*qpEnd // with an SRQ: whose receive completed
+	qps   []*qpEnd
+	half  int // octets in each half
+	wcs   []verbs.WC
 
 	// send tests: credit messages come every batch receives.
 	batch int
@@ -84,6 +87,7 @@ type qpEnd struct {
 	endSeen   bool // the peer's end marker arrived
 	rwr       verbs.RecvWR
 	reposts   []verbs.RecvWR
+	seen      uint64 // the Writes of the peer counted so far (verbs.MR.Placed), by spinByte
 }
 
 // pollBatch is how many completions one Poll takes.
@@ -116,9 +120,27 @@ func newEndpoint(dev *verbs.Device, p *Params) (*endpoint, error) {
 		return nil, err
 	}
 	e.cq = cq
+	qrq := max(rq, 1)
+	if p.UseSRQ {
+		// Every receive on the SRQ lands in a slot of its own: any QP may
+		// take any receive, and two QPs' receive loops must never write
+		// one buffer at once.
+		slots := max(p.QPs*rq, 1)
+		if need := int64(slots) * int64(e.half); need+p.regionBytes(p.cycle) > p.maxRegion() {
+			return nil, fmt.Errorf("--use_srq: %d receive slots of %s would take %s, more than --max-region %s",
+				slots, fmtSize(int64(e.half)), fmtSize(need), fmtSize(p.maxRegion()))
+		}
+		if e.srq, err = e.pd.CreateSRQ(slots, 1); err != nil {
+			return nil, err
+		}
+		if e.srqMR, err = e.pd.RegMR(make([]byte, slots*e.half), verbs.LocalWrite); err != nil {
+			return nil, err
+		}
+		qrq = 0
+	}
 	for i := range p.QPs {
-		qp, err := e.pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, IRD: p.Outs, ORD: p.Outs,
-			Cap: verbs.QPCap{MaxSendWR: p.TxDepth + sqReserve, MaxRecvWR: max(rq, 1), MaxInline: max(p.Inline, 8)}})
+		qp, err := e.pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SRQ: e.srq, IRD: p.Outs, ORD: p.Outs,
+			Cap: verbs.QPCap{MaxSendWR: p.TxDepth + sqReserve, MaxRecvWR: qrq, MaxInline: max(p.Inline, 8)}})
 		if err != nil {
 			e.close()
 			return nil, err
@@ -134,6 +156,12 @@ func newEndpoint(dev *verbs.Device, p *Params) (*endpoint, error) {
 			batch: make([]verbs.SendWR, postBatch)}
 		q.rwr = verbs.RecvWR{ID: wrID(idData, i, 0), SGL: []verbs.SGE{mr.SGE(e.half, e.half)}}
 		e.qps = append(e.qps, q)
+		if e.srq != nil {
+			if e.byQP == nil {
+				e.byQP = make(map[*verbs.QP]*qpEnd)
+			}
+			e.byQP[qp] = q
+		}
 	}
 	return e, nil
 }
@@ -165,14 +193,51 @@ func (e *endpoint) recvDepth() int {
 // receiver-not-ready retry: a Send that finds none kills the connection).
 func (e *endpoint) postRecvs() error {
 	n := e.recvDepth()
-	for _, q := range e.qps {
-		for range n {
-			if _, err := q.qp.PostRecv(q.rwr); err != nil {
+	for i, q := range e.qps {
+		for k := range n {
+			wr := q.rwr
+			if e.srq != nil {
+				wr = e.srqWR(i*n + k)
+			}
+			if _, err := e.postRecv(q, wr); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// srqWR is the receive of SRQ slot k; its ID carries the slot.
+func (e *endpoint) srqWR(k int) verbs.RecvWR {
+	return verbs.RecvWR{ID: wrID(idData, 0, uint64(k)), SGL: []verbs.SGE{e.srqMR.SGE(k*e.half, e.half)}}
+}
+
+// recvWR is the receive to post again after wc's completed.
+func (e *endpoint) recvWR(q *qpEnd, wc *verbs.WC) verbs.RecvWR {
+	if e.srq != nil {
+		return e.srqWR(int(wc.ID & idSeq))
+	}
+	return q.rwr
+}
+
+// qpOf returns the QP a completion belongs to: the one its ID names,
+// except for a receive taken from the SRQ, which any QP may have used.
+func (e *endpoint) qpOf(wc *verbs.WC) *qpEnd {
+	if e.srq != nil && wc.Opcode == verbs.WCRecv {
+		if q, ok := e.byQP[wc.QP]; ok {
+			return q
+		}
+	}
+	return e.qps[idQP(wc.ID)]
+}
+
+// postRecv posts receives for q: on its own receive queue, or on the
+// endpoint's SRQ (--use_srq), where any of the QPs may take them.
+func (e *endpoint) postRecv(q *qpEnd, wrs ...verbs.RecvWR) (int, error) {
+	if e.srq != nil {
+		return e.srq.PostRecv(wrs...)
+	}
+	return q.qp.PostRecv(wrs...)
 }
 
 func (e *endpoint) verbsQPs() []*verbs.QP {
@@ -193,10 +258,8 @@ func (e *endpoint) localInfo() []BufInfo {
 			// perftest's send_bw advertises the credit word instead.
 			bi[i].Addr, bi[i].RKey, bi[i].Len = e.credit.Addr()+uint64(4*i), e.credit.RKey(), 4
 		}
-		if c := q.qp.Conn(); c != nil {
-			if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
-				bi[i].QPN = uint32(a.Port)
-			}
+		if a, ok := q.qp.LocalAddr().(*net.TCPAddr); ok {
+			bi[i].QPN = uint32(a.Port)
 		}
 	}
 	return bi
@@ -236,20 +299,21 @@ func (e *endpoint) bannerInfo(local, remote []BufInfo) bannerInfo {
 	return b
 }
 
-// tcpStats formats TCP_INFO of each QP's connection.
+// tcpStats formats each QP's counters (verbs.QP.Stats) and TCP_INFO.
 func (e *endpoint) tcpStats() []string {
 	var out []string
 	for _, q := range e.qps {
-		tc, ok := q.qp.Conn().(*net.TCPConn)
-		if !ok {
+		if q.qp.LocalAddr() == nil {
 			continue
 		}
-		s, err := tcpx.Info(tc)
-		if err != nil {
-			out = append(out, fmt.Sprintf(" TCP qp %d: %v", q.i, err))
+		st := q.qp.Stats()
+		out = append(out, fmt.Sprintf(" iWARP qp %d: FPDUs sent %d received %d, stream octets sent %d",
+			q.i, st.FPDUsSent, st.FPDUsReceived, st.OctetsSent))
+		if st.TCPErr != nil {
+			out = append(out, fmt.Sprintf(" TCP qp %d: %v", q.i, st.TCPErr))
 			continue
 		}
-		out = append(out, fmtTCPStats(fmt.Sprintf("qp %d", q.i), s))
+		out = append(out, fmtTCPStats(fmt.Sprintf("qp %d", q.i), st.TCP))
 	}
 	return out
 }
@@ -269,7 +333,7 @@ func (e *endpoint) close() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if q.qp.Conn() != nil && q.qp.State() == verbs.StateRTS {
+			if q.qp.State() == verbs.StateRTS {
 				q.qp.Disconnect(ctx)
 			}
 			q.qp.Close()
@@ -277,6 +341,9 @@ func (e *endpoint) close() {
 		}()
 	}
 	wg.Wait()
+	if e.srqMR != nil {
+		e.srqMR.Dereg()
+	}
 	if e.credit != nil {
 		e.credit.Dereg()
 	}
@@ -321,4 +388,10 @@ func (e *endpoint) check(wc *verbs.WC) error {
 		return qpFailure(wc.QP, err)
 	}
 	return err
+}
+
+// withPD returns cfg with private data pd.
+func withPD(cfg verbs.ConnConfig, pd []byte) verbs.ConnConfig {
+	cfg.PrivateData = pd
+	return cfg
 }

@@ -248,7 +248,7 @@ func (pr *printer) writeJSON(r Report) error {
 		v any
 	}
 	info := []kv{{"test", p.jsonTestName()}, {"Dual_port", "OFF"}, {"Device", deviceName},
-		{"Number_of_qps", p.QPs}, {"Transport_type", p.transport()}, {"Connection_type", "RC"}, {"Using_SRQ", "OFF"}}
+		{"Number_of_qps", p.QPs}, {"Transport_type", p.transport()}, {"Connection_type", "RC"}, {"Using_SRQ", onOff(p.UseSRQ)}}
 	if p.Client() || p.Bidir || p.Loopback {
 		info = append(info, kv{"TX_depth", p.TxDepth})
 	}
@@ -364,7 +364,7 @@ func (pr *printer) banner(b bannerInfo) {
 	pr.printf("                    %s %sTest\n", title, kind)
 	pr.printf(" Dual-port       : OFF\t\tDevice         : %s\n", deviceName)
 	pr.printf(" Number of qps   : %d\t\tTransport type : %s\n", p.QPs, p.transport())
-	pr.printf(" Connection type : RC\t\tUsing SRQ      : OFF\n")
+	pr.printf(" Connection type : RC\t\tUsing SRQ      : %s\n", onOff(p.UseSRQ))
 	pr.printf(" PCIe relax order: Unsupported\t\tLock-free      : Unsupported\n")
 	pr.printf(" ibv_wr* API     : OFF\t\tUsing Enhanced Reorder      : OFF\n")
 	if p.Client() || p.Bidir || p.Loopback {
@@ -416,4 +416,11 @@ func cHex(v uint64, width int) string {
 		return fmt.Sprintf("%0*d", width, 0)
 	}
 	return fmt.Sprintf("0x%0*x", width-2, v)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "ON"
+	}
+	return "OFF"
 }

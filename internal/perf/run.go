@@ -72,8 +72,11 @@ func Run(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
 		pr.waiting()
 		return serveTCP(ctx, p, pr, ln.(*net.TCPListener), true)
 	}
-	dev := verbs.Open(verbs.DeviceAttr{})
-	ln, err := dev.Listen("tcp", net.JoinHostPort("", strconv.Itoa(p.Port)), connConfig(p, false))
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := dev.Listen(ctx, "tcp", net.JoinHostPort("", strconv.Itoa(p.Port)), connConfig(p, false))
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +119,11 @@ func runLoopback(ctx context.Context, p *Params, w io.Writer) ([]Report, error) 
 		addr = ln.Addr().String()
 		go func() { _, err := serveTCP(sctx, &sp, spr, ln.(*net.TCPListener), false); errc <- err }()
 	} else {
-		dev := verbs.Open(verbs.DeviceAttr{})
-		ln, err := dev.Listen("tcp", addr, connConfig(p, false))
+		dev, err := verbs.Open(verbs.DeviceAttr{})
+		if err != nil {
+			return nil, err
+		}
+		ln, err := dev.Listen(ctx, "tcp", addr, connConfig(p, false))
 		if err != nil {
 			return nil, err
 		}
@@ -149,9 +155,11 @@ func runClient(ctx context.Context, p *Params, w io.Writer, addr string) ([]Repo
 		defer s.close()
 		return s.run(ctx, pr, true)
 	}
-	dev := verbs.Open(verbs.DeviceAttr{})
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	if err != nil {
+		return nil, err
+	}
 	var x Exchange
-	var err error
 	if p.Perftest {
 		x, err = DialPerftest(ctx, dev, addr, connConfig(p, true), p)
 	} else {
@@ -279,12 +287,12 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 	sender, receiver := roles(p, client)
 	var rows []Report
 	var stats []string
-	conns := make([]net.Conn, 0, 1+len(e.qps))
+	conns := make([]tcpInfoer, 0, 1+len(e.qps))
 	if ctl != nil {
-		conns = append(conns, ctl.qp.Conn())
+		conns = append(conns, ctl.qp)
 	}
 	for _, q := range e.qps {
-		conns = append(conns, q.qp.Conn())
+		conns = append(conns, q.qp)
 	}
 	defer watchProgress(ctx, cancel, p.exchangeTimeout(), "the test", conns)()
 	sizes := p.Sizes()
@@ -384,9 +392,9 @@ func (s *tcpSide) runSizes(ctx context.Context, cancel context.CancelCauseFunc, 
 		if err != nil {
 			return rows, err
 		}
-		watched := []net.Conn{s.ctl.conn}
+		watched := []tcpInfoer{tcpConn{s.ctl.conn}}
 		for _, c := range conns {
-			watched = append(watched, c)
+			watched = append(watched, tcpConn{c})
 		}
 		stopWatch := watchProgress(ctx, cancel, p.exchangeTimeout(), "the test", watched)
 		mine, err := func() (Report, error) {

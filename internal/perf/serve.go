@@ -393,13 +393,7 @@ func logf(p *Params, format string, a ...any) {
 // peer's Report while its Writes or Reads keep the octets moving) is bound
 // by it without knowing how long the peer's measurement takes. Where
 // TCP_INFO is not available it does nothing. stop ends it.
-func watchProgress(ctx context.Context, cancel context.CancelCauseFunc, d time.Duration, what string, conns []net.Conn) (stop func()) {
-	var tcs []*net.TCPConn
-	for _, c := range conns {
-		if tc, ok := c.(*net.TCPConn); ok {
-			tcs = append(tcs, tc)
-		}
-	}
+func watchProgress(ctx context.Context, cancel context.CancelCauseFunc, d time.Duration, what string, tcs []tcpInfoer) (stop func()) {
 	if d <= 0 || len(tcs) == 0 {
 		return func() {}
 	}
@@ -438,11 +432,27 @@ func watchProgress(ctx context.Context, cancel context.CancelCauseFunc, d time.D
 	}
 }
 
+// tcpInfoer is what watchProgress reads: a verbs.QP, or a tcpConn.
+type tcpInfoer interface {
+	TCPInfo() (tcpx.Stats, error)
+}
+
+// tcpConn gives a plain TCP connection (tcp_bw, tcp_lat) a TCPInfo.
+type tcpConn struct{ c net.Conn }
+
+func (t tcpConn) TCPInfo() (tcpx.Stats, error) {
+	tc, ok := t.c.(*net.TCPConn)
+	if !ok {
+		return tcpx.Stats{}, errors.New("not a TCP connection")
+	}
+	return tcpx.Info(tc)
+}
+
 // moved sums the octets received on conns and acknowledged by the peer;
 // ok is false when TCP_INFO told nothing.
-func moved(conns []*net.TCPConn) (n uint64, ok bool) {
+func moved(conns []tcpInfoer) (n uint64, ok bool) {
 	for _, c := range conns {
-		s, err := tcpx.Info(c)
+		s, err := c.TCPInfo()
 		if err != nil {
 			continue
 		}

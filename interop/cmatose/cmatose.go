@@ -111,7 +111,10 @@ func complete(ctx context.Context, cq *verbs.CQ, count int, what string) error {
 // runs the exchange on them.
 func Serve(ctx context.Context, ln *verbs.Listener, o Options) error {
 	o.defaults()
-	dev := verbs.Open(verbs.DeviceAttr{})
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	if err != nil {
+		return err
+	}
 	var nodes []*node
 	defer func() {
 		for _, n := range nodes {
@@ -129,7 +132,7 @@ func Serve(ctx context.Context, ln *verbs.Listener, o Options) error {
 			return err
 		}
 		nodes = append(nodes, n)
-		if err := req.Accept(n.qp, nil); err != nil {
+		if err := req.Accept(ctx, n.qp, nil); err != nil {
 			return fmt.Errorf("cmatose: accepting connection %d: %w", len(nodes), err)
 		}
 	}
@@ -159,7 +162,10 @@ func Serve(ctx context.Context, ln *verbs.Listener, o Options) error {
 // runs the exchange on them, with cfg as each connection's start-up.
 func Client(ctx context.Context, addr string, o Options, cfg verbs.ConnConfig) error {
 	o.defaults()
-	dev := verbs.Open(verbs.DeviceAttr{})
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	if err != nil {
+		return err
+	}
 	var nodes []*node
 	defer func() {
 		for _, n := range nodes {
@@ -172,7 +178,7 @@ func Client(ctx context.Context, addr string, o Options, cfg verbs.ConnConfig) e
 			return err
 		}
 		nodes = append(nodes, n)
-		if _, err := n.qp.Dial(ctx, "tcp", addr, nil, cfg); err != nil {
+		if err := n.qp.Dial(ctx, "tcp", addr, cfg); err != nil {
 			return fmt.Errorf("cmatose: connection %d: %w", i+1, err)
 		}
 	}

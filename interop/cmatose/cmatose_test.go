@@ -22,7 +22,9 @@ func TestServeClient(t *testing.T) {
 		{"no peer-to-peer, as siw dials", verbs.ConnConfig{MPA: mpa.Config{P2P: mpa.P2POff}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, err := verbs.Open(verbs.DeviceAttr{}).Listen("tcp", "127.0.0.1:0", verbs.ConnConfig{})
+			dev, err := verbs.Open(verbs.DeviceAttr{})
+			require.NoError(t, err)
+			ln, err := dev.Listen(context.Background(), "tcp", "127.0.0.1:0", verbs.ConnConfig{})
 			require.NoError(t, err)
 			defer ln.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -36,9 +36,12 @@ type Endpoint struct {
 
 // NewEndpoint creates the device objects rping needs.
 func NewEndpoint() (*Endpoint, error) {
-	e := &Endpoint{Dev: verbs.Open(verbs.DeviceAttr{})}
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	if err != nil {
+		return nil, err
+	}
+	e := &Endpoint{Dev: dev}
 	e.PD = e.Dev.AllocPD()
-	var err error
 	if e.SCQ, err = e.Dev.CreateCQ(16); err != nil {
 		return nil, err
 	}

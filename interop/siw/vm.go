@@ -364,13 +364,30 @@ func (vm *VM) Diagnose() string {
 
 // FreePort returns a TCP port on 127.0.0.1 that nothing listens on now.
 func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	ports.Lock()
+	defer ports.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		p := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		// The kernel may hand the same free port out again: a VM with two
+		// forwards on one port fails to start.
+		if !ports.given[p] {
+			ports.given[p] = true
+			return p, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("siw: no free port not given before")
 }
+
+// ports are the ports FreePort has given in this process.
+var ports = struct {
+	sync.Mutex
+	given map[int]bool
+}{given: map[int]bool{}}
 
 func tail(s string, n int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")

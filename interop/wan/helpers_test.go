@@ -121,7 +121,10 @@ type side struct {
 }
 
 func newSide() *side {
-	d := verbs.Open(verbs.DeviceAttr{})
+	d, err := verbs.Open(verbs.DeviceAttr{})
+	if err != nil {
+		panic(err) // the default limits are valid
+	}
 	return &side{dev: d, pd: d.AllocPD()}
 }
 
@@ -166,7 +169,7 @@ func (e *end) regMR(t testing.TB, n int, acc verbs.Access) *verbs.MR {
 func listen(t testing.TB, n *Net, sd *side, cfg verbs.ConnConfig) *verbs.Listener {
 	var ln *verbs.Listener
 	require.NoError(t, n.B.Do(func() (err error) {
-		ln, err = sd.dev.Listen("tcp4", n.AddrB+":0", cfg)
+		ln, err = sd.dev.Listen(context.Background(), "tcp4", n.AddrB+":0", cfg)
 		return err
 	}))
 	return ln
@@ -181,13 +184,14 @@ func connect(t testing.TB, n *Net, ln *verbs.Listener, c, s *end, ccfg verbs.Con
 	go func() {
 		req, err := ln.GetRequest(ctx)
 		if err == nil {
-			err = req.Accept(s.qp, spd)
+			err = req.Accept(ctx, s.qp, spd)
 		}
 		errc <- err
 	}()
 	var pd []byte
 	err := n.A.Do(func() (err error) {
-		pd, err = c.qp.Dial(ctx, "tcp4", ln.Addr().String(), nil, ccfg)
+		err = c.qp.Dial(ctx, "tcp4", ln.Addr().String(), ccfg)
+		pd = c.qp.PeerPrivateData()
 		return err
 	})
 	require.NoError(t, err)

@@ -185,7 +185,7 @@ func connectAll(t *testing.T, n *Net, ln *verbs.Listener, pairs []*loadPair) {
 				if int(i) >= len(pairs) {
 					err = fmt.Errorf("no pair %d", i)
 				} else {
-					err = req.Accept(pairs[i].s.qp, nil)
+					err = req.Accept(ctx, pairs[i].s.qp, nil)
 				}
 			}
 			if err != nil {
@@ -205,7 +205,7 @@ func connectAll(t *testing.T, n *Net, ln *verbs.Listener, pairs []*loadPair) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			errs <- n.A.Do(func() error {
-				_, err := p.c.qp.Dial(ctx, "tcp4", ln.Addr().String(), binary.BigEndian.AppendUint32(nil, uint32(p.idx)), verbs.ConnConfig{})
+				err := p.c.qp.Dial(ctx, "tcp4", ln.Addr().String(), verbs.ConnConfig{PrivateData: binary.BigEndian.AppendUint32(nil, uint32(p.idx))})
 				return err
 			})
 		}()

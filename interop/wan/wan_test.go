@@ -204,13 +204,25 @@ func TestWAN(t *testing.T) {
 
 	tcpCfg := tcpx.Config{SendBuffer: bufSize, RecvBuffer: bufSize}
 	cfg := verbs.ConnConfig{TCP: tcpCfg}
+	// The dialling side's socket, to read back its options: DialContext
+	// makes it, and Dial applies cfg.TCP to it as to its own.
+	var sock *net.TCPConn
+	ccfg := cfg
+	ccfg.DialContext = func(ctx context.Context, network, addr string) (*net.TCPConn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		sock = c.(*net.TCPConn)
+		return sock, nil
+	}
 	o := qpOpts{cap: verbs.QPCap{MaxSendWR: 512, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64},
 		ird: 32, ord: 32, cqe: 4096}
-	c, s := pair(t, n, o, cfg, cfg)
-	for _, e := range []*end{c, s} {
-		snd := sockInt(t, e.qp.Conn(), unix.SOL_SOCKET, unix.SO_SNDBUF)
-		rcv := sockInt(t, e.qp.Conn(), unix.SOL_SOCKET, unix.SO_RCVBUF)
-		t.Logf("QP socket %v: SO_SNDBUF %d, SO_RCVBUF %d (Linux reports twice the value set)", e.qp.Conn().LocalAddr(), snd, rcv)
+	c, s := pair(t, n, o, ccfg, cfg)
+	{
+		snd := sockInt(t, sock, unix.SOL_SOCKET, unix.SO_SNDBUF)
+		rcv := sockInt(t, sock, unix.SOL_SOCKET, unix.SO_RCVBUF)
+		t.Logf("QP socket %v: SO_SNDBUF %d, SO_RCVBUF %d (Linux reports twice the value set)", c.qp.LocalAddr(), snd, rcv)
 		if envInt("WAN_HOST_SYSCTL", 1) != 0 {
 			require.Equal(t, 2*bufSize, snd, "SO_SNDBUF did not reach the socket")
 			require.Equal(t, 2*bufSize, rcv, "SO_RCVBUF did not reach the socket")
@@ -283,8 +295,8 @@ func TestWAN(t *testing.T) {
 	}
 
 	for _, e := range []*end{c, s} {
-		if st, err := tcpx.Info(e.qp.Conn().(*net.TCPConn)); err == nil {
-			t.Logf("QP socket %v: %+v", e.qp.Conn().LocalAddr(), st)
+		if st, err := e.qp.TCPInfo(); err == nil {
+			t.Logf("QP socket %v: %+v", e.qp.LocalAddr(), st)
 		}
 	}
 	t.Logf("link: %s", n.Stats())

@@ -1,0 +1,70 @@
+package verbs
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/goiwarp/iwarp/mpa"
+	"github.com/goiwarp/iwarp/tcpx"
+)
+
+// QPStats are a QP's counters since it connected, for monitoring; reading
+// them costs a few atomic loads and, for TCP, one getsockopt.
+type QPStats struct {
+	FPDUsSent     uint64 // FPDUs handed to TCP
+	OctetsSent    uint64 // stream octets handed to TCP: FPDUs with their framing (length, pad, CRC, markers)
+	FPDUsReceived uint64 // FPDUs received (checked or being checked)
+
+	// ReadsOutstanding are our RDMA Reads and atomics awaiting their
+	// responses; ReadsOwed the peer's that we have yet to answer.
+	ReadsOutstanding, ReadsOwed int
+
+	// How the connection ended, once it has (see QP.Err): a Terminate sent
+	// or received (Terminate holds its decoded cause), and whether a CRC
+	// error was the cause. Each is 0 or 1: the first error ends a QP.
+	TerminatesSent, TerminatesReceived, CRCErrors int
+	Terminate                                     *TerminateError
+
+	// TCP is what the kernel says of the socket (TCP_INFO: RTT, window,
+	// retransmits, octets received in order); zero before the QP connects
+	// and where the platform has no TCP_INFO. TCPErr says why it is zero.
+	TCP    tcpx.Stats
+	TCPErr error
+}
+
+// Stats returns the QP's counters.
+func (qp *QP) Stats() QPStats {
+	s := QPStats{
+		FPDUsSent:        qp.txStats.fpdus.Load(),
+		OctetsSent:       qp.txStats.octets.Load(),
+		FPDUsReceived:    qp.rxSeen.Load(),
+		ReadsOutstanding: qp.ordq.len(),
+		ReadsOwed:        qp.irdq.len(),
+	}
+	var te *TerminateError
+	if errors.As(qp.Err(), &te) {
+		s.Terminate = te
+		if te.Remote {
+			s.TerminatesReceived = 1
+		} else {
+			s.TerminatesSent = 1
+			if errors.Is(te.Err, mpa.ErrCRC) {
+				s.CRCErrors = 1
+			}
+		}
+	}
+	s.TCP, s.TCPErr = qp.TCPInfo()
+	return s
+}
+
+// TCPInfo returns what the kernel says of the QP's socket (TCP_INFO), the
+// narrow view of its connection that monitoring needs: the socket itself
+// stays the QP's, since a write to it would corrupt the MPA stream.
+func (qp *QP) TCPInfo() (tcpx.Stats, error) {
+	tc, ok := qp.connOf().(*net.TCPConn)
+	if !ok {
+		return tcpx.Stats{}, fmt.Errorf("%w: not connected", ErrQPState)
+	}
+	return tcpx.Info(tc)
+}
