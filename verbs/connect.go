@@ -176,6 +176,9 @@ func (qp *QP) rxRTR(tagged bool, op rdmap.Opcode, n int) (handled bool, err erro
 	case mpa.RTRSend:
 		ok = ok && !tagged && op == rdmap.OpSend
 		if ok {
+			if err := ddp.CheckMSN(ddp.Untagged(x.hdr[:x.hl]).MSN(), x.sendMSN); err != nil {
+				return true, err
+			}
 			x.sendMSN++ // the RTR Send takes MSN 1 but no receive buffer
 			x.rtrSeen = true
 			return true, nil
@@ -225,7 +228,7 @@ func (qp *QP) awaitRTR(ctx context.Context, timeout time.Duration) error {
 // terminateFPDU returns the DDP header and body of a Terminate for err,
 // with no offending segment (start-up errors).
 func terminateFPDU(err error) (hdr, body []byte) {
-	hdr = ddp.AppendUntagged(nil, true, rdmap.Ctrl(rdmap.OpTerminate), 0, rdmap.QNTerminate, 1, 0)
+	hdr = rdmap.AppendTerminateDDP(nil)
 	t, _ := rdmap.NewTerminate(err, nil, 0)
 	return hdr, t.Append(nil)
 }

@@ -287,6 +287,7 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 	sender, receiver := roles(p, client)
 	var rows []Report
 	var stats []string
+	var cost cpuCost // the last size's, for the CPU line
 	conns := make([]tcpInfoer, 0, 1+len(e.qps))
 	if ctl != nil {
 		conns = append(conns, ctl.qp)
@@ -313,7 +314,7 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		prog := startProgress(pr, size)
 		var mine Report
 		if p.Test.BW() {
-			mine, err = e.runBW(ctx, size, sender, receiver, prog)
+			mine, cost, err = measureCPU(func() (Report, error) { return e.runBW(ctx, size, sender, receiver, prog) })
 		} else {
 			mine, err = e.runLat(ctx, size, client, latFirst(p, client), prog)
 		}
@@ -344,6 +345,10 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 	pr.printf("%s", resultLine)
 	for _, l := range stats {
 		pr.printf("%s\n", l)
+	}
+	if p.Test.BW() && cost.bytes > 0 {
+		pr.printf("%s\n", cpuLine(cost, p.Loopback))
+		lastCPU.Store(&cost)
 	}
 	if over != nil {
 		over()
@@ -387,6 +392,7 @@ func (s *tcpSide) runSizes(ctx context.Context, cancel context.CancelCauseFunc, 
 	sender, receiver := roles(p, client)
 	var rows []Report
 	var stats []string
+	var cost cpuCost // the last size's, for the CPU line
 	for _, size := range p.Sizes() {
 		conns, err := s.connect(ctx)
 		if err != nil {
@@ -411,7 +417,7 @@ func (s *tcpSide) runSizes(ctx context.Context, cancel context.CancelCauseFunc, 
 			var r Report
 			var err error
 			if p.Test.BW() {
-				r, err = s.runTCPBW(ctx, conns, size, sender, receiver, prog)
+				r, cost, err = measureCPU(func() (Report, error) { return s.runTCPBW(ctx, conns, size, sender, receiver, prog) })
 			} else {
 				r, err = s.runTCPLat(ctx, conns, size, client, prog)
 			}
@@ -438,6 +444,10 @@ func (s *tcpSide) runSizes(ctx context.Context, cancel context.CancelCauseFunc, 
 	for _, l := range stats {
 		pr.printf("%s\n", l)
 	}
+	if p.Test.BW() && cost.bytes > 0 {
+		pr.printf("%s\n", cpuLine(cost, p.Loopback))
+		lastCPU.Store(&cost)
+	}
 	return rows, nil
 }
 
@@ -452,6 +462,7 @@ func Demo(ctx context.Context, p *Params, w io.Writer) error {
 	if p.Output != OutputFull {
 		return nil
 	}
+	rdmaCPU := lastCPU.Load()
 	tp := *p
 	tp.Test, tp.JSON = TCPBW, false
 	trows, err := Run(ctx, &tp, io.Discard)
@@ -469,6 +480,9 @@ func Demo(ctx context.Context, p *Params, w io.Writer) error {
 		ratio = rb / tb
 	}
 	fmt.Fprintf(w, "RDMA Write %s: %.1f %s = %.2f × raw TCP (%.1f %s)\n", sizeName(p.Size), rb, unit, ratio, tb, unit)
+	if rc, tc := rdmaCPU, lastCPU.Load(); rc != nil && tc != nil && tc.perGiB() > 0 {
+		fmt.Fprintf(w, "CPU per GiB, both sides: %.3f s = %.2f × raw TCP (%.3f s)\n", rc.perGiB(), rc.perGiB()/tc.perGiB(), tc.perGiB())
+	}
 	return nil
 }
 
