@@ -334,6 +334,9 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 			return rows, err
 		}
 		r := pick(p, client, mine, peer)
+		if r.Kind == kindBW {
+			cost.bytes = float64(r.Iters) * float64(r.Size) // what the table reports moved, seen from either side
+		}
 		if r.Kind == "" {
 			continue // nothing to show: the server of perftest's read_lat
 		}
@@ -435,6 +438,9 @@ func (s *tcpSide) runSizes(ctx context.Context, cancel context.CancelCauseFunc, 
 			return rows, err
 		}
 		r := pick(p, client, mine, peer)
+		if r.Kind == kindBW {
+			cost.bytes = float64(r.Iters) * float64(r.Size) // what the table reports moved, seen from either side
+		}
 		if err := pr.row(r); err != nil {
 			return rows, &localError{err}
 		}

@@ -4,6 +4,7 @@ package wan
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -41,34 +42,109 @@ func TestMSS1448(t *testing.T) {
 	}
 }
 
-// BenchmarkMSS1448 measures write_bw, read_bw and send_bw of 64 KiB
-// messages against tcp_bw on the MTU-1500 veth path, each for a few
-// seconds, interleaved, and reports the medians and the ratios (iwarp-perf's
-// and TCP's MiB/s in the same run, since the machine is shared).
+// BenchmarkMSS1448 measures every iwarp-perf test that the performance
+// table of BENCHMARKS.md names on the MTU-1500 veth path, against plain
+// TCP on the same link in the same run, interleaved: write_bw, read_bw and
+// send_bw of 64 KiB against tcp_bw, with the CPU each costs both sides
+// (user+sys per GiB, the CPU lines of server and client added); and
+// write_lat, send_lat and read_lat of 8 octets against tcp_lat (read_lat
+// against two of tcp_lat's round trips, since a Read is a request and a
+// response). It prints the table with medians and ratios.
 //
 //	sudo go test -tags netns -run '^$' -bench MSS1448 -benchtime 1x ./interop/wan/
+//
+// MSS_ROUNDS (3), MSS_SECONDS (3) and MSS_LAT_ITERS (20000) set the rounds,
+// each bandwidth test's duration and each latency test's iterations.
 func BenchmarkMSS1448(b *testing.B) {
 	n := newNet(b, LinkVeth)
 	bin := buildPerf(b)
 	rounds := envInt("MSS_ROUNDS", 3)
 	dur := strconv.Itoa(envInt("MSS_SECONDS", 3))
-	tests := []string{"tcp_bw", "write_bw", "read_bw", "send_bw"}
-	bw := map[string][]float64{}
+	iters := strconv.Itoa(envInt("MSS_LAT_ITERS", 20000)) // latency: a median needs iterations, not a duration
+	bwTests := []string{"tcp_bw", "write_bw", "read_bw", "send_bw"}
+	latTests := []string{"tcp_lat", "write_lat", "send_lat", "read_lat"}
+	vals := map[string][]float64{}
+	cpu := map[string][]float64{}
 	for range b.N {
 		for range rounds {
-			for _, test := range tests {
-				bw[test] = append(bw[test], bwOf(b, perfOn(b, n, bin, test, "-D", dur, "-s", "65536")))
+			for _, test := range bwTests {
+				cli, srv := perfOnBoth(b, n, bin, test, "-D", dur, "-s", "65536")
+				vals[test] = append(vals[test], bwOf(b, cli))
+				if c, ok := cpuOf(cli, srv); ok {
+					cpu[test] = append(cpu[test], c)
+				}
+			}
+			for _, test := range latTests {
+				cli, _ := perfOnBoth(b, n, bin, test, "-n", iters, "-s", "8")
+				vals[test] = append(vals[test], latOf(b, cli))
 			}
 		}
 	}
-	tcp := median(bw["tcp_bw"])
-	b.ReportMetric(tcp, "tcp-MiB/s")
-	for _, test := range tests[1:] {
-		m := median(bw[test])
-		b.ReportMetric(m, test+"-MiB/s")
+	tcp, tcpLat := median(vals["tcp_bw"]), median(vals["tcp_lat"])
+	var tab strings.Builder
+	fmt.Fprintf(&tab, "\n%-34s %12s %12s %8s\n", "measure (MSS 1448)", "iwarp", "tcp", "ratio")
+	for _, test := range bwTests[1:] {
+		m := median(vals[test])
 		b.ReportMetric(m/tcp, test+"/tcp")
-		b.Logf("%s: median %.0f MiB/s of %v; tcp_bw median %.0f of %v: ratio %.2f", test, m, bw[test], tcp, bw["tcp_bw"], m/tcp)
+		fmt.Fprintf(&tab, "%-34s %9.0f MiB/s %9.0f MiB/s %8.2f\n", test+" 64 KiB", m, tcp, m/tcp)
 	}
+	if len(cpu["tcp_bw"]) > 0 {
+		tc := median(cpu["tcp_bw"])
+		for _, test := range bwTests[1:] {
+			if len(cpu[test]) == 0 {
+				continue
+			}
+			c := median(cpu[test])
+			b.ReportMetric(c/tc, test+"-cpu/tcp")
+			fmt.Fprintf(&tab, "%-34s %10.3f s %10.3f s %8.2f\n", "CPU per GiB, both sides, "+test, c, tc, c/tc)
+		}
+	}
+	for _, test := range latTests[1:] {
+		m := median(vals[test])
+		base := tcpLat
+		name := test + " 8 B / tcp_lat"
+		if test == "read_lat" {
+			base, name = 2*tcpLat, "read_lat 8 B / (2 × tcp_lat)"
+		}
+		b.ReportMetric(m/base, test+"/tcp")
+		fmt.Fprintf(&tab, "%-34s %10.2f µs %10.2f µs %8.2f\n", name, m, base, m/base)
+	}
+	b.Log(tab.String())
+	for k, v := range vals {
+		b.Logf("%s: %v", k, v)
+	}
+}
+
+// latRow is a row of the latency table: #bytes #iterations t_min t_max
+// t_typical ...; latOf returns t_typical (µs), perftest's median.
+var latRow = regexp.MustCompile(`(?m)^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s`)
+
+func latOf(tb testing.TB, out string) float64 {
+	tb.Helper()
+	m := latRow.FindStringSubmatch(out)
+	require.NotNil(tb, m, "no latency row in:\n%s", out)
+	v, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(tb, err)
+	return v
+}
+
+// cpuLineRe is iwarp-perf's CPU line: seconds and GiB of one process.
+var cpuLineRe = regexp.MustCompile(`CPU\s*: ([\d.]+) s user\+sys for ([\d.]+) GiB`)
+
+// cpuOf adds the CPU of both processes and divides by the GiB moved (the
+// client's count): CPU seconds per GiB, both sides.
+func cpuOf(cli, srv string) (float64, bool) {
+	c, s := cpuLineRe.FindStringSubmatch(cli), cpuLineRe.FindStringSubmatch(srv)
+	if c == nil || s == nil {
+		return 0, false
+	}
+	cs, _ := strconv.ParseFloat(c[1], 64)
+	ss, _ := strconv.ParseFloat(s[1], 64)
+	gib, _ := strconv.ParseFloat(c[2], 64)
+	if gib == 0 {
+		return 0, false
+	}
+	return (cs + ss) / gib, true
 }
 
 func median(v []float64) float64 {
@@ -90,6 +166,13 @@ func buildPerf(tb testing.TB) string {
 // the client's output.
 func perfOn(tb testing.TB, n *Net, bin, test string, args ...string) string {
 	tb.Helper()
+	out, _ := perfOnBoth(tb, n, bin, test, args...)
+	return out
+}
+
+// perfOnBoth is perfOn returning the server's output too.
+func perfOnBoth(tb testing.TB, n *Net, bin, test string, args ...string) (client, server string) {
+	tb.Helper()
 	const port = "18515"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -109,7 +192,7 @@ func perfOn(tb testing.TB, n *Net, bin, test string, args ...string) string {
 	}
 	require.NoError(tb, err, "client %s %v:\n%s\nserver:\n%s", test, args, out, &srvOut)
 	require.NoError(tb, srv.Wait(), "server %s:\n%s", test, &srvOut)
-	return string(out)
+	return string(out), srvOut.String()
 }
 
 // bwRow is a row of the bandwidth table: #bytes #iterations peak average
