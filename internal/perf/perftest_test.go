@@ -384,7 +384,11 @@ func TestPerftestExchangeAllAndBidir(t *testing.T) {
 				// Both show the sum of both directions: the same averages.
 				for i := range crows {
 					require.InDelta(t, crows[i][3], srows[i][3], 0.01*crows[i][3]+0.02, "row %d BW average", i)
-					require.Positive(t, crows[i][3])
+					if crows[i][0] >= 1024 {
+						// Smaller rows may print 0.00 MiB/s on a loaded
+						// machine: 8 messages of 2 octets in 10 ms.
+						require.Positive(t, crows[i][3], "row %d BW average", i)
+					}
 				}
 			}
 		})
