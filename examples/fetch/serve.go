@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/goiwarp/iwarp/tcpx"
+	"github.com/goiwarp/iwarp/verbs"
+)
+
+// Bounds on the start-up and on a silent peer, for both sides.
+const (
+	startTimeout = 30 * time.Second
+	// userTimeout is TCP_USER_TIMEOUT: how long data we sent may stay
+	// unacknowledged before the connection is declared dead. Keep-alive
+	// finds a dead peer only on an idle connection; on a WAN this finds one
+	// mid-transfer.
+	userTimeout = 30 * time.Second
+)
+
+// serve registers the file for remote reading and serves clients until
+// it has served the given number (0: until ctx ends).
+func serve(ctx context.Context, path string, port, ird, clients int) error {
+	// The file is read into memory, which RegMR can register. (syscall.Mmap
+	// would spare the copy, but a Read would then fault, killing the
+	// server, if someone truncated the file while it is served.)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return fmt.Errorf("%s is empty: nothing to serve", path)
+	}
+	sum := sha256.Sum256(data)
+	if ird < 1 {
+		return fmt.Errorf("-ird %d: a client needs at least one Read", ird)
+	}
+	dev, err := verbs.Open(verbs.DeviceAttr{MaxIRD: max(ird, verbs.DefaultDeviceAttr.MaxIRD)})
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	pd := dev.AllocPD()
+	// RemoteRead alone: clients may read the file, never change it. One
+	// region in one PD serves every client's QP.
+	mr, err := pd.RegMR(data, verbs.RemoteRead)
+	if err != nil {
+		return err
+	}
+	// Nothing is ever posted on the server's QPs, so nothing completes; a
+	// QP needs a CQ all the same, and one serves them all.
+	cq, err := dev.CreateCQ(1)
+	if err != nil {
+		return err
+	}
+	o := offer{Addr: mr.Addr(), Len: uint64(mr.Len()), RKey: mr.RKey(), Sum: sum, Name: filepath.Base(path)}
+	if offerLen+len(o.Name) > dev.Attr().MaxPrivData {
+		o.Name = "" // the client must then choose a name with -o
+	}
+	adv := appendOffer(nil, o)
+
+	ln, err := dev.Listen(ctx, "tcp", fmt.Sprintf(":%d", port), verbs.ConnConfig{TCP: tcpx.Config{UserTimeout: userTimeout}})
+	if err != nil {
+		return err
+	}
+	log.SetPrefix("fetch serve: ")
+	log.SetFlags(log.LstdFlags | log.Lmsgprefix)
+	log.Printf("serving %s (%d octets, SHA-256 %x) on %v, up to %d Reads at once per client", path, len(data), sum, ln.Addr(), ird)
+
+	// On the way out no new client is taken, and those connected finish
+	// (or, once ctx has ended, are closed) before the device closes.
+	var wg sync.WaitGroup
+	defer func() {
+		ln.Close()
+		wg.Wait()
+	}()
+	for served := 0; clients == 0 || served < clients; {
+		req, err := ln.GetRequest(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				log.Print("interrupted")
+				return nil
+			}
+			return err
+		}
+		// Our IRD bounds the client's Reads in flight; ORD none: the server
+		// reads nothing of the client's.
+		qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, IRD: ird, ORD: -1,
+			Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+		if err != nil {
+			log.Printf("%v: refused: %v", req.RemoteAddr(), err)
+			req.Reject(nil)
+			continue
+		}
+		served++
+		wg.Go(func() { serveClient(ctx, req, qp, adv) })
+	}
+	return nil
+}
+
+// serveClient accepts one client and waits until it leaves: the stack
+// answers its Reads without the program's help.
+func serveClient(ctx context.Context, req *verbs.ConnRequest, qp *verbs.QP, adv []byte) {
+	who := req.RemoteAddr()
+	defer qp.Close()
+	actx, cancel := context.WithTimeout(ctx, startTimeout)
+	err := req.Accept(actx, qp, adv)
+	cancel()
+	if err != nil {
+		log.Printf("%v: accept: %v", who, err)
+		return
+	}
+	log.Printf("%v: connected; Reads at once: %d asked, %d allowed", who, req.ORD, qp.Params().IRD)
+	start := time.Now()
+	how := "left"
+	select {
+	case <-qp.Done(): // the client disconnected, or the connection failed
+		if err := qp.Err(); !errors.Is(err, verbs.ErrDisconnected) {
+			how = fmt.Sprintf("failed (%v)", err)
+		}
+	case <-ctx.Done():
+		how = "closed (interrupted)"
+		qp.Close()
+	}
+	log.Printf("%v: %s after %v, %.1f MiB sent", who, how, time.Since(start).Round(time.Millisecond),
+		float64(qp.Stats().OctetsSent)/(1<<20))
+}
