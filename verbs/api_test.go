@@ -304,3 +304,21 @@ func TestPlacedOrdersWrites(t *testing.T) {
 		require.Equal(t, byte(i), b[7])
 	}
 }
+
+// A RemoteBuffer goes out in rping's 16 octets and comes back the same;
+// a short one is refused.
+func TestRemoteBuffer(t *testing.T) {
+	b := RemoteBuffer{Addr: 1<<56 + 2<<48 + 3<<40 + 4, RKey: 0x0a0b0c0d, Len: 0x01020304}
+	w := b.Append([]byte{0xff})
+	require.Equal(t, []byte{0xff, 1, 2, 3, 0, 0, 0, 0, 4, 0x0a, 0x0b, 0x0c, 0x0d, 1, 2, 3, 4}, w)
+	got, err := ParseRemoteBuffer(w[1:])
+	require.NoError(t, err)
+	require.Equal(t, b, got)
+	for i := range RemoteBufferLen {
+		_, err := ParseRemoteBuffer(w[1 : 1+i])
+		require.ErrorIs(t, err, ErrInvalidArg)
+	}
+	mr, err := openDev(DeviceAttr{}).AllocPD().RegMR(make([]byte, 100), LocalWrite)
+	require.NoError(t, err)
+	require.Equal(t, RemoteBuffer{Addr: mr.Addr(), RKey: mr.RKey(), Len: 100}, mr.RemoteBuffer())
+}

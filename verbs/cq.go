@@ -92,12 +92,16 @@ func (cq *CQ) Wait(ctx context.Context) error {
 
 // PollWait polls up to len(wcs) completions into wcs, waiting for the
 // first if none is queued: it returns at least one, or the CQ's error
-// (ErrCQOverrun), or ctx.Err().
+// (ErrCQOverrun), or ctx.Err() — once ctx has ended, before any
+// completion, so that a loop over PollWait stops when asked to.
 func (cq *CQ) PollWait(ctx context.Context, wcs []WC) (int, error) {
 	if len(wcs) == 0 {
 		return 0, fmt.Errorf("%w: PollWait with no room", ErrInvalidArg)
 	}
 	for {
+		if err := ctx.Err(); err != nil {
+			return 0, err // even while completions keep coming
+		}
 		if n := cq.Poll(wcs); n > 0 {
 			return n, nil
 		}

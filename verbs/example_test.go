@@ -2,7 +2,6 @@ package verbs_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log"
@@ -49,11 +48,8 @@ func Example() {
 		if err != nil {
 			return
 		}
-		// Where the client may write: address, length, RKey.
-		adv := binary.BigEndian.AppendUint64(nil, target.Addr())
-		adv = binary.BigEndian.AppendUint32(adv, uint32(target.Len()))
-		adv = binary.BigEndian.AppendUint32(adv, target.RKey())
-		req.Accept(ctx, sqp, adv)
+		// Where the client may write: address, RKey, length.
+		req.Accept(ctx, sqp, target.RemoteBuffer().Append(nil))
 	}()
 
 	// The client: its own device, data to write, a QP that dials.
@@ -66,13 +62,15 @@ func Example() {
 	if err := cqp.Dial(ctx, "tcp", ln.Addr().String(), verbs.ConnConfig{}); err != nil {
 		log.Fatal(err)
 	}
-	adv := cqp.PeerPrivateData()
-	addr, rkey := binary.BigEndian.Uint64(adv), binary.BigEndian.Uint32(adv[12:])
+	dst, err := verbs.ParseRemoteBuffer(cqp.PeerPrivateData())
+	if err != nil || int(dst.Len) < data.Len() {
+		log.Fatal("no room at the server: ", err)
+	}
 
 	// Write, then Send: the Send reaches the server after the Write is
 	// placed, so its completion tells the server the data is there.
 	cqp.PostSend(
-		verbs.SendWR{ID: 10, Opcode: verbs.OpRDMAWrite, SGL: []verbs.SGE{data.SGE(0, data.Len())}, RemoteAddr: addr, RKey: rkey},
+		verbs.SendWR{ID: 10, Opcode: verbs.OpRDMAWrite, SGL: []verbs.SGE{data.SGE(0, data.Len())}, RemoteAddr: dst.Addr, RKey: dst.RKey},
 		verbs.SendWR{ID: 11, Opcode: verbs.OpSend, Flags: verbs.Inline | verbs.Signaled, InlineData: []byte("done")})
 
 	var wc [1]verbs.WC

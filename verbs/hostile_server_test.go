@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -348,7 +349,32 @@ func (s *hsScenario) wantRemoteTerminate(t *testing.T, want rdmap.Terminate, res
 	te := termErr(t, qp)
 	require.True(t, te.Remote, "qp.Err() = %v: the server's Terminate", te)
 	require.Equal(t, want, te.Terminate, "the decoded Terminate")
+	if st := readBlame(want); st != WRFlushErr {
+		for i, w := range s.wantSend {
+			if w == wcString(readWRID, WCRDMARead, WRFlushErr) {
+				s.wantSend[i] = wcString(readWRID, WCRDMARead, st)
+			}
+		}
+	}
 	s.checkAfter(t, nil)
+}
+
+// readBlame is how our outstanding Read completes after a peer's Terminate
+// t: as ibverbs reports the request that failed, with a remote status when
+// t names our Read Request (R with its header, or an untagged DDP header on
+// QN 1) — RemAccessErr for a remote protection error, RemInvReqErr for a
+// DDP error, RemOpErr for the rest — and flushed otherwise.
+func readBlame(t rdmap.Terminate) WCStatus {
+	onQN1 := len(t.DDPHdr) >= ddp.UntaggedHdrLen && t.DDPHdr[0]&ddp.FlagTagged == 0 && binary.BigEndian.Uint32(t.DDPHdr[6:]) == rdmap.QNReadRequest
+	switch {
+	case !(t.R && len(t.RDMAPHdr) == rdmap.ReadRequestLen) && !onQN1:
+		return WRFlushErr
+	case t.Layer == rdmap.LayerRDMAP && t.EType == rdmap.ETypeRemoteProtection:
+		return RemAccessErr
+	case t.Layer == rdmap.LayerDDP:
+		return RemInvReqErr
+	}
+	return RemOpErr
 }
 
 // checkAfter checks completions, memory and later posts.

@@ -36,7 +36,7 @@ func (s QPState) String() string {
 
 // QPCap sizes a QP's queues; zero fields take the defaults: 128 send and
 // receive WRs (no receive queue with an SRQ), one SGE each way, and 64
-// octets of inline data (a negative MaxInline: none).
+// octets of inline data. A negative MaxRecvWR or MaxInline means none.
 type QPCap struct {
 	MaxSendWR, MaxRecvWR   int
 	MaxSendSGE, MaxRecvSGE int
@@ -60,8 +60,9 @@ type QPConfig struct {
 	SigAll bool
 	// IRD and ORD: inbound RDMA Reads served at once and outbound Reads
 	// outstanding. Negotiated at connection time (MPA rev 2) and never
-	// above these. 0 means the device maximum; a negative value means none
-	// (MPA IRD/ORD 0, as perftest advertises for tests without Reads).
+	// above these. 0 means the device maximum (DeviceAttr.MaxIRD, MaxORD;
+	// more is refused); a negative value means none (MPA IRD/ORD 0, as
+	// perftest advertises for tests without Reads).
 	IRD, ORD int
 }
 
@@ -155,8 +156,11 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	case c.MaxInline < 0:
 		c.MaxInline = 0
 	}
-	if c.MaxRecvWR == 0 && cfg.SRQ == nil {
+	switch {
+	case c.MaxRecvWR == 0 && cfg.SRQ == nil:
 		c.MaxRecvWR = min(defaultQPWR, a.MaxQPWR)
+	case c.MaxRecvWR < 0:
+		c.MaxRecvWR = 0 // none: a QP that only answers Reads, say; a Send to it is refused
 	}
 	if c.MaxSendWR < 0 || c.MaxSendWR > a.MaxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > a.MaxQPWR ||
 		c.MaxSendSGE < 0 || c.MaxSendSGE > a.MaxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > a.MaxSGE ||
@@ -170,10 +174,14 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
 	}
-	if cfg.IRD == 0 || cfg.IRD > a.MaxIRD {
+	if cfg.IRD > a.MaxIRD || cfg.ORD > a.MaxORD {
+		return nil, fmt.Errorf("%w: IRD %d / ORD %d above the device's %d / %d (DeviceAttr.MaxIRD, MaxORD)",
+			ErrInvalidArg, cfg.IRD, cfg.ORD, a.MaxIRD, a.MaxORD)
+	}
+	if cfg.IRD == 0 {
 		cfg.IRD = a.MaxIRD
 	}
-	if cfg.ORD == 0 || cfg.ORD > a.MaxORD {
+	if cfg.ORD == 0 {
 		cfg.ORD = a.MaxORD
 	}
 	cfg.IRD, cfg.ORD = max(cfg.IRD, 0), max(cfg.ORD, 0)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/goiwarp/iwarp/ddp"
 	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/rdmap"
 	"github.com/goiwarp/iwarp/tcpx"
@@ -150,6 +151,7 @@ func (qp *QP) loopDone() {
 // flushAll completes every outstanding WR with WRFlushErr, in order, and
 // makes later posts flush at once.
 func (qp *QP) flushAll() {
+	blamed, blame := qp.blamedWR()
 	qp.sqMu.Lock()
 	written := qp.sqWritten.Load()
 	for i := qp.sqHead; i < qp.sqTail; i++ {
@@ -158,6 +160,8 @@ func (qp *QP) flushAll() {
 		case e.done:
 		case i < written && e.op.doneWhenWritten():
 			e.done = true // written in full before the error: a success, as it would have been
+		case i == blamed && blame != Success:
+			e.done, e.status = true, blame
 		default:
 			e.done, e.status = true, WRFlushErr
 		}
@@ -177,6 +181,36 @@ func (qp *QP) flushAll() {
 	}
 	qp.irdq.clear()
 	qp.ordq.clear()
+}
+
+// blamedWR returns the SQ index of the WR a peer's Terminate blames, and the
+// status it completes with, as ibverbs reports the failing request with a
+// remote status and flushes the rest. A Terminate blames a request of ours
+// only when it carries it: with R, our Read Request header, or a terminated
+// untagged DDP header on the Read Request queue (QN 1): then our oldest
+// outstanding Read or atomic, the one the peer was checking, completes with
+// RemAccessErr for a remote protection error, RemInvReqErr for a DDP error
+// (no IRD left, a bad MSN) and RemOpErr otherwise. Anything else blames
+// none: a Write or Send completed when it was handed to TCP, as in siw.
+func (qp *QP) blamedWR() (uint64, WCStatus) {
+	te, ok := qp.err.(*TerminateError)
+	j := qp.ordq.front()
+	if !ok || !te.Remote || j == nil || j.rtr {
+		return 0, Success
+	}
+	t := te.Terminate
+	onQN1 := len(t.DDPHdr) >= ddp.UntaggedHdrLen && t.DDPHdr[0]&ddp.FlagTagged == 0 &&
+		ddp.Untagged(t.DDPHdr).QN() == rdmap.QNReadRequest
+	if !(t.R && len(t.RDMAPHdr) >= rdmap.ReadRequestLen) && !onQN1 {
+		return 0, Success
+	}
+	switch {
+	case t.Layer == rdmap.LayerRDMAP && t.EType == rdmap.ETypeRemoteProtection:
+		return j.sqIdx, RemAccessErr
+	case t.Layer == rdmap.LayerDDP:
+		return j.sqIdx, RemInvReqErr
+	}
+	return j.sqIdx, RemOpErr
 }
 
 // completeSQ marks SQ entry idx done and retires what it can.

@@ -45,16 +45,17 @@ type scenarioOpts struct {
 // scenario is a stack QP connected to a raw peer, with memory to aim at and
 // work outstanding.
 type scenario struct {
-	st      *stackSide
-	q       *stackQP
-	p       *rawPeer
-	dst     *guarded // RemoteWrite|RemoteRead region, the usual target
-	sink    *guarded // the outstanding Read's sink
-	rbuf    *guarded // the receive buffers
-	recvs   int
-	recvLen int
-	read    bool
-	readReq rdmap.ReadRequest // the stack's outstanding Read Request, as the peer got it
+	st         *stackSide
+	q          *stackQP
+	p          *rawPeer
+	dst        *guarded // RemoteWrite|RemoteRead region, the usual target
+	sink       *guarded // the outstanding Read's sink
+	rbuf       *guarded // the receive buffers
+	recvs      int
+	recvLen    int
+	read       bool
+	readStatus WCStatus          // how the outstanding Read completes (Success: flushed)
+	readReq    rdmap.ReadRequest // the stack's outstanding Read Request, as the peer got it
 
 	regions  []*guarded
 	names    []string
@@ -148,6 +149,7 @@ func (s *scenario) wantRemoteTerminate(t *testing.T, want rdmap.Terminate) {
 	te := termErr(t, qp)
 	require.True(t, te.Remote, "qp.Err() = %v: the peer's Terminate", te)
 	require.Equal(t, want, te.Terminate, "decoded Terminate")
+	s.readStatus = readBlame(want)
 	s.checkAfter(t, nil)
 }
 
@@ -157,7 +159,11 @@ func (s *scenario) checkAfter(t *testing.T, recv []WCStatus) {
 	qp := s.q.qp
 	var wantS, gotS []string
 	if s.read {
-		wantS = append(wantS, wcString(readWRID, WCRDMARead, WRFlushErr), wcString(fencedWRID, WCSend, WRFlushErr))
+		st := s.readStatus
+		if st == Success {
+			st = WRFlushErr
+		}
+		wantS = append(wantS, wcString(readWRID, WCRDMARead, st), wcString(fencedWRID, WCSend, WRFlushErr))
 	}
 	for _, wc := range drainWC(s.q.scq) {
 		gotS = append(gotS, wcString(wc.ID, wc.Opcode, wc.Status))

@@ -395,3 +395,10 @@ func withPD(cfg verbs.ConnConfig, pd []byte) verbs.ConnConfig {
 	cfg.PrivateData = pd
 	return cfg
 }
+
+// deviceAttr are the device limits a run needs: -o above the default
+// IRD/ORD limit raises it (verbs refuses a QP beyond its device's).
+func deviceAttr(p *Params) verbs.DeviceAttr {
+	n := max(p.Outs, verbs.DefaultDeviceAttr.MaxIRD)
+	return verbs.DeviceAttr{MaxIRD: n, MaxORD: n}
+}

@@ -72,7 +72,7 @@ func Run(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
 		pr.waiting()
 		return serveTCP(ctx, p, pr, ln.(*net.TCPListener), true)
 	}
-	dev, err := verbs.Open(verbs.DeviceAttr{})
+	dev, err := verbs.Open(deviceAttr(p))
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func runLoopback(ctx context.Context, p *Params, w io.Writer) ([]Report, error) 
 		addr = ln.Addr().String()
 		go func() { _, err := serveTCP(sctx, &sp, spr, ln.(*net.TCPListener), false); errc <- err }()
 	} else {
-		dev, err := verbs.Open(verbs.DeviceAttr{})
+		dev, err := verbs.Open(deviceAttr(p))
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +155,7 @@ func runClient(ctx context.Context, p *Params, w io.Writer, addr string) ([]Repo
 		defer s.close()
 		return s.run(ctx, pr, true)
 	}
-	dev, err := verbs.Open(verbs.DeviceAttr{})
+	dev, err := verbs.Open(deviceAttr(p))
 	if err != nil {
 		return nil, err
 	}
