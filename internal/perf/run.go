@@ -351,7 +351,9 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 	}
 	if p.Test.BW() && cost.bytes > 0 {
 		pr.printf("%s\n", cpuLine(cost, p.Loopback))
-		lastCPU.Store(&cost)
+		if client {
+			lastCPU.Store(&cost) // the demo compares the clients: the sender of its write_bw and tcp_bw
+		}
 	}
 	if over != nil {
 		over()
@@ -452,7 +454,9 @@ func (s *tcpSide) runSizes(ctx context.Context, cancel context.CancelCauseFunc, 
 	}
 	if p.Test.BW() && cost.bytes > 0 {
 		pr.printf("%s\n", cpuLine(cost, p.Loopback))
-		lastCPU.Store(&cost)
+		if client {
+			lastCPU.Store(&cost) // the demo compares the clients: the sender of its write_bw and tcp_bw
+		}
 	}
 	return rows, nil
 }
