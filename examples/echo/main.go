@@ -100,10 +100,8 @@ func (e *endpoint) receive(ctx context.Context) ([]byte, error) {
 // wait waits for one completion on cq and checks its status.
 func wait(ctx context.Context, cq *verbs.CQ, what string) error {
 	var wc [1]verbs.WC
-	for cq.Poll(wc[:]) == 0 {
-		if err := cq.Wait(ctx); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
+	if _, err := cq.PollWait(ctx, wc[:]); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if wc[0].Status != verbs.Success {
 		return fmt.Errorf("%s: %v", what, wc[0])

@@ -91,18 +91,16 @@ func (n *node) postSends(o Options) error {
 func complete(ctx context.Context, cq *verbs.CQ, count int, what string) error {
 	var wc [8]verbs.WC
 	for done := 0; done < count; {
-		k := cq.Poll(wc[:min(len(wc), count-done)])
+		k, err := cq.PollWait(ctx, wc[:min(len(wc), count-done)])
+		if err != nil {
+			return fmt.Errorf("cmatose: %s: %d of %d: %w", what, done, count, err)
+		}
 		for _, c := range wc[:k] {
 			if c.Status != verbs.Success {
 				return fmt.Errorf("cmatose: %s: %v", what, c)
 			}
 		}
 		done += k
-		if k == 0 {
-			if err := cq.Wait(ctx); err != nil {
-				return fmt.Errorf("cmatose: %s: %d of %d: %w", what, done, count, err)
-			}
-		}
 	}
 	return nil
 }

@@ -76,10 +76,8 @@ func (e *Endpoint) postRecv() error {
 
 func (e *Endpoint) wait(ctx context.Context, cq *verbs.CQ, op verbs.WCOpcode) (verbs.WC, error) {
 	var wc [1]verbs.WC
-	for cq.Poll(wc[:]) == 0 {
-		if err := cq.Wait(ctx); err != nil {
-			return verbs.WC{}, fmt.Errorf("rping: waiting for %v: %w (QP: %w)", op, err, e.QP.Err())
-		}
+	if _, err := cq.PollWait(ctx, wc[:]); err != nil {
+		return verbs.WC{}, fmt.Errorf("rping: waiting for %v: %w (QP: %w)", op, err, e.QP.Err())
 	}
 	if wc[0].Status != verbs.Success || wc[0].Opcode != op {
 		return wc[0], fmt.Errorf("rping: %v, want %v success (QP: %w)", wc[0], op, e.QP.Err())
