@@ -82,7 +82,7 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 		return nil, err
 	}
 	q.qp, err = q.pd.CreateQP(verbs.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, ORD: -1,
-		Cap: verbs.QPCap{MaxSendWR: 2*cfg.depth + 4, MaxRecvWR: q.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1,
+		Cap: verbs.QPCap{MaxSendWR: 4*cfg.depth + 16, MaxRecvWR: q.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1,
 			MaxInline: CommandSize + cfg.inCap}})
 	if err != nil {
 		return nil, err
@@ -258,7 +258,7 @@ func (q *hqueue) submit(i int, inCap int) error {
 	s.waiting = true
 	q.pmu.Unlock()
 	s.wr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: s.capsule[:CommandSize+inCap]}
-	if _, err := q.qp.PostSend(s.wr[:]...); err != nil {
+	if err := postSend(q.qp, s.wr[:]); err != nil {
 		q.pmu.Lock()
 		s.waiting = false
 		q.pmu.Unlock()

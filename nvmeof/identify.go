@@ -110,7 +110,7 @@ func ParseControllerInfo(p []byte) (ControllerInfo, error) {
 		VID: le.Uint16(p[0:]), SSVID: le.Uint16(p[2:]),
 		Serial: getASCII(p[4:24]), Model: getASCII(p[24:64]), Firmware: getASCII(p[64:72]),
 		MDTS: p[77], CntlID: le.Uint16(p[78:]), Version: le.Uint32(p[80:]), OAES: le.Uint32(p[92:]),
-		CTRATT: le.Uint32(p[96:]),
+		CTRATT:   le.Uint32(p[96:]),
 		CtrlType: p[111], AERL: p[259], LPA: p[261], ELPE: p[262], KAS: le.Uint16(p[320:]),
 		SQES: p[512], CQES: p[513], MaxCmd: le.Uint16(p[514:]), NN: le.Uint32(p[516:]),
 		ONCS: le.Uint16(p[520:]), VWC: p[525], SGLS: le.Uint32(p[536:]),

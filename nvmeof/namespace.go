@@ -30,7 +30,7 @@ type MemBackend struct {
 // NewMemBackend returns a zeroed in-memory backend of size octets.
 func NewMemBackend(size int64) *MemBackend { return &MemBackend{buf: make([]byte, size)} }
 
-func (m *MemBackend) Size() int64 { return int64(len(m.buf)) }
+func (m *MemBackend) Size() int64  { return int64(len(m.buf)) }
 func (m *MemBackend) Flush() error { return nil }
 
 func (m *MemBackend) ReadAt(p []byte, off int64) (int, error) {

@@ -34,6 +34,8 @@ type tqueue struct {
 	active   int // commands whose response is not yet posted
 	slots    []tslot
 	free     []int
+	bufs     []*verbs.MR // data buffers, registered on demand
+	freeBufs []int
 	curRecv  int // receive buffer of the command being dispatched, -1 once reposted
 	wcs      []verbs.WC
 	wr       [2]verbs.SendWR
@@ -46,13 +48,20 @@ type tqueue struct {
 }
 
 // tslot is a command in flight: its SQE, where its data is, and the
-// buffer for the data it moves by RDMA (registered on first use).
+// data buffer it moves data by RDMA through, if any (buf >= 0). A slot is
+// free once its response is posted; a buffer that an RDMA Write still
+// reads goes back to the pool when the response Send after it completes,
+// which may be much later (verbs retires sends when its transmit loop runs
+// dry).
 type tslot struct {
 	cmd  [CommandSize]byte
 	data Data
-	mr   *verbs.MR
+	buf  int
 	busy bool
 }
+
+// maxBufsPerSlot bounds the data buffers of a queue (times its slots).
+const maxBufsPerSlot = 4
 
 // Work request kinds, in the high half of a WR ID; the low half is the
 // slot or receive buffer index.
@@ -77,7 +86,7 @@ func (t *Target) newQueue(cm CMRequest) (*tqueue, error) {
 		q.free = append(q.free, i)
 	}
 	q.pd = t.dev.AllocPD()
-	nsend := 2*nslots + 4
+	nsend := 4*nslots + 16
 	cq, err := t.dev.CreateCQ(nsend + q.nrecv + 8)
 	if err != nil {
 		return nil, err
@@ -166,10 +175,8 @@ func (q *tqueue) teardown() {
 		q.logf("disconnected")
 	}
 	q.recvMR.Dereg()
-	for i := range q.slots {
-		if q.slots[i].mr != nil {
-			q.slots[i].mr.Dereg()
-		}
+	for _, mr := range q.bufs {
+		mr.Dereg()
 	}
 }
 
@@ -187,10 +194,9 @@ func (q *tqueue) complete(wc *verbs.WC) bool {
 		return q.command(idx, int(wc.ByteLen))
 	case wrRead:
 		s := &q.slots[idx]
-		return q.exec(idx, s.mr.Buf()[:s.data.Len])
+		return q.exec(idx, q.bufs[s.buf].Buf()[:s.data.Len])
 	case wrResp:
-		q.slots[idx].busy = false
-		q.free = append(q.free, idx)
+		q.freeBufs = append(q.freeBufs, idx)
 	}
 	return true
 }
@@ -253,6 +259,7 @@ func (q *tqueue) command(ri, n int) bool {
 	s.busy = true
 	copy(s.cmd[:], cmd)
 	s.data = Data{}
+	s.buf = -1
 	q.active++
 	ok = q.dispatch(idx, buf[CommandSize:])
 	if ok {
@@ -294,8 +301,8 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 		if d.InCap {
 			return q.exec(idx, inCap[d.Addr:d.Addr+uint64(d.Len)])
 		}
-		mr, err := q.slotMR(idx)
-		if err != nil {
+		mr := q.slotMR(idx)
+		if mr == nil {
 			return q.respond(idx, 0, StatusInternalError, nil)
 		}
 		if !q.releaseRecv() {
@@ -304,7 +311,7 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 		q.sge[0] = mr.SGE(0, int(d.Len))
 		q.wr[0] = verbs.SendWR{ID: wrRead<<32 | uint64(idx), Opcode: verbs.OpRDMARead, Flags: verbs.Signaled,
 			SGL: q.sge[:], RemoteAddr: d.Addr, RKey: d.Key}
-		if _, err := q.qp.PostSend(q.wr[:1]...); err != nil {
+		if err := postSend(q.qp, q.wr[:1]); err != nil {
 			q.closeErr = fmt.Errorf("posting an RDMA Read: %w", err)
 			return false
 		}
@@ -313,28 +320,39 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 	return q.exec(idx, nil)
 }
 
-// slotMR returns slot idx's data buffer, registering it on first use.
-func (q *tqueue) slotMR(idx int) (*verbs.MR, error) {
+// slotMR returns slot idx's data buffer, taking one from the pool (or
+// registering a new one) if it has none; nil if the pool is at its bound.
+func (q *tqueue) slotMR(idx int) *verbs.MR {
 	s := &q.slots[idx]
-	if s.mr == nil {
-		mr, err := q.pd.RegMR(make([]byte, q.maxData), verbs.LocalWrite)
-		if err != nil {
-			q.logf("registering a data buffer: %v", err)
-			return nil, err
-		}
-		s.mr = mr
+	if s.buf >= 0 {
+		return q.bufs[s.buf]
 	}
-	return s.mr, nil
+	if n := len(q.freeBufs); n > 0 {
+		s.buf = q.freeBufs[n-1]
+		q.freeBufs = q.freeBufs[:n-1]
+		return q.bufs[s.buf]
+	}
+	if len(q.bufs) >= maxBufsPerSlot*len(q.slots) {
+		q.logf("all %d data buffers in use", len(q.bufs))
+		return nil
+	}
+	mr, err := q.pd.RegMR(make([]byte, q.maxData), verbs.LocalWrite)
+	if err != nil {
+		q.logf("registering a data buffer: %v", err)
+		return nil
+	}
+	s.buf = len(q.bufs)
+	q.bufs = append(q.bufs, mr)
+	return mr
 }
 
 // outBuf returns the buffer for n octets of data to the host.
-func (q *tqueue) outBuf(idx, n int) ([]byte, error) {
-	mr, err := q.slotMR(idx)
-	if err != nil {
-		return nil, err
+func (q *tqueue) outBuf(idx, n int) []byte {
+	mr := q.slotMR(idx)
+	if mr == nil {
+		return nil
 	}
-	b := mr.Buf()[:n]
-	return b, nil
+	return mr.Buf()[:n]
 }
 
 // exec runs a command whose data (in) is here.
@@ -359,11 +377,12 @@ func (q *tqueue) respond(idx int, res uint64, st Status, out []byte) bool {
 	wrs := q.wr[:0]
 	signal := false
 	if st.OK() && len(out) > 0 {
-		q.sge[0] = verbs.SGE{Addr: s.mr.Addr(), Length: uint32(len(out)), LKey: s.mr.LKey()}
+		mr := q.bufs[s.buf]
+		q.sge[0] = verbs.SGE{Addr: mr.Addr(), Length: uint32(len(out)), LKey: mr.LKey()}
 		wrs = append(wrs, verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGL: q.sge[:], RemoteAddr: s.data.Addr, RKey: s.data.Key})
-		signal = true // the slot's buffer is the Write's until the Send after it completes
+		signal = true // the buffer is the Write's until the Send after it completes
 	}
-	send := verbs.SendWR{ID: wrResp<<32 | uint64(idx), Opcode: verbs.OpSend, Flags: verbs.Inline,
+	send := verbs.SendWR{ID: wrResp<<32 | uint64(s.buf), Opcode: verbs.OpSend, Flags: verbs.Inline,
 		InlineData: q.completion(res, cmd.CID(), st)}
 	if s.data.Inval && s.data.Len > 0 {
 		send.Opcode, send.InvalidateRKey = verbs.OpSendWithInv, s.data.Key
@@ -373,14 +392,16 @@ func (q *tqueue) respond(idx int, res uint64, st Status, out []byte) bool {
 	}
 	wrs = append(wrs, send)
 	q.active--
-	if _, err := q.qp.PostSend(wrs...); err != nil {
+	if err := postSend(q.qp, wrs); err != nil {
 		q.closeErr = fmt.Errorf("posting a response: %w", err)
 		return false
 	}
-	if !signal {
-		s.busy = false
-		q.free = append(q.free, idx)
+	if !signal && s.buf >= 0 {
+		q.freeBufs = append(q.freeBufs, s.buf)
 	}
+	s.buf = -1
+	s.busy = false
+	q.free = append(q.free, idx)
 	return true
 }
 
@@ -390,7 +411,7 @@ func (q *tqueue) respondCID(cid uint16, res uint64, st Status) bool {
 		return false
 	}
 	q.wr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: q.completion(res, cid, st)}
-	if _, err := q.qp.PostSend(q.wr[:1]...); err != nil {
+	if err := postSend(q.qp, q.wr[:1]); err != nil {
 		q.closeErr = fmt.Errorf("posting a response: %w", err)
 		return false
 	}
@@ -416,9 +437,5 @@ type request struct {
 
 // out returns the buffer for n octets of data to the host.
 func (r *request) out(n int) []byte {
-	b, err := r.q.outBuf(r.idx, n)
-	if err != nil {
-		return nil
-	}
-	return b
+	return r.q.outBuf(r.idx, n)
 }
