@@ -138,7 +138,8 @@ func NewConnect(c Command, cid, qid, sqsize uint16, kato uint32) {
 }
 
 // NewPropertyGet fills c with a Property Get of size octets (4 or 8) at
-// register offset off.
+// register offset off, with a zero keyed SGL descriptor (no data), as
+// Linux sends it.
 func NewPropertyGet(c Command, cid uint16, off uint32, size int) {
 	clear(c)
 	c.SetOpcode(OpFabrics)
@@ -149,6 +150,7 @@ func NewPropertyGet(c Command, cid uint16, off uint32, size int) {
 		c[40] = 1
 	}
 	binary.LittleEndian.PutUint32(c[44:], off)
+	c.SGL().SetKeyed(0, 0, 0, false)
 }
 
 // NewPropertySet fills c with a Property Set of a 4-octet register.
@@ -160,6 +162,7 @@ func NewPropertySet(c Command, cid uint16, off uint32, v uint32) {
 	c.SetFCType(FabricsPropertySet)
 	binary.LittleEndian.PutUint32(c[44:], off)
 	binary.LittleEndian.PutUint64(c[48:], uint64(v))
+	c.SGL().SetKeyed(0, 0, 0, false)
 }
 
 // NewRW fills c with a Read or Write (op) of nlb+1 blocks at slba.

@@ -206,7 +206,7 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *hqueue, cntlid uint1
 		return 0, err
 	}
 	cmd := q.cmd(i)
-	NewConnect(cmd, 0, q.qid, uint16(q.depth-1), kato)
+	NewConnect(cmd, 0, q.qid, uint16(q.sqsize-1), kato)
 	cd := ConnectData{HostID: c.cfg.HostID, CntlID: cntlid, SubNQN: c.SubNQN, HostNQN: c.cfg.HostNQN}
 	inCap := 0
 	if q.inCap >= ConnectDataSize {

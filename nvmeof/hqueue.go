@@ -21,6 +21,7 @@ var ErrQueueDead = errors.New("nvmeof: queue connection ended")
 type hqueue struct {
 	qid     uint16
 	depth   int
+	sqsize  int // SQ entries announced (HSQSIZE+1, Connect's SQSIZE+1): depth, unless a test says otherwise
 	inCap   int // in-capsule data this queue sends
 	maxData int
 
@@ -69,13 +70,16 @@ type hqueueConfig struct {
 	conn     verbs.ConnConfig
 	network  string
 	addr     string
-	pollerWG *sync.WaitGroup
+	sqsize   int // tests: announce this many SQ entries instead of depth
 }
 
 func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueue, error) {
-	q := &hqueue{qid: cfg.qid, depth: cfg.depth, inCap: cfg.inCap, maxData: cfg.maxData, dev: dev,
+	q := &hqueue{qid: cfg.qid, depth: cfg.depth, sqsize: cfg.depth, inCap: cfg.inCap, maxData: cfg.maxData, dev: dev,
 		dead: make(chan struct{}), free: make(chan int, cfg.depth)}
 	q.nrecv = cfg.depth
+	if cfg.sqsize > 0 {
+		q.sqsize = cfg.sqsize
+	}
 	q.pd = dev.AllocPD()
 	var err error
 	if q.cq, err = dev.CreateCQ(2*cfg.depth + q.nrecv + 8); err != nil {
@@ -112,7 +116,7 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 		}
 	}
 	conn := cfg.conn
-	conn.PrivateData = CMRequest{QID: cfg.qid, HRQSize: uint16(q.nrecv), HSQSize: uint16(cfg.depth - 1)}.Append(nil)
+	conn.PrivateData = CMRequest{QID: cfg.qid, HRQSize: uint16(q.nrecv), HSQSize: uint16(q.sqsize - 1)}.Append(nil)
 	if err := q.qp.Dial(ctx, cfg.network, cfg.addr, conn); err != nil {
 		return fail(fmt.Errorf("nvmeof: connecting queue %d to %s: %w", cfg.qid, cfg.addr, err))
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/verbs"
 )
 
@@ -34,8 +35,15 @@ type TargetConfig struct {
 	// subsystems' address; default the address the discovery connection
 	// reached.
 	AdvertiseAddr string
-	// ConnConfig is the listeners' iWARP configuration.
+	// ConnConfig is the listeners' iWARP configuration. Its MPA CRC policy
+	// is taken as mpa.CRCOff (use CRCs only if the host asks) unless AskCRC
+	// is set.
 	ConnConfig verbs.ConnConfig
+	// AskCRC asks hosts for MPA CRCs. Off by default: Linux's nvme-rdma
+	// over siw does not ask, and siw 6.1 then fails NVMe connections with
+	// "MPA CRC error" Terminates on FPDUs whose CRCs are good on the wire
+	// (interop/nvmeof_test.go, captured and checked).
+	AskCRC bool
 	// Logf, if set, gets connections, controllers and errors.
 	Logf func(format string, args ...any)
 }
@@ -100,6 +108,9 @@ func NewTarget(cfg TargetConfig, subsystems ...*Subsystem) (*Target, error) {
 	}
 	if cfg.MaxTransfer < 4096 || cfg.MaxTransfer > maxTransfer || cfg.MaxTransfer&(cfg.MaxTransfer-1) != 0 {
 		return nil, fmt.Errorf("nvmeof: MaxTransfer %d: want a power of two in 4 KiB .. 128 KiB", cfg.MaxTransfer)
+	}
+	if !cfg.AskCRC && cfg.ConnConfig.MPA.CRC == mpa.CRCOn {
+		cfg.ConnConfig.MPA.CRC = mpa.CRCOff
 	}
 	t := &Target{cfg: cfg, dev: cfg.Device, start: time.Now(), subs: map[string]*Subsystem{},
 		ctrls: map[uint16]*controller{}, queues: map[*tqueue]struct{}{}}
