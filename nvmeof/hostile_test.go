@@ -75,7 +75,7 @@ func TestHostileCommands(t *testing.T) {
 		{"namespace 0", io, rw(IOWrite, 0, 0, 0, 512), StatusInvalidNamespace | DNR},
 		{"SGL shorter than the blocks", io, rw(IORead, 1, 0, 1, 512), StatusSGLInvalidData | DNR},
 		{"SGL longer than the blocks", io, rw(IOWrite, 1, 0, 0, 4096), StatusSGLInvalidData | DNR},
-		{"beyond MDTS", io, rw(IORead, 1, 0, 511, 256 << 10), StatusInvalidField | DNR},
+		{"beyond MDTS", io, rw(IORead, 1, 0, 511, 256<<10), StatusInvalidField | DNR},
 		{"SGL segment descriptor", io, func(c Command, _ []byte) int {
 			NewRW(c, IORead, 0, 1, 0, 0)
 			c.SGL()[15] = 0x20

@@ -63,14 +63,14 @@ type hslot struct {
 
 // hqueueConfig sizes a host queue.
 type hqueueConfig struct {
-	qid      uint16
-	depth    int // 2 .. 256
-	inCap    int
-	maxData  int
-	conn     verbs.ConnConfig
-	network  string
-	addr     string
-	sqsize   int // tests: announce this many SQ entries instead of depth
+	qid     uint16
+	depth   int // 2 .. 256
+	inCap   int
+	maxData int
+	conn    verbs.ConnConfig
+	network string
+	addr    string
+	sqsize  int // tests: announce this many SQ entries instead of depth
 }
 
 func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueue, error) {
