@@ -307,6 +307,10 @@ waitfile done 300
 echo "FILE $(dd if=/tmp/nvme.img bs=1M skip=1 count=8 2>/dev/null | sha256sum | cut -d' ' -f1)"
 dmesg | grep -iE 'nvmet' | tail -20`, nvmeNQN, gp, gp)
 	vm := nvmeVM(t, script, siw.Forward{Host: hp, Guest: gp})
+	if os.Getenv("IWARP_PCAP_DIR") != "" {
+		pcap, stop := siwCapture(t, hp)
+		defer func() { stop(); t.Logf("capture: %s", pcap) }()
+	}
 	guestLine(t, vm, "TARGET READY", 2*time.Minute)
 	ctx := vmCtx(t, vm, 3*time.Minute)
 	addr := fmt.Sprintf("127.0.0.1:%d", hp)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/verbs"
 )
 
@@ -36,8 +37,13 @@ type HostConfig struct {
 	// Device is the verbs device; nil opens one that Close closes.
 	Device *verbs.Device
 	// ConnConfig is each queue's iWARP configuration (its PrivateData is
-	// the NVMe/RDMA CM request, filled in).
+	// the NVMe/RDMA CM request, filled in). Its MPA CRC policy is taken as
+	// mpa.CRCOff unless AskCRC is set.
 	ConnConfig verbs.ConnConfig
+	// AskCRC asks the target for MPA CRCs. Off by default, as Linux: siw
+	// 6.1 as the target fails the connection ("siw: crc error", op 2) on
+	// good CRCs of our large Read Response FPDUs (interop/nvmeof_test.go).
+	AskCRC bool
 }
 
 // Controller is the host's connection to a controller: an admin queue
@@ -114,6 +120,9 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg HostConfig) 
 	}
 	if cfg.MaxInCapsule < 0 {
 		cfg.MaxInCapsule = 0
+	}
+	if !cfg.AskCRC && cfg.ConnConfig.MPA.CRC == mpa.CRCOn {
+		cfg.ConnConfig.MPA.CRC = mpa.CRCOff
 	}
 	c := &Controller{cfg: cfg, dev: cfg.Device, network: network, addr: addr, SubNQN: subNQN, kaStop: make(chan struct{})}
 	if c.dev == nil {

@@ -41,8 +41,8 @@ type TargetConfig struct {
 	ConnConfig verbs.ConnConfig
 	// AskCRC asks hosts for MPA CRCs. Off by default: Linux's nvme-rdma
 	// over siw does not ask, and siw 6.1 then fails NVMe connections with
-	// "MPA CRC error" Terminates on FPDUs whose CRCs are good on the wire
-	// (interop/nvmeof_test.go, captured and checked).
+	// "MPA CRC error" Terminates on large FPDUs whose CRCs are good on the
+	// wire (interop/nvmeof_test.go, captured and checked).
 	AskCRC bool
 	// Logf, if set, gets connections, controllers and errors.
 	Logf func(format string, args ...any)
