@@ -35,7 +35,7 @@ type tqueue struct {
 	slots    []tslot
 	free     []int
 	bufs     []*verbs.MR // data buffers, registered on demand
-	freeBufs []int
+	freeBufs [2][]int // by size class: small (smallBuf octets), large (maxData)
 	curRecv  int // receive buffer of the command being dispatched, -1 once reposted
 	wcs      []verbs.WC
 	wr       [2]verbs.SendWR
@@ -196,7 +196,7 @@ func (q *tqueue) complete(wc *verbs.WC) bool {
 		s := &q.slots[idx]
 		return q.exec(idx, q.bufs[s.buf].Buf()[:s.data.Len])
 	case wrResp:
-		q.freeBufs = append(q.freeBufs, idx)
+		q.putBuf(idx)
 	}
 	return true
 }
@@ -301,7 +301,7 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 		if d.InCap {
 			return q.exec(idx, inCap[d.Addr:d.Addr+uint64(d.Len)])
 		}
-		mr := q.slotMR(idx)
+		mr := q.slotMR(idx, int(d.Len))
 		if mr == nil {
 			return q.respond(idx, 0, StatusInternalError, nil)
 		}
@@ -320,23 +320,45 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 	return q.exec(idx, nil)
 }
 
-// slotMR returns slot idx's data buffer, taking one from the pool (or
-// registering a new one) if it has none; nil if the pool is at its bound.
-func (q *tqueue) slotMR(idx int) *verbs.MR {
+// smallBuf is the size of the small data buffers, for 4 KiB I/O and the
+// admin commands' data.
+const smallBuf = 8 << 10
+
+// class returns the size class of an n-octet buffer, and its size.
+func (q *tqueue) class(n int) (int, int) {
+	if n <= smallBuf {
+		return 0, smallBuf
+	}
+	return 1, q.maxData
+}
+
+// putBuf returns buffer i to its pool.
+func (q *tqueue) putBuf(i int) {
+	c, _ := q.class(q.bufs[i].Len())
+	q.freeBufs[c] = append(q.freeBufs[c], i)
+}
+
+// slotMR returns slot idx's data buffer for n octets, taking one from the
+// pool of its size (or registering a new one); nil if the pools are at
+// their bound. The pools grow to the number of responses whose Sends have
+// not completed yet, which verbs may report late (its transmit loop
+// retires sends in batches), and are reused from then on.
+func (q *tqueue) slotMR(idx, n int) *verbs.MR {
 	s := &q.slots[idx]
 	if s.buf >= 0 {
 		return q.bufs[s.buf]
 	}
-	if n := len(q.freeBufs); n > 0 {
-		s.buf = q.freeBufs[n-1]
-		q.freeBufs = q.freeBufs[:n-1]
+	c, size := q.class(n)
+	if k := len(q.freeBufs[c]); k > 0 {
+		s.buf = q.freeBufs[c][k-1]
+		q.freeBufs[c] = q.freeBufs[c][:k-1]
 		return q.bufs[s.buf]
 	}
 	if len(q.bufs) >= maxBufsPerSlot*len(q.slots) {
 		q.logf("all %d data buffers in use", len(q.bufs))
 		return nil
 	}
-	mr, err := q.pd.RegMR(make([]byte, q.maxData), verbs.LocalWrite)
+	mr, err := q.pd.RegMR(make([]byte, size), verbs.LocalWrite)
 	if err != nil {
 		q.logf("registering a data buffer: %v", err)
 		return nil
@@ -348,7 +370,7 @@ func (q *tqueue) slotMR(idx int) *verbs.MR {
 
 // outBuf returns the buffer for n octets of data to the host.
 func (q *tqueue) outBuf(idx, n int) []byte {
-	mr := q.slotMR(idx)
+	mr := q.slotMR(idx, n)
 	if mr == nil {
 		return nil
 	}
@@ -397,7 +419,7 @@ func (q *tqueue) respond(idx int, res uint64, st Status, out []byte) bool {
 		return false
 	}
 	if !signal && s.buf >= 0 {
-		q.freeBufs = append(q.freeBufs, s.buf)
+		q.putBuf(s.buf)
 	}
 	s.buf = -1
 	s.busy = false
