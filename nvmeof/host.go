@@ -437,3 +437,7 @@ func (c *Controller) Err() error {
 		return nil
 	}
 }
+
+// IOQueueDone returns a channel closed when I/O queue i's connection has
+// ended.
+func (c *Controller) IOQueueDone(i int) <-chan struct{} { return c.io[i].dead }

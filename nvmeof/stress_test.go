@@ -14,6 +14,14 @@ import (
 // writes of random sizes (in the capsule and by RDMA Read), reads back
 // and compares, so that buffer reuse on both sides is exercised hard.
 func TestHostTargetStress(t *testing.T) {
+	t.Run("pools", func(t *testing.T) { stress(t, 0) })
+	// One buffer of each size per queue: commands wait for buffers.
+	t.Run("one buffer", func(t *testing.T) { stress(t, 1) })
+}
+
+func stress(t *testing.T, bufLimit int) {
+	testBufLimit = bufLimit
+	t.Cleanup(func() { testBufLimit = 0 })
 	checkRoutines(t)
 	_, _, addr := newTestTarget(t, 32<<20, TargetConfig{MaxQueueSize: 64})
 	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 4, QueueDepth: 8})

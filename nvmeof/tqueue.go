@@ -35,8 +35,10 @@ type tqueue struct {
 	slots    []tslot
 	free     []int
 	bufs     []*verbs.MR // data buffers, registered on demand
-	freeBufs [2][]int // by size class: small (smallBuf octets), large (maxData)
-	curRecv  int // receive buffer of the command being dispatched, -1 once reposted
+	freeBufs [2][]int    // by size class: small (smallBuf octets), large (maxData)
+	nbufs    [2]int
+	waitBuf  []int // slots waiting for a buffer, in arrival order
+	curRecv  int   // receive buffer of the command being dispatched, -1 once reposted
 	wcs      []verbs.WC
 	wr       [2]verbs.SendWR
 	sge      [1]verbs.SGE
@@ -54,14 +56,24 @@ type tqueue struct {
 // which may be much later (verbs retires sends when its transmit loop runs
 // dry).
 type tslot struct {
-	cmd  [CommandSize]byte
-	data Data
-	buf  int
-	busy bool
+	cmd       [CommandSize]byte
+	data      Data
+	buf       int
+	busy      bool
+	dir, need int // of a command waiting for a buffer
 }
 
-// maxBufsPerSlot bounds the data buffers of a queue (times its slots).
-const maxBufsPerSlot = 4
+// Bounds of the data buffer pools: verbs completes sends in batches of
+// up to 1 MiB written (its completeEvery), so the small buffers in flight
+// can be many more than the queue's depth; past the bound a command waits
+// for a buffer to come back.
+const (
+	maxSmallBufs = 512 // beyond the slots
+	maxLargeBufs = 16
+)
+
+// testBufLimit, if set, is the bound of each pool (tests).
+var testBufLimit int
 
 // Work request kinds, in the high half of a WR ID; the low half is the
 // slot or receive buffer index.
@@ -196,7 +208,7 @@ func (q *tqueue) complete(wc *verbs.WC) bool {
 		s := &q.slots[idx]
 		return q.exec(idx, q.bufs[s.buf].Buf()[:s.data.Len])
 	case wrResp:
-		q.putBuf(idx)
+		return q.putBuf(idx)
 	}
 	return true
 }
@@ -297,14 +309,30 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 		return q.respond(idx, 0, StatusSGLInvalidData|DNR, nil)
 	}
 	s.data = d
-	if dir == dirIn && need > 0 {
-		if d.InCap {
-			return q.exec(idx, inCap[d.Addr:d.Addr+uint64(d.Len)])
-		}
-		mr := q.slotMR(idx, int(d.Len))
-		if mr == nil {
+	if dir == dirIn && need > 0 && d.InCap {
+		return q.exec(idx, inCap[d.Addr:d.Addr+uint64(d.Len)])
+	}
+	return q.transfer(idx, dir, need)
+}
+
+// transfer takes a data buffer for the command in slot idx, fetches the
+// host's data into it by RDMA Read or executes the command; without a
+// buffer to spare the command waits for one (resumed by putBuf).
+func (q *tqueue) transfer(idx, dir, need int) bool {
+	s := &q.slots[idx]
+	d := s.data
+	if need > 0 {
+		switch mr, wait := q.slotMR(idx, need); {
+		case wait:
+			s.dir, s.need = dir, need
+			q.waitBuf = append(q.waitBuf, idx)
+			return q.releaseRecv()
+		case mr == nil:
 			return q.respond(idx, 0, StatusInternalError, nil)
 		}
+	}
+	if dir == dirIn && need > 0 {
+		mr := q.bufs[s.buf]
 		if !q.releaseRecv() {
 			return false
 		}
@@ -332,45 +360,63 @@ func (q *tqueue) class(n int) (int, int) {
 	return 1, q.maxData
 }
 
-// putBuf returns buffer i to its pool.
-func (q *tqueue) putBuf(i int) {
+// putBuf returns buffer i to its pool, and resumes a command that waits
+// for one.
+func (q *tqueue) putBuf(i int) bool {
 	c, _ := q.class(q.bufs[i].Len())
 	q.freeBufs[c] = append(q.freeBufs[c], i)
+	for len(q.waitBuf) > 0 {
+		idx := q.waitBuf[0]
+		s := &q.slots[idx]
+		if wc, _ := q.class(s.need); len(q.freeBufs[wc]) == 0 {
+			return true // the first in line waits for the other size
+		}
+		q.waitBuf = q.waitBuf[1:]
+		if !q.transfer(idx, s.dir, s.need) {
+			return false
+		}
+	}
+	return true
 }
 
 // slotMR returns slot idx's data buffer for n octets, taking one from the
-// pool of its size (or registering a new one); nil if the pools are at
-// their bound. The pools grow to the number of responses whose Sends have
-// not completed yet, which verbs may report late (its transmit loop
-// retires sends in batches), and are reused from then on.
-func (q *tqueue) slotMR(idx, n int) *verbs.MR {
+// pool of its size (or registering a new one). wait says the pool is at
+// its bound: try again when a buffer comes back. The pools grow to the
+// number of responses whose Sends have not completed yet, which verbs may
+// report late (its transmit loop retires sends in batches), and are reused
+// from then on.
+func (q *tqueue) slotMR(idx, n int) (mr *verbs.MR, wait bool) {
 	s := &q.slots[idx]
 	if s.buf >= 0 {
-		return q.bufs[s.buf]
+		return q.bufs[s.buf], false
 	}
 	c, size := q.class(n)
 	if k := len(q.freeBufs[c]); k > 0 {
 		s.buf = q.freeBufs[c][k-1]
 		q.freeBufs[c] = q.freeBufs[c][:k-1]
-		return q.bufs[s.buf]
+		return q.bufs[s.buf], false
 	}
-	if len(q.bufs) >= maxBufsPerSlot*len(q.slots) {
-		q.logf("all %d data buffers in use", len(q.bufs))
-		return nil
+	limit := [2]int{len(q.slots) + maxSmallBufs, len(q.slots) + maxLargeBufs}[c]
+	if testBufLimit > 0 {
+		limit = testBufLimit
+	}
+	if q.nbufs[c] >= limit {
+		return nil, true
 	}
 	mr, err := q.pd.RegMR(make([]byte, size), verbs.LocalWrite)
 	if err != nil {
 		q.logf("registering a data buffer: %v", err)
-		return nil
+		return nil, false
 	}
+	q.nbufs[c]++
 	s.buf = len(q.bufs)
 	q.bufs = append(q.bufs, mr)
-	return mr
+	return mr, false
 }
 
 // outBuf returns the buffer for n octets of data to the host.
 func (q *tqueue) outBuf(idx, n int) []byte {
-	mr := q.slotMR(idx, n)
+	mr, _ := q.slotMR(idx, n)
 	if mr == nil {
 		return nil
 	}
@@ -418,12 +464,13 @@ func (q *tqueue) respond(idx int, res uint64, st Status, out []byte) bool {
 		q.closeErr = fmt.Errorf("posting a response: %w", err)
 		return false
 	}
-	if !signal && s.buf >= 0 {
-		q.putBuf(s.buf)
-	}
+	buf := s.buf
 	s.buf = -1
 	s.busy = false
 	q.free = append(q.free, idx)
+	if !signal && buf >= 0 {
+		return q.putBuf(buf)
+	}
 	return true
 }
 
