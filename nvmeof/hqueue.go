@@ -41,7 +41,9 @@ type hqueue struct {
 	wg      sync.WaitGroup
 	closed  sync.Once
 
-	pmu   sync.Mutex // posting receives: the poller; SQ: verbs locks it
+	pmu   sync.Mutex // slot states and posting receives
+	rxMu  sync.Mutex // rxwcs: the receive handler, or the watcher at the end
+	rxwcs []verbs.WC
 	rsge  [1]verbs.SGE
 	rwr   [1]verbs.RecvWR
 	inval []verbs.SGE
@@ -77,6 +79,7 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 	q := &hqueue{qid: cfg.qid, depth: cfg.depth, sqsize: cfg.depth, inCap: cfg.inCap, maxData: cfg.maxData, dev: dev,
 		dead: make(chan struct{}), free: make(chan int, cfg.depth)}
 	q.nrecv = cfg.depth
+	q.rxwcs = make([]verbs.WC, 32)
 	if cfg.sqsize > 0 {
 		q.sqsize = cfg.sqsize
 	}
@@ -117,6 +120,7 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 	}
 	conn := cfg.conn
 	conn.PrivateData = CMRequest{QID: cfg.qid, HRQSize: uint16(q.nrecv), HSQSize: uint16(q.sqsize - 1)}.Append(nil)
+	q.qp.SetRxHandler(q.onRx)
 	if err := q.qp.Dial(ctx, cfg.network, cfg.addr, conn); err != nil {
 		return fail(fmt.Errorf("nvmeof: connecting queue %d to %s: %w", cfg.qid, cfg.addr, err))
 	}
@@ -126,7 +130,8 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 	pctx, cancel := context.WithCancel(context.Background())
 	q.stop = cancel
 	q.wg.Add(1)
-	go q.poll(pctx)
+	go q.watch(pctx)
+	q.onRx() // what came before the watcher
 	return q, nil
 }
 
@@ -177,23 +182,43 @@ func (q *hqueue) repost(i int) error {
 	return err
 }
 
-// poll hands responses to their commands until the queue ends.
-func (q *hqueue) poll(ctx context.Context) {
-	defer q.wg.Done()
-	wcs := make([]verbs.WC, 32)
+// onRx runs on the QP's receive goroutine after each FPDU (SetRxHandler):
+// it hands the responses on the CQ to their commands right there, which
+// saves a goroutine hand-off per command. It may not close the QP: a
+// protocol error marks the queue dead, and the watcher closes it.
+func (q *hqueue) onRx() {
+	q.rxMu.Lock()
+	defer q.rxMu.Unlock()
 	for {
-		n, err := q.cq.PollWait(ctx, wcs)
-		if err != nil {
-			q.fail(fmt.Errorf("%w: %v", ErrQueueDead, err))
-			return
-		}
+		n := q.cq.Poll(q.rxwcs)
 		for i := range n {
-			if err := q.response(&wcs[i]); err != nil {
+			if err := q.response(&q.rxwcs[i]); err != nil {
 				q.fail(err)
-				q.qp.Close()
 				return
 			}
 		}
+		if n < len(q.rxwcs) {
+			return
+		}
+	}
+}
+
+// watch ends the queue when its QP fails (handing out the responses that
+// arrived before) or a protocol error marked it dead, and stops when ctx
+// ends.
+func (q *hqueue) watch(ctx context.Context) {
+	defer q.wg.Done()
+	select {
+	case <-q.qp.Done():
+		q.onRx()
+		err := q.qp.Err()
+		if err == nil {
+			err = errors.New("connection ended")
+		}
+		q.fail(fmt.Errorf("%w: queue %d: %w", ErrQueueDead, q.qid, err))
+	case <-q.dead:
+		q.qp.Close()
+	case <-ctx.Done():
 	}
 }
 
