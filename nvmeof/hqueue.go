@@ -16,8 +16,9 @@ var ErrQueueDead = errors.New("nvmeof: queue connection ended")
 // A host queue is one RDMA connection to a controller: commands go out as
 // Sends of inline capsules (so a capsule's buffer is free at once), data
 // moves through per-slot buffers registered for the target's RDMA Read and
-// Write, responses arrive in receive buffers that a poller goroutine, the
-// queue's own, hands to the waiting command.
+// Write, and responses arrive in receive buffers that the QP's receive
+// goroutine (onRx, its SetRxHandler) hands to the waiting command. The
+// queue's own goroutine (watch) ends it when the QP fails.
 type hqueue struct {
 	qid     uint16
 	depth   int
