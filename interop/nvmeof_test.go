@@ -1,0 +1,354 @@
+//go:build interop
+
+package interop
+
+// NVMe over Fabrics (RDMA) against the Linux kernel in the siw VM: the
+// kernel's nvme-rdma host against our target (nvmeof.Target in this
+// process, and the iwarp-nvmet binary killed and restarted under I/O), and
+// our Go host against the kernel's nvmet-rdma target. The guest's
+// modules and nvme-cli come from /work/shared/nvmeof/prep-share.sh (or
+// $IWARP_NVMEOF_PREP), run into the VM's share before it boots.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goiwarp/iwarp/interop/siw"
+	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	nvmeNQN     = "nqn.2024-01.io.goiwarp:interop"
+	nvmeHostNQN = "nqn.2014-08.org.nvmexpress:uuid:5eed0000-0000-4000-8000-000000000001"
+	// nvmeGuestSetup loads the modules (kmod's modprobe: busybox's has no
+	// -d) with short admin and I/O timeouts, so that a failure costs
+	// seconds, not a minute.
+	nvmeGuestSetup = `NVME="env LD_LIBRARY_PATH=/host/nvme/lib /host/nvme/nvme"
+HOSTNQN=` + nvmeHostNQN + `
+/usr/sbin/modprobe -d /host/mods nvme-core admin_timeout=10 io_timeout=10 || echo "MODPROBE FAILED nvme-core"
+/usr/sbin/modprobe -d /host/mods nvme-rdma || echo "MODPROBE FAILED nvme-rdma"
+waitdev() { for i in $(seq 80); do [ -b /dev/nvme0n1 ] && return 0; sleep 0.25; done; return 1; }
+`
+)
+
+// nvmePrep returns the share-filling script.
+func nvmePrep() string {
+	if s := os.Getenv("IWARP_NVMEOF_PREP"); s != "" {
+		return s
+	}
+	return "/work/shared/nvmeof/prep-share.sh"
+}
+
+// nvmeVM boots a VM whose share holds the NVMe modules and nvme-cli.
+func nvmeVM(t *testing.T, script string, fwds ...siw.Forward) *siw.VM {
+	t.Helper()
+	work := os.Getenv("IWARP_SIWVM_WORK")
+	if work == "" {
+		work = "/var/tmp/goiwarp-siwvm"
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(work, "runs"), 0o755))
+	dir, err := os.MkdirTemp(filepath.Join(work, "runs"), time.Now().Format("20060102-150405-nvme-"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	require.NoError(t, siw.Setup(ctx), "the siw VM cannot run")
+	prep := exec.CommandContext(ctx, nvmePrep(), filepath.Join(dir, "share"))
+	prep.Env = append(os.Environ(), "SIWVM_WORK="+work, "NVME_DEBS="+filepath.Join(work, "nvme-debs"))
+	out, err := prep.CombinedOutput()
+	require.NoError(t, err, "%s:\n%s", nvmePrep(), out)
+	vm, err := siw.Start(ctx, siw.Config{Script: nvmeGuestSetup + script, Forwards: fwds, Timeout: 8 * time.Minute,
+		RunDir: dir, Log: t.Logf})
+	require.NoError(t, err, "the siw VM cannot run")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("siw VM: %s", vm.Diagnose())
+		}
+		vm.Close()
+		assert.Empty(t, vm.Leftovers(), "processes of the VM still running")
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	})
+	return vm
+}
+
+// guestValue returns the value of "KEY value" from the guest's line.
+func guestValue(t *testing.T, vm *siw.VM, key string, timeout time.Duration) string {
+	t.Helper()
+	l := guestLine(t, vm, key+" ", timeout)
+	return strings.TrimSpace(l[strings.Index(l, key+" ")+len(key)+1:])
+}
+
+// logLines collects a target's log for assertions.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+	t     *testing.T
+}
+
+func (l *logLines) logf(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	l.mu.Lock()
+	l.lines = append(l.lines, s)
+	l.mu.Unlock()
+	l.t.Log(s)
+}
+
+func (l *logLines) count(re string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.lines {
+		if regexp.MustCompile(re).MatchString(s) {
+			n++
+		}
+	}
+	return n
+}
+
+// The kernel's host against our target: nvme discover, nvme connect with
+// two I/O queues, 16 MiB of a random pattern written with O_DIRECT and read
+// back (SHA-256 equal in the guest, and equal to what the namespace holds
+// here), flush, nvme disconnect.
+func TestNVMeKernelHost(t *testing.T) {
+	logs := &logLines{t: t}
+	sub, err := nvmeof.NewSubsystem(nvmeNQN)
+	require.NoError(t, err)
+	mem := nvmeof.NewMemBackend(64 << 20)
+	_, err = sub.AddNamespace(mem, 512)
+	require.NoError(t, err)
+	sub.AllowHost(nvmeHostNQN)
+	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
+	require.NoError(t, err)
+	defer tg.Close()
+	hp := freePort(t)
+	_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp))
+	require.NoError(t, err)
+	if os.Getenv("IWARP_PCAP_DIR") != "" {
+		pcap, stop := siwCapture(t, hp)
+		defer func() { stop(); t.Logf("capture: %s", pcap) }()
+	}
+	script := fmt.Sprintf(`A="-t rdma -a 10.0.2.2 -s %d -q $HOSTNQN"
+$NVME discover $A > /tmp/disc 2>&1; echo "DISCOVER rc=$?"; sed 's/^/  disc: /' /tmp/disc
+grep -q "subnqn: *%s" /tmp/disc && echo "DISCOVERED %s"
+$NVME connect $A -n %s -i 2; echo "CONNECT rc=$?"
+waitdev && echo "DEVICE present"
+echo "QUEUES $(cat /sys/class/nvme/nvme0/queue_count)"
+dd if=/dev/urandom of=/tmp/pat bs=1M count=16 2>/dev/null
+echo "PATTERN $(sha256sum /tmp/pat | cut -d' ' -f1)"
+dd if=/tmp/pat of=/dev/nvme0n1 bs=1M seek=4 oflag=direct 2>&1 | tail -1; echo "WRITE rc=$?"
+dd if=/dev/nvme0n1 of=/tmp/back bs=1M skip=4 count=16 iflag=direct 2>&1 | tail -1
+echo "READBACK $(sha256sum /tmp/back | cut -d' ' -f1)"
+dd if=/tmp/pat of=/dev/nvme0n1 bs=4k count=1 seek=3 oflag=direct 2>&1 | tail -1
+$NVME flush /dev/nvme0n1 -n 1; echo "FLUSH rc=$?"
+$NVME id-ctrl /dev/nvme0 | grep -E '^(mn|mdts|cntlid|ver|kas|sgls|subnqn|ioccsz|oncs|vwc) '
+$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
+dmesg | grep -iE 'nvme' | tail -20`, hp, nvmeNQN, nvmeNQN, nvmeNQN, nvmeNQN)
+	vm := nvmeVM(t, script)
+	const step = 2 * time.Minute
+	require.Equal(t, "DISCOVER rc=0", guestLine(t, vm, "DISCOVER rc=", step))
+	guestLine(t, vm, "DISCOVERED "+nvmeNQN, step)
+	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
+	guestLine(t, vm, "DEVICE present", step)
+	require.Equal(t, "3", guestValue(t, vm, "QUEUES", step), "admin queue and two I/O queues")
+	pattern := guestValue(t, vm, "PATTERN", step)
+	require.Equal(t, "WRITE rc=0", guestLine(t, vm, "WRITE rc=", step))
+	require.Equal(t, pattern, guestValue(t, vm, "READBACK", step), "the 16 MiB read back")
+	require.Equal(t, "FLUSH rc=0", guestLine(t, vm, "FLUSH rc=", step))
+	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
+	_, err = vm.Wait(vmCtx(t, vm, step))
+	require.NoError(t, err)
+	// What the namespace holds here is the guest's pattern.
+	buf := make([]byte, 16<<20)
+	_, err = mem.ReadAt(buf, 4<<20)
+	require.NoError(t, err)
+	sum := sha256.Sum256(buf)
+	require.Equal(t, pattern, hex.EncodeToString(sum[:]), "the namespace's octets 4 MiB .. 20 MiB")
+	require.GreaterOrEqual(t, logs.count(`q2: connected`), 1, "a second I/O queue")
+	require.GreaterOrEqual(t, logs.count(`nqn.2014-08.org.nvmexpress.discovery, KATO`), 1, "a discovery controller")
+}
+
+// buildNvmet builds cmd/iwarp-nvmet.
+func buildNvmet(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "iwarp-nvmet")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/iwarp-nvmet").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin
+}
+
+// startNvmet starts the binary on port with the file namespace.
+func startNvmet(t *testing.T, bin string, port int, file string, out *syncBuffer) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--file", file, "--nqn", nvmeNQN)
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	waitListening(t, port)
+	return cmd
+}
+
+// syncBuffer is a strings.Builder safe for a process's two pipes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The kernel's host against the iwarp-nvmet binary, which is killed
+// (SIGKILL) in the middle of a long write and restarted on the same file:
+// the host reconnects by itself, the write completes, and the data written
+// before the kill and during it read back intact.
+func TestNVMeKernelHostTargetRestart(t *testing.T) {
+	bin := buildNvmet(t)
+	file := filepath.Join(t.TempDir(), "disk.img")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	require.NoError(t, os.Truncate(file, 128<<20))
+	hp := freePort(t)
+	var out1, out2 syncBuffer
+	first := startNvmet(t, bin, hp, file, &out1)
+	script := fmt.Sprintf(`A="-t rdma -a 10.0.2.2 -s %d -q $HOSTNQN"
+$NVME connect $A -n %s -i 2 --reconnect-delay=1 --ctrl-loss-tmo=120; echo "CONNECT rc=$?"
+waitdev && echo "DEVICE present"
+dd if=/dev/urandom of=/tmp/a bs=1M count=16 2>/dev/null
+dd if=/dev/urandom of=/tmp/b bs=1M count=48 2>/dev/null
+echo "PATTERN_A $(sha256sum /tmp/a | cut -d' ' -f1)"
+echo "PATTERN_B $(sha256sum /tmp/b | cut -d' ' -f1)"
+dd if=/tmp/a of=/dev/nvme0n1 bs=1M oflag=direct 2>&1 | tail -1; echo "WRITE_A rc=$?"
+(dd if=/tmp/b of=/dev/nvme0n1 bs=64k seek=256 oflag=direct > /tmp/ddb 2>&1; echo $? > /tmp/ddb.rc) &
+sleep 1; echo "WRITING_B"
+wait
+echo "WRITE_B rc=$(cat /tmp/ddb.rc) $(tail -1 /tmp/ddb)"
+echo "STATE $(cat /sys/class/nvme/nvme0/state)"
+dd if=/dev/nvme0n1 of=/tmp/a.r bs=1M count=16 iflag=direct 2>/dev/null
+echo "READ_A $(sha256sum /tmp/a.r | cut -d' ' -f1)"
+dd if=/dev/nvme0n1 of=/tmp/b.r bs=1M skip=16 count=48 iflag=direct 2>/dev/null
+echo "READ_B $(sha256sum /tmp/b.r | cut -d' ' -f1)"
+$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
+dmesg | grep -iE 'nvme' | tail -25`, hp, nvmeNQN, nvmeNQN)
+	vm := nvmeVM(t, script)
+	const step = 2 * time.Minute
+	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
+	a := guestValue(t, vm, "PATTERN_A", step)
+	b := guestValue(t, vm, "PATTERN_B", step)
+	require.Equal(t, "WRITE_A rc=0", guestLine(t, vm, "WRITE_A rc=", step))
+	guestLine(t, vm, "WRITING_B", step)
+	// Kill the target under I/O, and bring it back.
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	first.Wait()
+	t.Logf("target killed; its log:\n%s", out1.String())
+	time.Sleep(time.Second)
+	second := startNvmet(t, bin, hp, file, &out2)
+	wb := guestLine(t, vm, "WRITE_B rc=", 3*time.Minute)
+	require.True(t, strings.HasPrefix(wb, "WRITE_B rc=0"), "the write across the restart: %s", wb)
+	require.Equal(t, "live", guestValue(t, vm, "STATE", step))
+	require.Equal(t, a, guestValue(t, vm, "READ_A", step), "data written before the kill")
+	require.Equal(t, b, guestValue(t, vm, "READ_B", step), "data written across the kill")
+	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
+	require.NoError(t, second.Process.Signal(os.Interrupt))
+	require.NoError(t, second.Wait(), "iwarp-nvmet's exit after SIGINT:\n%s", out2.String())
+	t.Logf("restarted target's log:\n%s", out2.String())
+	// And the file holds both patterns.
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	sa, sb := sha256.Sum256(data[:16<<20]), sha256.Sum256(data[16<<20:64<<20])
+	require.Equal(t, a, hex.EncodeToString(sa[:]))
+	require.Equal(t, b, hex.EncodeToString(sb[:]))
+}
+
+// Our Go host against the kernel's target (nvmet-rdma over siw0, a 64 MiB
+// file namespace): discovery, connect with two I/O queues, identify, 8 MiB
+// written at two offsets and read back, flush; the guest's view of the
+// backing file has the same SHA-256.
+func TestNVMeGoHostKernelTarget(t *testing.T) {
+	hp := freePort(t)
+	const gp = 4420
+	script := fmt.Sprintf(`/usr/sbin/modprobe -d /host/mods nvmet-rdma || echo "MODPROBE FAILED nvmet-rdma"
+grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
+C=/sys/kernel/config/nvmet N=%s
+truncate -s 64M /tmp/nvme.img
+mkdir $C/subsystems/$N; echo 1 > $C/subsystems/$N/attr_allow_any_host
+mkdir $C/subsystems/$N/namespaces/1
+echo -n /tmp/nvme.img > $C/subsystems/$N/namespaces/1/device_path
+echo 1 > $C/subsystems/$N/namespaces/1/buffered_io
+echo 1 > $C/subsystems/$N/namespaces/1/enable || echo "NS ENABLE FAILED"
+mkdir $C/ports/1; echo rdma > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/addr_adrfam
+echo 10.0.2.15 > $C/ports/1/addr_traddr; echo %d > $C/ports/1/addr_trsvcid
+ln -s $C/subsystems/$N $C/ports/1/subsystems/$N || echo "PORT LINK FAILED"
+waitport %d && echo "TARGET READY"
+waitfile done 300
+echo "FILE $(dd if=/tmp/nvme.img bs=1M skip=1 count=8 2>/dev/null | sha256sum | cut -d' ' -f1)"
+dmesg | grep -iE 'nvmet' | tail -20`, nvmeNQN, gp, gp)
+	vm := nvmeVM(t, script, siw.Forward{Host: hp, Guest: gp})
+	if os.Getenv("IWARP_PCAP_DIR") != "" {
+		pcap, stop := siwCapture(t, hp)
+		defer func() { stop(); t.Logf("capture: %s", pcap) }()
+	}
+	guestLine(t, vm, "TARGET READY", 2*time.Minute)
+	ctx := vmCtx(t, vm, 3*time.Minute)
+	addr := fmt.Sprintf("127.0.0.1:%d", hp)
+	ents, err := nvmeof.Discover(ctx, "tcp", addr, nvmeof.HostConfig{HostNQN: nvmeHostNQN})
+	require.NoError(t, err, "discovery")
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.SubNQN)
+	}
+	require.Contains(t, names, nvmeNQN)
+	c, err := nvmeof.Connect(ctx, "tcp", addr, nvmeNQN, nvmeof.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 2, QueueDepth: 16})
+	require.NoError(t, err, "connect")
+	defer c.Close()
+	t.Logf("kernel target: controller %d, model %q, MDTS %d, IOCCSZ %d, SGLS %#x, %d I/O queues",
+		c.ID, c.Info.Model, c.Info.MDTS, c.Info.IOCCSZ, c.Info.SGLS, c.IOQueues())
+	require.Equal(t, 2, c.IOQueues())
+	require.Equal(t, nvmeNQN, c.Info.SubNQN)
+	ids, err := c.ActiveNamespaces(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{1}, ids)
+	ns, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(64<<20), ns.Size())
+	w := make([]byte, 8<<20)
+	for i := range w {
+		w[i] = byte(i*7 + i>>13)
+	}
+	_, err = ns.WriteAtContext(ctx, w[:4096], 1<<20) // in the capsule
+	require.NoError(t, err)
+	_, err = ns.WriteAtContext(ctx, w, 1<<20)
+	require.NoError(t, err)
+	r := make([]byte, len(w))
+	_, err = ns.ReadAtContext(ctx, r, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, sha256.Sum256(w), sha256.Sum256(r), "8 MiB read back")
+	require.NoError(t, ns.Flush(ctx))
+	require.NoError(t, c.Close())
+	require.NoError(t, vm.Signal("done"))
+	sum := sha256.Sum256(w)
+	require.Equal(t, hex.EncodeToString(sum[:]), guestValue(t, vm, "FILE", time.Minute), "the target's backing file")
+}

@@ -1,0 +1,272 @@
+package nvmeof
+
+import (
+	"encoding/binary"
+	"slices"
+	"time"
+)
+
+// Feature identifiers.
+const (
+	FeatArbitration = 0x01
+	FeatPowerMgmt   = 0x02
+	FeatVWC         = 0x06
+	FeatNumQueues   = 0x07
+	FeatAsyncEvent  = 0x0b
+	FeatKATO        = 0x0f
+)
+
+// Controller limits this target reports.
+const (
+	aerl     = 3    // 0's based: four AERs held at most
+	maxNSID  = 1024 // NN
+	ctrattrT = 1 << 2
+)
+
+// numd returns a Get Log Page's length in octets.
+func logLen(cmd Command) uint64 {
+	return (uint64(cmd.CDW(11)&0xffff)<<16 | uint64(cmd.CDW(10)>>16) + 1) * 4
+}
+
+// planAdmin checks an admin command.
+func (c *controller) planAdmin(cmd Command) (dir, need int, st Status) {
+	switch cmd.Opcode() {
+	case AdminIdentify:
+		return dirOut, IdentifySize, StatusSuccess
+	case AdminGetLogPage:
+		n := logLen(cmd)
+		if n > uint64(c.t.cfg.MaxTransfer) {
+			return 0, 0, StatusInvalidField | DNR
+		}
+		return dirOut, int(n), StatusSuccess
+	case AdminSetFeatures, AdminGetFeatures, AdminAER, AdminKeepAlive:
+		return dirNone, 0, StatusSuccess
+	case AdminAbort:
+		if !c.discovery() {
+			return dirNone, 0, StatusSuccess
+		}
+	}
+	return 0, 0, StatusInvalidOpcode | DNR
+}
+
+// execAdmin runs an admin command.
+func (c *controller) execAdmin(r *request) (res uint64, st Status, out []byte, held bool) {
+	cmd := r.cmd
+	switch cmd.Opcode() {
+	case AdminIdentify:
+		out, st = c.identify(r)
+	case AdminGetLogPage:
+		out, st = c.getLogPage(r)
+	case AdminSetFeatures:
+		res, st = c.setFeatures(cmd)
+	case AdminGetFeatures:
+		res, st = c.getFeatures(cmd)
+	case AdminKeepAlive:
+		c.touch()
+	case AdminAbort:
+		res = 1 // not aborted: commands here finish without waiting on anything abortable
+	case AdminAER:
+		if c.aers > aerl {
+			return 0, StatusAERLimitExceeded, nil, false
+		}
+		// Held until the controller ends: this target raises no
+		// asynchronous events yet (namespaces do not change while hosts
+		// are connected).
+		c.aers++
+		return 0, StatusSuccess, nil, true
+	}
+	return res, st, out, false
+}
+
+// controllerInfo is the Identify Controller data of c.
+func (c *controller) controllerInfo() ControllerInfo {
+	t := c.t
+	mdts := uint8(0)
+	for 4096<<mdts < t.cfg.MaxTransfer {
+		mdts++
+	}
+	ci := ControllerInfo{
+		Firmware: "1.0", MDTS: mdts, CntlID: c.id, Version: Version13,
+		AERL: aerl, LPA: lpaExtendedData, KAS: 1, SQES: 0x66, CQES: 0x44,
+		MaxCmd: uint16(t.cfg.MaxQueueSize), SGLS: sglsSupported | sglsKeyed | sglsOffset,
+		IOCCSZ: uint32(CommandSize+t.cfg.InCapsuleData) / 16, IORCSZ: CompletionSize / 16, MSDBD: 1,
+		CTRATT: ctrattrT,
+	}
+	if c.discovery() {
+		ci.Serial, ci.Model = "discovery", "goiwarp NVMe/iWARP discovery"
+		ci.CtrlType, ci.OAES, ci.SubNQN = ControllerDisc, oaesDiscoveryLog, DiscoveryNQN
+		return ci
+	}
+	ci.Serial, ci.Model, ci.SubNQN = c.sub.Serial, c.sub.Model, c.sub.NQN
+	ci.CtrlType, ci.OAES = ControllerIO, oaesNSAttr
+	ci.NN, ci.ONCS, ci.VWC = maxNSID, oncsDSM|oncsWriteZeroes, 1
+	return ci
+}
+
+// identify serves Identify: CNS 1 everywhere, CNS 0, 2 and 3 on NVM
+// controllers.
+func (c *controller) identify(r *request) ([]byte, Status) {
+	cmd := r.cmd
+	cns, nsid := uint8(cmd.CDW(10)), cmd.NSID()
+	if c.discovery() && cns != CNSController {
+		return nil, StatusInvalidField | DNR
+	}
+	out := r.out(IdentifySize)
+	if out == nil {
+		return nil, StatusInternalError
+	}
+	switch cns {
+	case CNSController:
+		ci := c.controllerInfo()
+		ci.Append(out[:0])
+	case CNSNamespace:
+		if nsid == 0 || nsid > maxNSID {
+			return nil, StatusInvalidNamespace | DNR
+		}
+		clear(out)
+		if ns := c.sub.namespace(nsid); ns != nil {
+			b := ns.Blocks()
+			ni := NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NGUID: ns.NGUID}
+			ni.Append(out[:0])
+		} // an inactive NSID reads as zeros
+	case CNSActiveNSList:
+		if nsid >= 0xfffffffe {
+			return nil, StatusInvalidNamespace | DNR
+		}
+		clear(out)
+		i := 0
+		for _, ns := range c.sub.namespaces() {
+			if ns.ID > nsid && i < IdentifySize/4 {
+				binary.LittleEndian.PutUint32(out[4*i:], ns.ID)
+				i++
+			}
+		}
+	case CNSNSDescriptors:
+		ns := c.sub.namespace(nsid)
+		if ns == nil {
+			return nil, StatusInvalidNamespace | DNR
+		}
+		appendNSDescriptors(out[:0], ns.NGUID, ns.UUID)
+	default:
+		return nil, StatusInvalidField | DNR
+	}
+	return out, StatusSuccess
+}
+
+// getLogPage serves Get Log Page: error information, SMART / health and
+// firmware slots on NVM controllers, the discovery log on discovery ones.
+func (c *controller) getLogPage(r *request) ([]byte, Status) {
+	cmd := r.cmd
+	lid := uint8(cmd.CDW(10))
+	off := uint64(cmd.CDW(12)) | uint64(cmd.CDW(13))<<32
+	n := int(logLen(cmd))
+	var log []byte
+	switch {
+	case lid == LogDiscovery && c.discovery():
+		genctr, ents := c.t.discoveryEntries(c.hostNQN, c.admin.qp.LocalAddr())
+		log = appendDiscoveryLog(nil, genctr, ents)
+	case lid == LogError:
+		log = make([]byte, errorLogEntry*(1)) // no errors recorded
+	case lid == LogSMART && !c.discovery():
+		c.sub.countMu.Lock()
+		cnt := c.sub.counters
+		c.sub.countMu.Unlock()
+		log = appendSMARTLog(nil, cnt, uint64(time.Since(c.t.start).Hours()))
+	case lid == LogFirmware && !c.discovery():
+		log = make([]byte, firmwareLogSize)
+		log[0] = 1 // slot 1 active
+		putASCII(log[8:16], "1.0")
+	default:
+		return nil, StatusInvalidLogPage | DNR
+	}
+	if off&3 != 0 || off > uint64(len(log)) {
+		return nil, StatusInvalidField | DNR
+	}
+	out := r.out(n)
+	if out == nil {
+		return nil, StatusInternalError
+	}
+	clear(out[copy(out, log[off:]):])
+	return out, StatusSuccess
+}
+
+// setFeatures serves Set Features.
+func (c *controller) setFeatures(cmd Command) (uint64, Status) {
+	fid, v := uint8(cmd.CDW(10)), cmd.CDW(11)
+	if cmd.CDW(10)&(1<<31) != 0 {
+		return 0, StatusFeatureNotSaveable | DNR
+	}
+	switch {
+	case fid == FeatKATO:
+		c.setKATO(v)
+		return 0, StatusSuccess
+	case fid == FeatAsyncEvent:
+		c.mu.Lock()
+		c.aec = v
+		c.mu.Unlock()
+		return uint64(v), StatusSuccess
+	case c.discovery():
+	case fid == FeatNumQueues:
+		nsqr, ncqr := v&0xffff, v>>16
+		if nsqr == 0xffff || ncqr == 0xffff {
+			return 0, StatusInvalidField | DNR
+		}
+		n := min(int(max(nsqr, ncqr))+1, c.t.cfg.MaxIOQueues)
+		c.mu.Lock()
+		c.nrQueues = n
+		c.mu.Unlock()
+		return uint64(n-1) | uint64(n-1)<<16, StatusSuccess
+	case fid == FeatVWC:
+		c.mu.Lock()
+		c.vwc = v&1 != 0
+		c.mu.Unlock()
+		return 0, StatusSuccess
+	}
+	return 0, StatusInvalidField | DNR
+}
+
+// getFeatures serves Get Features (current values).
+func (c *controller) getFeatures(cmd Command) (uint64, Status) {
+	fid := uint8(cmd.CDW(10))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case fid == FeatKATO:
+		return uint64(c.kato.Load()), StatusSuccess
+	case fid == FeatAsyncEvent:
+		return uint64(c.aec), StatusSuccess
+	case c.discovery():
+	case fid == FeatNumQueues:
+		n := c.nrQueues
+		if n == 0 {
+			n = c.t.cfg.MaxIOQueues
+		}
+		return uint64(n-1) | uint64(n-1)<<16, StatusSuccess
+	case fid == FeatVWC:
+		if c.vwc {
+			return 1, StatusSuccess
+		}
+		return 0, StatusSuccess
+	case fid == FeatArbitration, fid == FeatPowerMgmt:
+		return 0, StatusSuccess
+	}
+	return 0, StatusInvalidField | DNR
+}
+
+// sortedSubs returns the subsystems in NQN order.
+func sortedSubs(m map[string]*Subsystem) []*Subsystem {
+	s := make([]*Subsystem, 0, len(m))
+	for _, v := range m {
+		s = append(s, v)
+	}
+	slices.SortFunc(s, func(a, b *Subsystem) int {
+		switch {
+		case a.NQN < b.NQN:
+			return -1
+		case a.NQN > b.NQN:
+			return 1
+		}
+		return 0
+	})
+	return s
+}

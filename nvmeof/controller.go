@@ -1,0 +1,378 @@
+package nvmeof
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// controller is a controller of the dynamic model: created by an admin
+// queue's Connect (with a fresh controller ID), joined by I/O queues whose
+// Connect names that ID, ended by its admin queue's end, a keep-alive
+// timeout or the target's Close.
+type controller struct {
+	t       *Target
+	id      uint16
+	sub     *Subsystem // nil: the discovery controller
+	hostNQN string
+	hostID  [16]byte
+	admin   *tqueue
+	aers    int // held Asynchronous Event Requests; the admin queue's goroutine owns it
+
+	lastSeen atomic.Int64  // nanoseconds since the target started, at the last command
+	kato     atomic.Uint32 // ms, 0: no keep-alive timeout
+
+	mu       sync.Mutex
+	cc, csts uint32
+	ioq      map[uint16]*tqueue
+	nrQueues int // I/O queues granted by Set Features, 0 until then
+	aec      uint32
+	vwc      bool
+	kaStop   chan struct{}
+	dead     bool
+}
+
+func (c *controller) discovery() bool { return c.sub == nil }
+
+func (c *controller) touch() { c.lastSeen.Store(int64(time.Since(c.t.start))) }
+
+func (c *controller) ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cc&CCEnable != 0 && c.csts&CSTSReady != 0 && !c.dead
+}
+
+// maxQueues is how many I/O queues the controller allows.
+func (c *controller) maxQueues() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nrQueues > 0 {
+		return c.nrQueues
+	}
+	return c.t.cfg.MaxIOQueues
+}
+
+// queueGone is called by a queue's goroutine as it ends: an admin queue
+// takes the controller with it, an I/O queue only itself.
+func (c *controller) queueGone(q *tqueue, why error) {
+	if q == c.admin {
+		c.shutdown(fmt.Sprintf("admin queue ended (%v)", why))
+		return
+	}
+	c.mu.Lock()
+	if c.ioq[q.qid] == q {
+		delete(c.ioq, q.qid)
+	}
+	c.mu.Unlock()
+}
+
+// shutdown ends the controller and every queue of it.
+func (c *controller) shutdown(why string) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.dead = true
+	if c.kaStop != nil {
+		close(c.kaStop)
+	}
+	qs := []*tqueue{c.admin}
+	for _, q := range c.ioq {
+		qs = append(qs, q)
+	}
+	c.mu.Unlock()
+	c.t.removeController(c)
+	c.t.logf("nvmeof: controller %d (%s, host %s) ended: %s", c.id, c.nqn(), c.hostNQN, why)
+	for _, q := range qs {
+		q.qp.Close()
+	}
+}
+
+// stopKeepAlive stops the keep-alive goroutine (Target.Close).
+func (c *controller) stopKeepAlive() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kaStop != nil && !c.dead {
+		close(c.kaStop)
+		c.kaStop = nil
+	}
+}
+
+func (c *controller) nqn() string {
+	if c.sub == nil {
+		return DiscoveryNQN
+	}
+	return c.sub.NQN
+}
+
+// startKeepAlive starts the keep-alive timer's goroutine, once.
+func (c *controller) startKeepAlive() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kaStop != nil || c.dead {
+		return
+	}
+	t := c.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	stop := make(chan struct{})
+	c.kaStop = stop
+	t.wg.Add(1)
+	go c.keepAlive(stop)
+}
+
+// keepAlive ends the controller when no command has come for KATO
+// (traffic based: any command on any of its queues counts, as CTRATT.TBKAS
+// says). It checks every KATO/4, so a timeout is noticed within 1.25 KATO.
+func (c *controller) keepAlive(stop chan struct{}) {
+	defer c.t.wg.Done()
+	period := func() time.Duration {
+		return max(time.Duration(c.kato.Load())*time.Millisecond/4, 10*time.Millisecond)
+	}
+	cur := period()
+	tick := time.NewTicker(cur)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		kato := time.Duration(c.kato.Load()) * time.Millisecond
+		if kato == 0 {
+			continue
+		}
+		if idle := time.Since(c.t.start) - time.Duration(c.lastSeen.Load()); idle > kato {
+			c.shutdown(fmt.Sprintf("keep alive timeout: nothing for %v (KATO %v)", idle.Round(time.Millisecond), kato))
+			return
+		}
+		if p := period(); p != cur {
+			cur = p
+			tick.Reset(p)
+		}
+	}
+}
+
+// setKATO sets the keep-alive timeout in ms.
+func (c *controller) setKATO(ms uint32) {
+	c.touch()
+	c.kato.Store(ms)
+	if ms != 0 {
+		c.startKeepAlive()
+	}
+}
+
+// addIOQueue joins q to the controller.
+func (c *controller) addIOQueue(q *tqueue) (uint64, Status) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	limit := c.t.cfg.MaxIOQueues
+	if c.nrQueues > 0 {
+		limit = c.nrQueues
+	}
+	switch {
+	case c.dead || c.cc&CCEnable == 0 || c.csts&CSTSReady == 0:
+		return 0, StatusCommandSequenceError | DNR
+	case int(q.qid) > limit:
+		return invalidParam(false, 42)
+	case c.ioq[q.qid] != nil:
+		return invalidParam(false, 42)
+	}
+	c.ioq[q.qid] = q
+	return uint64(c.id), StatusSuccess
+}
+
+// invalidParam is a Connect's failure with the Invalid Parameter Offset
+// and the attribute saying whether it is in the SQE or the data.
+func invalidParam(inData bool, off uint16) (uint64, Status) {
+	var attr uint64
+	if inData {
+		attr = 1
+	}
+	return attr<<16 | uint64(off), StatusConnectInvalidParm | DNR
+}
+
+// connect serves a Fabrics Connect: a new controller on an admin queue,
+// an I/O queue joining one otherwise.
+func (q *tqueue) connect(r *request) (uint64, Status) {
+	cmd, t := r.cmd, q.t
+	switch {
+	case cmd.RecFmt() != 0:
+		return 0, StatusConnectIncompatFmt | DNR
+	case cmd.QID() != q.qid:
+		return invalidParam(false, 42)
+	case int(cmd.SQSize())+1 != q.depth:
+		// The binding: HSQSIZE in the CM request is the Connect's SQSIZE.
+		return invalidParam(false, 44)
+	}
+	cd, err := ParseConnectData(r.in)
+	if err != nil {
+		return 0, StatusSGLInvalidData | DNR
+	}
+	if !validNQN(cd.HostNQN) {
+		return invalidParam(true, connOffHostNQN)
+	}
+	var sub *Subsystem
+	if cd.SubNQN != DiscoveryNQN {
+		if sub = t.subsystem(cd.SubNQN); sub == nil {
+			return invalidParam(true, connOffSubNQN)
+		}
+		if !sub.Allowed(cd.HostNQN) {
+			q.logf("host %s may not connect to %s", cd.HostNQN, sub.NQN)
+			return 0, StatusConnectInvalidHost | DNR
+		}
+	}
+	if q.qid == 0 {
+		if cd.CntlID != DynamicCntlID {
+			return invalidParam(true, connOffCntlID)
+		}
+		c := &controller{t: t, sub: sub, hostNQN: cd.HostNQN, hostID: cd.HostID, admin: q, ioq: map[uint16]*tqueue{}}
+		if !t.addController(c) {
+			return 0, StatusConnectCtrlBusy | DNR
+		}
+		q.ctrl = c
+		q.noSQFlow = cmd.CATTR()&4 != 0
+		c.setKATO(cmd.KATO())
+		t.logf("nvmeof: controller %d: host %s (%v) connected to %s, KATO %d ms", c.id, cd.HostNQN, q.qp.RemoteAddr(), c.nqn(), cmd.KATO())
+		return uint64(c.id), StatusSuccess
+	}
+	if sub == nil {
+		return invalidParam(true, connOffSubNQN) // discovery controllers have no I/O queues
+	}
+	c := t.controller(cd.CntlID)
+	if c == nil || c.sub != sub || c.hostNQN != cd.HostNQN || c.hostID != cd.HostID {
+		return invalidParam(true, connOffCntlID)
+	}
+	res, st := c.addIOQueue(q)
+	if st.OK() {
+		q.ctrl = c
+		q.noSQFlow = cmd.CATTR()&4 != 0
+		c.touch()
+	}
+	return res, st
+}
+
+// capability returns CAP: MQES, CQR, TO 7.5 s, the NVM command set.
+func (t *Target) capability() uint64 {
+	return uint64(t.cfg.MaxQueueSize-1) | 1<<16 | 15<<24 | 1<<37
+}
+
+// propertyGet serves Property Get.
+func (q *tqueue) propertyGet(cmd Command) (uint64, Status) {
+	c := q.ctrl
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch size, off := cmd.PropSize(), cmd.PropOffset(); {
+	case size == 8 && off == PropCAP:
+		return q.t.capability(), StatusSuccess
+	case size == 4 && off == PropVS:
+		return Version13, StatusSuccess
+	case size == 4 && off == PropCC:
+		return uint64(c.cc), StatusSuccess
+	case size == 4 && off == PropCSTS:
+		return uint64(c.csts), StatusSuccess
+	}
+	return 0, StatusInvalidField | DNR
+}
+
+// propertySet serves Property Set: CC, whose EN and SHN drive CSTS.
+func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
+	if cmd.PropSize() != 4 || cmd.PropOffset() != PropCC {
+		return 0, StatusInvalidField | DNR
+	}
+	c := q.ctrl
+	v := uint32(cmd.PropValue())
+	c.mu.Lock()
+	old := c.cc
+	c.cc = v
+	var drop []*tqueue
+	switch {
+	case v&CCEnable != 0 && old&CCEnable == 0:
+		if ccIOSQES(v) != 6 || ccIOCQES(v) != 4 || v>>4&7 != 0 && v>>4&7 != 6 {
+			c.csts = CSTSFatal
+		} else {
+			c.csts = CSTSReady
+		}
+	case v&CCEnable == 0 && old&CCEnable != 0:
+		// A reset: the I/O queues go, CSTS.RDY clears.
+		c.csts &^= CSTSReady | CSTSFatal
+		for _, q := range c.ioq {
+			drop = append(drop, q)
+		}
+		clear(c.ioq)
+	}
+	if v&CCShnMask != 0 && old&CCShnMask == 0 {
+		for _, q := range c.ioq {
+			drop = append(drop, q)
+		}
+		clear(c.ioq)
+		c.csts |= CSTSShstDone
+	} else if v&CCShnMask == 0 && old&CCShnMask != 0 {
+		c.csts &^= CSTSShstMask
+	}
+	id := c.id
+	c.mu.Unlock()
+	if len(drop) > 0 {
+		q.t.logf("nvmeof: controller %d: CC %#x: closing %d I/O queues", id, v, len(drop))
+	}
+	for _, d := range drop {
+		d.qp.Close()
+	}
+	return 0, StatusSuccess
+}
+
+// plan checks a command before its data moves: whether the queue and
+// controller may run it, and the direction and length of its data.
+func (q *tqueue) plan(cmd Command) (dir, need int, st Status) {
+	c := q.ctrl
+	if cmd.IsFabrics() {
+		switch fc := cmd.FCType(); {
+		case fc == FabricsConnect:
+			if c != nil {
+				return 0, 0, StatusCommandSequenceError | DNR
+			}
+			return dirIn, ConnectDataSize, StatusSuccess
+		case q.qid != 0:
+			return 0, 0, StatusInvalidOpcode | DNR
+		case fc == FabricsPropertyGet || fc == FabricsPropertySet:
+			if c == nil {
+				return 0, 0, StatusCommandSequenceError | DNR
+			}
+			return dirNone, 0, StatusSuccess
+		}
+		return 0, 0, StatusInvalidOpcode | DNR
+	}
+	if c == nil || !c.ready() {
+		return 0, 0, StatusCommandSequenceError | DNR
+	}
+	if q.qid == 0 {
+		return c.planAdmin(cmd)
+	}
+	return c.planIO(cmd)
+}
+
+// handle executes a planned command whose data is here. held means the
+// command stays outstanding (an Asynchronous Event Request).
+func (q *tqueue) handle(r *request) (res uint64, st Status, out []byte, held bool) {
+	if r.cmd.IsFabrics() {
+		switch r.cmd.FCType() {
+		case FabricsConnect:
+			res, st = q.connect(r)
+		case FabricsPropertyGet:
+			res, st = q.propertyGet(r.cmd)
+		case FabricsPropertySet:
+			res, st = q.propertySet(r.cmd)
+		}
+		return res, st, nil, false
+	}
+	if q.qid == 0 {
+		return q.ctrl.execAdmin(r)
+	}
+	res, st, out = q.ctrl.execIO(r)
+	return res, st, out, false
+}

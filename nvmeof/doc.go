@@ -1,0 +1,55 @@
+// Package nvmeof is NVMe over Fabrics on this repository's iWARP stack: a
+// target and a host of the NVMe/RDMA transport (NVMe-oF 1.1 with the
+// NVMe/RDMA transport binding 1.0, NVMe base 1.3 as VS says) over verbs
+// queue pairs, which the Linux kernel's nvme-rdma host and nvmet-rdma
+// target (over siw or an iWARP NIC) interoperate with.
+//
+// # Target
+//
+// NewTarget serves Subsystems, each with Namespaces over a Backend
+// (MemBackend, FileBackend: pread and pwrite at the block's offset) and a
+// host access list, plus the discovery controller
+// (nqn.2014-08.org.nvmexpress.discovery) on every listener. Each RDMA
+// connection is one queue: its CM private data (CMRequest: RECFMT, QID,
+// HRQSIZE, HSQSIZE) is checked before the accept (CMReject statuses), and
+// one goroutine owned by the Target serves it. The admin queue's Connect
+// creates a controller with a dynamic ID; I/O queues join it by that ID.
+// Commands arrive as Sends of 64-octet SQEs with in-capsule data (up to
+// TargetConfig.InCapsuleData, IOCCSZ) or a keyed SGL: the target
+// RDMA-Reads the host's data for writes and the admin Connect, RDMA-Writes
+// read data, and answers with a 16-octet CQE by Send, or Send with
+// Invalidate when the keyed SGL asked for it (as Linux's host does).
+//
+// Controllers implement Property Get/Set of CAP, VS, CC and CSTS with the
+// enable and shutdown handshakes; Identify CNS 0 (namespace), 1
+// (controller), 2 (active namespaces) and 3 (NGUID and UUID descriptors);
+// Get Log Page for error information, SMART / health, firmware slots and,
+// on the discovery controller, the discovery log; Set/Get Features Number
+// of Queues, Keep Alive Timer (traffic based, CTRATT.TBKAS: a controller
+// that hears nothing for KATO is torn down), Async Event Configuration and
+// Volatile Write Cache; Asynchronous Event Requests (held: no events are
+// raised); Keep Alive; Abort (never aborts). I/O queues implement Read,
+// Write, Flush, Write Zeroes and Dataset Management (deallocate zeroes).
+// Bad input gets the status the specifications prescribe, with DNR:
+// invalid opcodes, namespaces, fields, SGL types, offsets and lengths,
+// LBAs out of range, transfers beyond MDTS, commands before Connect or
+// before CC.EN (Command Sequence Error), Connect errors with the Invalid
+// Parameter offset, and a host that overruns its SQ. A broken connection
+// ends its queue, and an admin queue's its controller.
+//
+// # Host
+//
+// Connect opens a controller of a subsystem (the admin queue, Connect,
+// CC.EN, Identify, Number of Queues, then the I/O queues), Discover reads
+// a discovery log, and Controller.Namespace is an io.ReaderAt and
+// io.WriterAt view of a namespace that spreads commands over the I/O
+// queues. The host's data buffers are registered once per command slot
+// (keyed SGL, address subtype: no invalidation) and small writes go in the
+// capsule.
+//
+// Not implemented: in-band authentication, fused commands, reservations,
+// ANA and multipath reporting (CMIC 0), namespace management, metadata and
+// protection information, SGL segments (MSDBD 1), asynchronous events (AERs
+// are held, never completed), and MPA CRCs are not asked for by default
+// (TargetConfig.AskCRC, HostConfig.AskCRC).
+package nvmeof

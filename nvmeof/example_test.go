@@ -1,0 +1,60 @@
+package nvmeof_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/goiwarp/iwarp/nvmeof"
+)
+
+// A target with one 1 MiB RAM namespace, and a host that writes a block
+// and reads it back.
+func Example() {
+	ctx := context.Background()
+	sub, err := nvmeof.NewSubsystem("nqn.2024-01.io.example:disk")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := sub.AddNamespace(nvmeof.NewMemBackend(1<<20), 512); err != nil {
+		log.Fatal(err)
+	}
+	t, err := nvmeof.NewTarget(nvmeof.TargetConfig{}, sub)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	addr, err := t.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ents, err := nvmeof.Discover(ctx, "tcp", addr.String(), nvmeof.HostConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("discovered:", ents[0].SubNQN)
+
+	c, err := nvmeof.Connect(ctx, "tcp", addr.String(), ents[0].SubNQN, nvmeof.HostConfig{IOQueues: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ns, err := c.Namespace(ctx, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	block := make([]byte, ns.BlockSize())
+	copy(block, "hello, NVMe over iWARP")
+	if _, err := ns.WriteAt(block, 4096); err != nil {
+		log.Fatal(err)
+	}
+	back := make([]byte, len(block))
+	if _, err := ns.ReadAt(back, 4096); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d blocks of %d octets; read back %q\n", ns.Info.Size, ns.BlockSize(), back[:22])
+	// Output:
+	// discovered: nqn.2024-01.io.example:disk
+	// 2048 blocks of 512 octets; read back "hello, NVMe over iWARP"
+}

@@ -1,0 +1,62 @@
+package nvmeof
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/pion/transport/v3/test"
+	"github.com/stretchr/testify/require"
+)
+
+const testNQN = "nqn.2024-01.io.goiwarp:test"
+
+// checkRoutines fails the test if goroutines it started are still running
+// when it ends (pion's CheckRoutines, as verbs' tests use).
+func checkRoutines(t *testing.T) {
+	t.Cleanup(test.CheckRoutines(t))
+}
+
+// newTestTarget starts a target with one subsystem of one RAM namespace
+// of size octets on 127.0.0.1 and returns it with its address.
+func newTestTarget(t *testing.T, size int64, cfg TargetConfig) (*Target, *Subsystem, string) {
+	t.Helper()
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(NewMemBackend(size), 512)
+	require.NoError(t, err)
+	if cfg.Logf == nil {
+		cfg.Logf = t.Logf
+	}
+	tg, err := NewTarget(cfg, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	addr, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	return tg, sub, addr.String()
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func connectHost(t *testing.T, addr, nqn string, cfg HostConfig) *Controller {
+	t.Helper()
+	c, err := Connect(testCtx(t), "tcp", addr, nqn, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func fill(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := 0; i+8 <= len(b); i += 8 {
+		v := r.Uint64()
+		for k := range 8 {
+			b[i+k] = byte(v >> (8 * k))
+		}
+	}
+}

@@ -1,0 +1,241 @@
+package nvmeof
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ErrUnaligned is the error of a namespace I/O whose offset or length is
+// not a multiple of the block size.
+var ErrUnaligned = errors.New("nvmeof: offset or length not a multiple of the block size")
+
+// HostNamespace is a host's view of a namespace: io.ReaderAt and
+// io.WriterAt over its blocks, spread over the controller's I/O queues
+// round robin. Offsets and lengths must be multiples of the block size, as
+// with O_DIRECT. Its methods may be called from several goroutines; one
+// call keeps up to 16 commands of at most MDTS each in flight.
+type HostNamespace struct {
+	c    *Controller
+	ID   uint32
+	Info NamespaceInfo
+	bs   int64
+}
+
+// Namespace returns the view of namespace nsid (Identify Namespace).
+func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*HostNamespace, error) {
+	if len(c.io) == 0 {
+		return nil, errors.New("nvmeof: a controller without I/O queues has no namespaces to read")
+	}
+	buf := make([]byte, IdentifySize)
+	if err := c.Identify(ctx, CNSNamespace, nsid, buf); err != nil {
+		return nil, err
+	}
+	ni, err := ParseNamespaceInfo(buf)
+	if err != nil {
+		return nil, err
+	}
+	if ni.Size == 0 {
+		return nil, fmt.Errorf("nvmeof: namespace %d is not active", nsid)
+	}
+	return &HostNamespace{c: c, ID: nsid, Info: ni, bs: int64(ni.BlockSize())}, nil
+}
+
+// Size returns the namespace's size in octets.
+func (n *HostNamespace) Size() int64 { return int64(n.Info.Size) * n.bs }
+
+// BlockSize returns the logical block size.
+func (n *HostNamespace) BlockSize() int { return int(n.bs) }
+
+// ReadAt reads len(p) octets at off (io.ReaderAt).
+func (n *HostNamespace) ReadAt(p []byte, off int64) (int, error) {
+	return n.ReadAtContext(context.Background(), p, off)
+}
+
+// WriteAt writes p at off (io.WriterAt).
+func (n *HostNamespace) WriteAt(p []byte, off int64) (int, error) {
+	return n.WriteAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt bounded by ctx; a command that ctx cuts short
+// ends its queue, since the target may still write into its buffer.
+func (n *HostNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off >= n.Size() && len(p) > 0 {
+		return 0, io.EOF
+	}
+	var eof error
+	if off+int64(len(p)) > n.Size() {
+		p, eof = p[:n.Size()-off], io.EOF
+	}
+	k, err := n.rw(ctx, IORead, p, off)
+	if err == nil {
+		err = eof
+	}
+	return k, err
+}
+
+// WriteAtContext is WriteAt bounded by ctx.
+func (n *HostNamespace) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off+int64(len(p)) > n.Size() {
+		return 0, fmt.Errorf("nvmeof: a write of %d octets at %d, beyond the namespace's %d", len(p), off, n.Size())
+	}
+	return n.rw(ctx, IOWrite, p, off)
+}
+
+// inflight is one command of a ReadAt or WriteAt.
+type inflight struct {
+	q    *hqueue
+	slot int
+	p    []byte
+}
+
+const maxInflight = 16
+
+// rw splits p into commands of at most MDTS and keeps up to maxInflight
+// of them in flight.
+func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (int, error) {
+	if off < 0 || off%n.bs != 0 || int64(len(p))%n.bs != 0 {
+		return 0, ErrUnaligned
+	}
+	c := n.c
+	var fl [maxInflight]inflight
+	head, tail, done := 0, 0, 0
+	var firstErr error
+	finish := func() {
+		f := &fl[head%maxInflight]
+		head++
+		err := f.q.finish(ctx, f.slot, op, f.p)
+		if err == nil {
+			done += len(f.p)
+		} else if firstErr == nil {
+			firstErr = err
+		}
+	}
+	chunk := c.maxData
+	for pos := 0; pos < len(p) && firstErr == nil; pos += chunk {
+		b := p[pos:min(pos+chunk, len(p))]
+		q := c.io[int(c.rr.Add(1))%len(c.io)]
+		i, err := q.acquire(ctx)
+		if err != nil {
+			firstErr = err
+			break
+		}
+		slba := uint64(off+int64(pos)) / uint64(n.bs)
+		if err := q.startRW(i, op, n.ID, slba, uint16(int64(len(b))/n.bs-1), b); err != nil {
+			firstErr = err
+			break
+		}
+		fl[tail%maxInflight] = inflight{q: q, slot: i, p: b}
+		tail++
+		if tail-head == maxInflight {
+			finish()
+		}
+	}
+	for head < tail {
+		finish()
+	}
+	return done, firstErr
+}
+
+// startRW sends a Read or Write of p (nlb+1 blocks at slba) from slot i:
+// write data in the capsule when it fits, otherwise in the slot's buffer
+// for the target's RDMA Read.
+func (q *hqueue) startRW(i int, op uint8, nsid uint32, slba uint64, nlb uint16, p []byte) error {
+	s := &q.slots[i]
+	cmd := q.cmd(i)
+	NewRW(cmd, op, 0, nsid, slba, nlb)
+	inCap := 0
+	if op == IOWrite && len(p) <= q.inCap {
+		copy(s.capsule[CommandSize:], p)
+		cmd.SGL().SetInCapsule(0, uint32(len(p)))
+		inCap = len(p)
+	} else {
+		if op == IOWrite {
+			copy(s.mr.Buf(), p)
+		}
+		q.keyed(i, cmd, len(p))
+	}
+	if err := q.submit(i, inCap); err != nil {
+		return err
+	}
+	return nil
+}
+
+var opNames = map[uint8]string{IORead: "Read", IOWrite: "Write", IOFlush: "Flush", IOWriteZeroes: "Write Zeroes", IODSM: "Dataset Management"}
+
+// finish waits for slot i's command and copies read data into p.
+func (q *hqueue) finish(ctx context.Context, i int, op uint8, p []byte) error {
+	if err := q.wait(ctx, i); err != nil {
+		return err
+	}
+	s := &q.slots[i]
+	if !s.st.OK() {
+		q.releaseSlot(i)
+		return &StatusError{Op: opNames[op], Status: s.st, Result: s.res}
+	}
+	if op == IORead {
+		copy(p, s.mr.Buf()[:len(p)])
+	}
+	q.releaseSlot(i)
+	return nil
+}
+
+// Flush commits the namespace's written data to non-volatile media.
+func (n *HostNamespace) Flush(ctx context.Context) error {
+	return n.simple(ctx, IOFlush, func(cmd Command) { NewAdmin(cmd, IOFlush, 0, n.ID, 0, 0) }, nil)
+}
+
+// WriteZeroes zeroes length octets at off (Write Zeroes, at most 65536
+// blocks).
+func (n *HostNamespace) WriteZeroes(ctx context.Context, off, length int64) error {
+	if off%n.bs != 0 || length%n.bs != 0 || length == 0 || length/n.bs > 65536 {
+		return ErrUnaligned
+	}
+	return n.simple(ctx, IOWriteZeroes, func(cmd Command) {
+		NewRW(cmd, IOWriteZeroes, 0, n.ID, uint64(off/n.bs), uint16(length/n.bs-1))
+		cmd.SGL().SetKeyed(0, 0, 0, false)
+	}, nil)
+}
+
+// Deallocate tells the target that length octets at off are no longer
+// needed (Dataset Management, attribute Deallocate); this target then
+// reads them as zeros.
+func (n *HostNamespace) Deallocate(ctx context.Context, off, length int64) error {
+	if off%n.bs != 0 || length%n.bs != 0 || length == 0 || length/n.bs > 1<<32-1 {
+		return ErrUnaligned
+	}
+	rng := make([]byte, dsmRange)
+	binary.LittleEndian.PutUint32(rng[4:], uint32(length/n.bs))
+	binary.LittleEndian.PutUint64(rng[8:], uint64(off/n.bs))
+	return n.simple(ctx, IODSM, func(cmd Command) { NewAdmin(cmd, IODSM, 0, n.ID, 0, 1<<2) }, rng)
+}
+
+// simple runs a command on the next I/O queue, with data to the target
+// (in the capsule or by its RDMA Read).
+func (n *HostNamespace) simple(ctx context.Context, op uint8, fill func(Command), data []byte) error {
+	c := n.c
+	q := c.io[int(c.rr.Add(1))%len(c.io)]
+	i, err := q.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	cmd := q.cmd(i)
+	fill(cmd)
+	inCap := 0
+	if len(data) > 0 {
+		if len(data) <= q.inCap {
+			copy(q.slots[i].capsule[CommandSize:], data)
+			cmd.SGL().SetInCapsule(0, uint32(len(data)))
+			inCap = len(data)
+		} else {
+			copy(q.slots[i].mr.Buf(), data)
+			q.keyed(i, cmd, len(data))
+		}
+	}
+	if err := q.submit(i, inCap); err != nil {
+		return err
+	}
+	return q.finish(ctx, i, op, nil)
+}

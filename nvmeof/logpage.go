@@ -1,0 +1,115 @@
+package nvmeof
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+)
+
+// Log page identifiers.
+const (
+	LogError     = 0x01
+	LogSMART     = 0x02
+	LogFirmware  = 0x03
+	LogDiscovery = 0x70
+)
+
+// Sizes of the fixed logs.
+const (
+	errorLogEntry   = 64
+	smartLogSize    = 512
+	firmwareLogSize = 512
+	discHeaderSize  = 1024
+	discEntrySize   = 1024
+)
+
+// Discovery log entry constants (NVMe-oF 1.1 figure 32).
+const (
+	TrTypeRDMA      = 1
+	AdrFamIPv4      = 1
+	AdrFamIPv6      = 2
+	SubTypeDisc     = 1 // a referral to a discovery subsystem
+	SubTypeNVM      = 2
+	treqNotSpecific = 0
+	rdmaQPTypeRC    = 1
+	rdmaPrTypeNone  = 1
+	rdmaCMSRDMACM   = 1
+)
+
+// DiscoveryEntry is one record of the discovery log page.
+type DiscoveryEntry struct {
+	TrType, AdrFam, SubType, TReq uint8
+	PortID, CntlID, ASQSZ         uint16
+	TrSvcID, TrAddr, SubNQN       string
+}
+
+// appendDiscoveryLog appends the whole discovery log page: the 1024-octet
+// header (GENCTR, NUMREC, RECFMT 0) and the entries.
+func appendDiscoveryLog(b []byte, genctr uint64, ents []DiscoveryEntry) []byte {
+	start := len(b)
+	b = append(b, make([]byte, discHeaderSize+discEntrySize*len(ents))...)
+	p := b[start:]
+	binary.LittleEndian.PutUint64(p[0:], genctr)
+	binary.LittleEndian.PutUint64(p[8:], uint64(len(ents)))
+	for i, e := range ents {
+		q := p[discHeaderSize+i*discEntrySize:]
+		q[0], q[1], q[2], q[3] = e.TrType, e.AdrFam, e.SubType, e.TReq
+		binary.LittleEndian.PutUint16(q[4:], e.PortID)
+		binary.LittleEndian.PutUint16(q[6:], e.CntlID)
+		binary.LittleEndian.PutUint16(q[8:], e.ASQSZ)
+		putASCII(q[32:64], e.TrSvcID)
+		copy(q[256:512], e.SubNQN)
+		putASCII(q[512:768], e.TrAddr)
+		// TSAS for RDMA: QP type, provider type, CM service.
+		q[768], q[769], q[770] = rdmaQPTypeRC, rdmaPrTypeNone, rdmaCMSRDMACM
+	}
+	return b
+}
+
+// ParseDiscoveryLog decodes a discovery log page: the generation counter,
+// the record count from the header, and the entries that b holds.
+func ParseDiscoveryLog(b []byte) (genctr, numrec uint64, ents []DiscoveryEntry, err error) {
+	if len(b) < discHeaderSize {
+		return 0, 0, nil, errors.New("nvmeof: discovery log shorter than its header")
+	}
+	genctr = binary.LittleEndian.Uint64(b[0:])
+	numrec = binary.LittleEndian.Uint64(b[8:])
+	for i := uint64(0); i < numrec; i++ {
+		off := discHeaderSize + i*discEntrySize
+		if off+discEntrySize > uint64(len(b)) {
+			break
+		}
+		q := b[off : off+discEntrySize]
+		ents = append(ents, DiscoveryEntry{
+			TrType: q[0], AdrFam: q[1], SubType: q[2], TReq: q[3],
+			PortID: binary.LittleEndian.Uint16(q[4:]), CntlID: binary.LittleEndian.Uint16(q[6:]),
+			ASQSZ:   binary.LittleEndian.Uint16(q[8:]),
+			TrSvcID: strings.TrimRight(cstring(q[32:64]), " "), SubNQN: cstring(q[256:512]),
+			TrAddr: strings.TrimRight(cstring(q[512:768]), " "),
+		})
+	}
+	return genctr, numrec, ents, nil
+}
+
+// smartCounters are what the SMART / Health log reports.
+type smartCounters struct {
+	readBytes, writeBytes uint64
+	reads, writes         uint64 // commands
+}
+
+// appendSMARTLog appends the 512-octet SMART / Health Information log.
+func appendSMARTLog(b []byte, c smartCounters, powerOnHours uint64) []byte {
+	start := len(b)
+	b = append(b, make([]byte, smartLogSize)...)
+	p := b[start:]
+	binary.LittleEndian.PutUint16(p[1:], 300) // composite temperature, Kelvin
+	p[3] = 100                                // available spare, %
+	p[4] = 10                                 // available spare threshold
+	// Data units are thousands of 512-octet units, rounded up.
+	binary.LittleEndian.PutUint64(p[32:], (c.readBytes+511999)/512000)
+	binary.LittleEndian.PutUint64(p[48:], (c.writeBytes+511999)/512000)
+	binary.LittleEndian.PutUint64(p[64:], c.reads)
+	binary.LittleEndian.PutUint64(p[80:], c.writes)
+	binary.LittleEndian.PutUint64(p[128:], powerOnHours)
+	return b
+}

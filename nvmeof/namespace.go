@@ -1,0 +1,206 @@
+package nvmeof
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Backend is a namespace's storage: ReadAt and WriteAt at octet offsets
+// (always whole blocks, inside Size), Flush to make written data durable.
+// The target calls them from several queues at once.
+type Backend interface {
+	io.ReaderAt
+	io.WriterAt
+	Size() int64
+	Flush() error
+}
+
+// MemBackend is a Backend in memory.
+type MemBackend struct {
+	mu  sync.RWMutex // writes exclusive, so that overlapping I/O from two queues is no data race
+	buf []byte
+}
+
+// NewMemBackend returns a zeroed in-memory backend of size octets.
+func NewMemBackend(size int64) *MemBackend { return &MemBackend{buf: make([]byte, size)} }
+
+func (m *MemBackend) Size() int64  { return int64(len(m.buf)) }
+func (m *MemBackend) Flush() error { return nil }
+
+func (m *MemBackend) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off > int64(len(m.buf)) {
+		return 0, io.EOF
+	}
+	m.mu.RLock()
+	n := copy(p, m.buf[off:])
+	m.mu.RUnlock()
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (m *MemBackend) WriteAt(p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > int64(len(m.buf)) {
+		return 0, errors.New("nvmeof: write beyond the end of the memory backend")
+	}
+	m.mu.Lock()
+	copy(m.buf[off:], p)
+	m.mu.Unlock()
+	return len(p), nil
+}
+
+// FileBackend is a Backend over a file or block device: pread, pwrite and
+// fsync.
+type FileBackend struct {
+	f    *os.File
+	size int64
+}
+
+// OpenFileBackend opens path for reading and writing; the namespace is
+// the file's size (for a block device, its capacity).
+func OpenFileBackend(path string) (*FileBackend, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &FileBackend{f: f, size: size}, nil
+}
+
+func (b *FileBackend) Size() int64                              { return b.size }
+func (b *FileBackend) Flush() error                             { return b.f.Sync() }
+func (b *FileBackend) ReadAt(p []byte, off int64) (int, error)  { return b.f.ReadAt(p, off) }
+func (b *FileBackend) WriteAt(p []byte, off int64) (int, error) { return b.f.WriteAt(p, off) }
+
+// Close closes the file.
+func (b *FileBackend) Close() error { return b.f.Close() }
+
+// Namespace is a namespace of a subsystem: a Backend cut into logical
+// blocks.
+type Namespace struct {
+	ID        uint32
+	Backend   Backend
+	BlockSize int // 512 .. 64 KiB, a power of two
+	NGUID     [16]byte
+	UUID      [16]byte
+}
+
+// Blocks returns the namespace's size in logical blocks.
+func (ns *Namespace) Blocks() uint64 { return uint64(ns.Backend.Size()) / uint64(ns.BlockSize) }
+
+func (ns *Namespace) lbads() uint8 {
+	var s uint8
+	for 1<<s < ns.BlockSize {
+		s++
+	}
+	return s
+}
+
+// Subsystem is an NVM subsystem: an NQN, its namespaces (NSID 1, 2, ...)
+// and the hosts it admits.
+type Subsystem struct {
+	NQN    string
+	Serial string
+	Model  string
+
+	mu        sync.RWMutex
+	ns        []*Namespace
+	anyHost   bool
+	hosts     []string
+	counters  smartCounters
+	countMu   sync.Mutex
+	nextCtlID atomic.Uint32
+}
+
+// NewSubsystem returns a subsystem named nqn that admits any host until
+// AllowHost names one.
+func NewSubsystem(nqn string) (*Subsystem, error) {
+	if !validNQN(nqn) || nqn == DiscoveryNQN {
+		return nil, fmt.Errorf("nvmeof: %q is not a valid subsystem NQN", nqn)
+	}
+	h := sha256.Sum256([]byte(nqn))
+	return &Subsystem{NQN: nqn, Serial: fmt.Sprintf("%x", h[:10]), Model: "goiwarp NVMe/iWARP target", anyHost: true}, nil
+}
+
+// AddNamespace adds a namespace over b with the given block size (0:
+// 512) and returns it; its NSID is the next free one. Its NGUID and UUID
+// derive from the subsystem's NQN and the NSID, so that a restarted target
+// presents the same identity.
+func (s *Subsystem) AddNamespace(b Backend, blockSize int) (*Namespace, error) {
+	if blockSize == 0 {
+		blockSize = 512
+	}
+	if blockSize < 512 || blockSize > 65536 || blockSize&(blockSize-1) != 0 {
+		return nil, fmt.Errorf("nvmeof: block size %d: want a power of two in 512 .. 65536", blockSize)
+	}
+	if b.Size() < int64(blockSize) {
+		return nil, fmt.Errorf("nvmeof: a backend of %d octets holds no block of %d", b.Size(), blockSize)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ns := &Namespace{ID: uint32(len(s.ns) + 1), Backend: b, BlockSize: blockSize}
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", s.NQN, ns.ID))
+	copy(ns.NGUID[:], h[:16])
+	copy(ns.UUID[:], h[16:])
+	ns.UUID[6] = ns.UUID[6]&0x0f | 0x40 // version 4 layout
+	ns.UUID[8] = ns.UUID[8]&0x3f | 0x80
+	s.ns = append(s.ns, ns)
+	return ns, nil
+}
+
+// AllowHost admits hostNQN; once a host is named, only named hosts are.
+func (s *Subsystem) AllowHost(hostNQN string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.anyHost = false
+	if !slices.Contains(s.hosts, hostNQN) {
+		s.hosts = append(s.hosts, hostNQN)
+	}
+}
+
+// Allowed reports whether hostNQN may connect.
+func (s *Subsystem) Allowed(hostNQN string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.anyHost || slices.Contains(s.hosts, hostNQN)
+}
+
+// namespace returns the namespace with the given NSID, or nil.
+func (s *Subsystem) namespace(id uint32) *Namespace {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if id == 0 || id > uint32(len(s.ns)) {
+		return nil
+	}
+	return s.ns[id-1]
+}
+
+// namespaces returns the namespaces in NSID order.
+func (s *Subsystem) namespaces() []*Namespace {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.ns)
+}
+
+func (s *Subsystem) count(write bool, octets int) {
+	s.countMu.Lock()
+	if write {
+		s.counters.writes++
+		s.counters.writeBytes += uint64(octets)
+	} else {
+		s.counters.reads++
+		s.counters.readBytes += uint64(octets)
+	}
+	s.countMu.Unlock()
+}

@@ -1,0 +1,117 @@
+package nvmeof
+
+import "encoding/binary"
+
+// dsmRange is the size of a Dataset Management range.
+const dsmRange = 16
+
+// planIO checks an NVM command set command: namespace, LBA range, length.
+func (c *controller) planIO(cmd Command) (dir, need int, st Status) {
+	switch op := cmd.Opcode(); op {
+	case IORead, IOWrite, IOWriteZeroes:
+		ns := c.sub.namespace(cmd.NSID())
+		if ns == nil {
+			return 0, 0, StatusInvalidNamespace | DNR
+		}
+		slba, nlb := cmd.SLBA(), uint64(cmd.NLB())+1
+		if slba+nlb < slba || slba+nlb > ns.Blocks() {
+			return 0, 0, StatusLBARange | DNR
+		}
+		switch op {
+		case IORead:
+			return dirOut, int(nlb) * ns.BlockSize, StatusSuccess
+		case IOWrite:
+			return dirIn, int(nlb) * ns.BlockSize, StatusSuccess
+		}
+		return dirNone, 0, StatusSuccess
+	case IOFlush:
+		if id := cmd.NSID(); id != 0xffffffff && c.sub.namespace(id) == nil {
+			return 0, 0, StatusInvalidNamespace | DNR
+		}
+		return dirNone, 0, StatusSuccess
+	case IODSM:
+		if c.sub.namespace(cmd.NSID()) == nil {
+			return 0, 0, StatusInvalidNamespace | DNR
+		}
+		return dirIn, (int(cmd.CDW(10)&0xff) + 1) * dsmRange, StatusSuccess
+	}
+	return 0, 0, StatusInvalidOpcode | DNR
+}
+
+// execIO runs an NVM command set command.
+func (c *controller) execIO(r *request) (uint64, Status, []byte) {
+	cmd := r.cmd
+	ns := c.sub.namespace(cmd.NSID())
+	switch cmd.Opcode() {
+	case IORead:
+		off := int64(cmd.SLBA()) * int64(ns.BlockSize)
+		out := r.out(int(r.data.Len))
+		if out == nil {
+			return 0, StatusInternalError, nil
+		}
+		if _, err := ns.Backend.ReadAt(out, off); err != nil {
+			c.t.logf("nvmeof: namespace %d: read %d at %d: %v", ns.ID, len(out), off, err)
+			return 0, 0x281 | DNR, nil // media error: Unrecovered Read Error
+		}
+		c.sub.count(false, len(out))
+		return 0, StatusSuccess, out
+	case IOWrite:
+		off := int64(cmd.SLBA()) * int64(ns.BlockSize)
+		if _, err := ns.Backend.WriteAt(r.in, off); err != nil {
+			c.t.logf("nvmeof: namespace %d: write %d at %d: %v", ns.ID, len(r.in), off, err)
+			return 0, 0x280 | DNR, nil // media error: Write Fault
+		}
+		c.sub.count(true, len(r.in))
+		return 0, StatusSuccess, nil
+	case IOFlush:
+		nss := []*Namespace{ns}
+		if ns == nil {
+			nss = c.sub.namespaces()
+		}
+		for _, ns := range nss {
+			if err := ns.Backend.Flush(); err != nil {
+				c.t.logf("nvmeof: namespace %d: flush: %v", ns.ID, err)
+				return 0, 0x280 | DNR, nil
+			}
+		}
+		return 0, StatusSuccess, nil
+	case IOWriteZeroes:
+		return 0, zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1), nil
+	case IODSM:
+		if cmd.CDW(11)&(1<<2) == 0 {
+			return 0, StatusSuccess, nil // only hints: nothing to do
+		}
+		// Deallocate: the ranges read as zeros afterwards.
+		for i := 0; i+dsmRange <= len(r.in); i += dsmRange {
+			n := uint64(binary.LittleEndian.Uint32(r.in[i+4:]))
+			slba := binary.LittleEndian.Uint64(r.in[i+8:])
+			if slba+n < slba || slba+n > ns.Blocks() {
+				return 0, StatusLBARange | DNR, nil
+			}
+		}
+		for i := 0; i+dsmRange <= len(r.in); i += dsmRange {
+			n := uint64(binary.LittleEndian.Uint32(r.in[i+4:]))
+			if st := zero(ns, binary.LittleEndian.Uint64(r.in[i+8:]), n); !st.OK() {
+				return 0, st, nil
+			}
+		}
+		return 0, StatusSuccess, nil
+	}
+	return 0, StatusInvalidOpcode | DNR, nil
+}
+
+var zeros = make([]byte, 64<<10)
+
+// zero writes zeros over nlb blocks at slba.
+func zero(ns *Namespace, slba, nlb uint64) Status {
+	off, n := int64(slba)*int64(ns.BlockSize), int64(nlb)*int64(ns.BlockSize)
+	for n > 0 {
+		k := min(n, int64(len(zeros)))
+		if _, err := ns.Backend.WriteAt(zeros[:k], off); err != nil {
+			return 0x280 | DNR
+		}
+		off += k
+		n -= k
+	}
+	return StatusSuccess
+}
