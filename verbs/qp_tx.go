@@ -112,7 +112,12 @@ func (qp *QP) txRun(all bool) (bool, error) {
 		if err == nil && t.w.Buffered() > 0 {
 			if err = t.flush(); err == nil {
 				t.writtenTo = t.flushTo
-				qp.sqWritten.Store(t.writtenTo)
+				// Complete what this write carried now, not when the
+				// loop runs dry: under steady load that could be hundreds
+				// of messages later (an NVMe target's response Sends
+				// completed ~250 commands late), and a completion is what
+				// frees the application's buffer.
+				qp.txCompleted()
 			}
 		}
 		if err != nil {
