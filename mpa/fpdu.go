@@ -1,9 +1,6 @@
 package mpa
 
-import (
-	"encoding/binary"
-	"hash/crc32"
-)
+import "encoding/binary"
 
 // FPDU layout (RFC 5044 section 4.1):
 //
@@ -26,13 +23,6 @@ const (
 	// MaxULPDU is the largest ULPDU the 16-bit length field can describe.
 	MaxULPDU = 0xffff
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// CRC32c returns the CRC32c (Castagnoli) of b.
-func CRC32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
-
-func crcUpdate(c uint32, b []byte) uint32 { return crc32.Update(c, castagnoli, b) }
 
 // PadLen returns the number of pad octets after a ULPDU of n octets.
 func PadLen(n int) int { return (4 - (n+LenFieldLen)%4) % 4 }

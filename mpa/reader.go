@@ -115,11 +115,11 @@ func (r *Reader) Next() (int, error) {
 		// Small FPDUs usually arrive whole: checksum them in one pass.
 		at := r.head - LenFieldLen
 		if covered := LenFieldLen + n + PadLen(n); !r.markers && r.tail-at >= covered {
-			r.c, r.crcDone = crcUpdate(0, r.buf[at:at+covered]), true
+			r.c, r.crcDone = crc32cUpdate(0, r.buf[at:at+covered]), true
 		} else {
 			// Piece by piece; r.c already holds a marker that preceded
 			// the length field.
-			r.c = crcUpdate(r.c, b)
+			r.c = crc32cUpdate(r.c, b)
 		}
 	}
 	r.ulen, r.left, r.in = n, n, true
@@ -184,7 +184,7 @@ func (r *Reader) ReadFull(dst []byte) error {
 			continue
 		}
 		if r.crc && !r.crcDone {
-			r.c = crcUpdate(r.c, dst[:n])
+			r.c = crc32cUpdate(r.c, dst[:n])
 		}
 		r.pos += uint64(n)
 		r.left -= n
@@ -241,7 +241,7 @@ func (r *Reader) marker(atStart bool) error {
 	}
 	m := r.take(MarkerLen)
 	if r.crc {
-		r.c = crcUpdate(r.c, m)
+		r.c = crc32cUpdate(r.c, m)
 	}
 	want := uint16(0)
 	if !atStart {

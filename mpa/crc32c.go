@@ -1,0 +1,14 @@
+package mpa
+
+import "hash/crc32"
+
+// CRC32c of FPDUs (RFC 5044 section 6.1, the iSCSI polynomial of RFC 3720
+// appendix B.4). crc32cUpdate has the meaning of crc32.Update with the
+// Castagnoli table; on amd64 it runs kernels of this package
+// (crc32c_amd64.s), elsewhere, with the purego build tag or on a CPU without
+// SSE 4.2 and PCLMULQDQ, hash/crc32.
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC32c returns the CRC32c (Castagnoli) of b.
+func CRC32c(b []byte) uint32 { return crc32cUpdate(0, b) }

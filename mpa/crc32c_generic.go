@@ -1,0 +1,14 @@
+//go:build !amd64 || purego
+
+package mpa
+
+import "hash/crc32"
+
+func crc32cUpdate(crc uint32, p []byte) uint32 { return crc32.Update(crc, castagnoli, p) }
+
+const crc32cCopyFused = false
+
+func crc32cCopy(crc uint32, dst, src []byte) uint32 {
+	copy(dst[:len(src)], src)
+	return crc32cUpdate(crc, src)
+}
