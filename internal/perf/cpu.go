@@ -23,6 +23,7 @@ func cpuTime() time.Duration {
 // cpuCost is the CPU a bandwidth measurement took in this process and the
 // octets it moved (each direction of a bidirectional test counts).
 type cpuCost struct {
+	start time.Duration // cpuTime when the measurement began
 	cpu   time.Duration
 	bytes float64
 }
@@ -40,7 +41,7 @@ func (c cpuCost) perGiB() float64 {
 func measureCPU(fn func() (Report, error)) (Report, cpuCost, error) {
 	t0 := cpuTime()
 	r, err := fn()
-	c := cpuCost{cpu: cpuTime() - t0, bytes: float64(r.Iters) * float64(r.Size)}
+	c := cpuCost{start: t0, cpu: cpuTime() - t0, bytes: float64(r.Iters) * float64(r.Size)}
 	return r, c, err
 }
 

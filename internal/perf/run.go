@@ -335,6 +335,9 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		}
 		r := pick(p, client, mine, peer)
 		if r.Kind == kindBW {
+			// Until the peer's report: a receiver of Writes or a responder
+			// to Reads does its work while it waits for it, not in runBW.
+			cost.cpu = cpuTime() - cost.start
 			cost.bytes = float64(r.Iters) * float64(r.Size) // what the table reports moved, seen from either side
 		}
 		if r.Kind == "" {
