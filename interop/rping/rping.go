@@ -80,7 +80,13 @@ func (e *Endpoint) wait(ctx context.Context, cq *verbs.CQ, op verbs.WCOpcode) (v
 		return verbs.WC{}, fmt.Errorf("rping: waiting for %v: %w (QP: %w)", op, err, e.QP.Err())
 	}
 	if wc[0].Status != verbs.Success || wc[0].Opcode != op {
-		return wc[0], fmt.Errorf("rping: %v, want %v success (QP: %w)", wc[0], op, e.QP.Err())
+		// A flushed completion comes just before the QP records why it
+		// failed: wait for that, briefly, so that the error says.
+		select {
+		case <-e.QP.Done():
+		case <-time.After(5 * time.Second):
+		}
+		return wc[0], fmt.Errorf("rping: %v, want %v success (QP: %w; %+v)", wc[0], op, e.QP.Err(), e.QP.Stats())
 	}
 	return wc[0], nil
 }
