@@ -146,3 +146,10 @@ func statsFromInfo(ti *unix.TCPInfo) Stats {
 		SndbufLimited: usec(ti.Sndbuf_limited),
 	}
 }
+
+func (q *SendQueue) probe(fd uintptr) {
+	q.n, q.err = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ)
+	if q.err != nil {
+		q.err = fmt.Errorf("tcpx: ioctl SIOCOUTQ: %w", q.err)
+	}
+}

@@ -25,3 +25,5 @@ func unsent(syscall.RawConn) (int, error) { return 0, errUnsupported }
 func info(syscall.RawConn) (Stats, error) { return Stats{}, errUnsupported }
 
 func stateClosed(syscall.RawConn) bool { return false }
+
+func (q *SendQueue) probe(uintptr) { q.err = errUnsupported }

@@ -53,6 +53,8 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	if cfg.SegmentPerFPDU {
 		qp.tx.batch = 1
 		qp.tx.align, _ = conn.(*net.TCPConn)
+	} else if tc, ok := conn.(*net.TCPConn); ok {
+		qp.sendq, _ = tcpx.NewSendQueue(tc) // nil: Reads are answered by the transmit loop
 	}
 	qp.rx.r = mpa.NewReader(conn, p.CRC, p.MarkersRx, cfg.ReadBuffer, nil)
 	qp.rx.sendMSN, qp.rx.readMSN, qp.rx.atomicMSN = 1, 1, 1

@@ -223,7 +223,7 @@ func (qp *QP) rxCommit() error {
 		x.readMSN++
 		qp.irdq.push(x.actJob)
 		x.actJob = readJob{}
-		wake(qp.wake)
+		qp.rxAnswer()
 	case actRecvDone:
 		wc := x.actWC
 		x.recvOn = false
@@ -247,7 +247,7 @@ func (qp *QP) rxCommit() error {
 		x.actJob, x.actMem = readJob{}, nil
 		x.readMSN++
 		qp.irdq.push(j)
-		wake(qp.wake)
+		qp.rxAnswer()
 	case actAtomicDone:
 		j := qp.ordq.front()
 		putOriginal(j.buf, rdmap.AtomicResponse(x.hdr[ddp.UntaggedHdrLen:x.hl]).Original())

@@ -47,6 +47,7 @@ type txState struct {
 // txStats are the transmit counters Stats reads from other goroutines.
 type txStats struct {
 	fpdus, octets atomic.Uint64
+	answered      atomic.Uint64 // Read and Atomic Responses the receive loop sent (rxAnswer)
 }
 
 // txLoop is the transmit goroutine of a connected QP. It owns the transmit
