@@ -50,7 +50,9 @@ func TestRxAnswer(t *testing.T) {
 			c.scq.Wait(context.Background())
 		}
 	})
-	require.Zero(t, allocs, "allocations per small Read, both sides")
+	if !raceEnabled {
+		require.Zero(t, allocs, "allocations per small Read, both sides")
+	}
 	answered = s.qp.txStats.answered.Load()
 	read(0, answerMax+1)
 	read(0, 256<<10)
