@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"net"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +16,10 @@ import (
 // flushes them in one writev: enough to amortise the system call, small
 // enough that a Terminate or Read Response does not wait long.
 const txBatch = 256 << 10
+
+// txGather: below this many queued octets the transmit loop yields once
+// before it writes, to gather more WRs into the write.
+const txGather = 16 << 10
 
 // txState is owned by the transmit loop.
 type txState struct {
@@ -110,6 +115,17 @@ func (qp *QP) txRun(all bool) (bool, error) {
 	didWork := false
 	for {
 		worked, err := qp.txFill()
+		if err == nil && all && worked && t.w.Buffered() < txGather {
+			// Let the goroutines that are ready to post run first, and
+			// take what they posted into the same write: many small WRs
+			// from many posters (an NVMe queue at depth) then cost one
+			// system call, not one each. With nobody ready it costs
+			// nothing.
+			runtime.Gosched()
+			var more bool
+			more, err = qp.txFill()
+			worked = worked || more
+		}
 		if err == nil && t.w.Buffered() > 0 {
 			if err = t.flush(); err == nil {
 				t.writtenTo = t.flushTo
