@@ -16,9 +16,10 @@ import (
 // copies each piece to the start of the trailer buffer, so it compares a
 // CRC assembled from the wrong octets, reports "siw: crc error" and sends
 // a Terminate (LLP, MPA, CRC error) for an FPDU whose CRC is good on the
-// wire. With CRCs off siw ignores the trailer, so nothing shows. siw's own
-// FPDUs are one TCP segment each, so two siw never meet it; ours are as
-// large as the EMSS allows (32 KiB on loopback), and a path that
+// wire (a siw.ko with the copy made at the offset already filled ran the
+// same traffic clean). With CRCs off siw ignores the trailer, so nothing
+// shows. siw's own FPDUs are one TCP segment each, so two siw never meet
+// it; ours are as large as the EMSS (32 KiB on this loopback), and a path that
 // re-segments the stream (QEMU's user network: 1440-octet segments, a
 // 65535-octet window) puts receive-buffer boundaries inside trailers. An
 // FPDU that fits one such segment and is handed to TCP alone
