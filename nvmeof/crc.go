@@ -30,7 +30,7 @@ import (
 // wherever it starts, so after a short FPDU the cuts fall inside FPDUs
 // again. So this lowers the rate, it does not remove it: through QEMU's
 // user network 16 MiB runs of the kernel's NVMe host against our target
-// failed every time with 32 KiB FPDUs and never in 6 runs with 1440;
+// failed every time with 32 KiB FPDUs and never in 7 runs with 1440;
 // perftest's read_bw client (300 MiB) failed with 32 KiB and with 1440
 // and passed twice with 1440 one per segment; our host against the
 // kernel's target failed 1 of 4 runs even so. interop/nvmeof_test.go and

@@ -48,7 +48,7 @@ type TargetConfig struct {
 	// receive buffers (see CRCMaxFPDU): with AskCRC and 32 KiB FPDUs
 	// through QEMU's user network every 16 MiB run against the kernel's
 	// host failed a queue with a Terminate (LLP, MPA, CRC error), while
-	// every CRC on the wire was good; with FPDUs of 1440 octets none of 6
+	// every CRC on the wire was good; with FPDUs of 1440 octets none of 7
 	// runs did (interop/nvmeof_test.go, TestNVMeKernelHostCRC). With
 	// AskCRC off, a host that asks still gets CRCs, with FPDUs of
 	// ConnConfig's size.
