@@ -51,5 +51,6 @@
 // ANA and multipath reporting (CMIC 0), namespace management, metadata and
 // protection information, SGL segments (MSDBD 1), asynchronous events (AERs
 // are held, never completed), and MPA CRCs are not asked for by default
-// (TargetConfig.AskCRC, HostConfig.AskCRC).
+// (TargetConfig.AskCRC, HostConfig.AskCRC: Linux siw 6.1 mis-checks CRCs
+// whose trailer arrives split across two receive buffers, see CRCMaxFPDU).
 package nvmeof

@@ -251,11 +251,12 @@ func TestPostRegMRAccessRule(t *testing.T) {
 	c, _ := connect(t, pairOpts{})
 	mr, err := c.pd.AllocMR()
 	require.NoError(t, err)
-	err = c.qp.PostRegMR(1, Signaled, mr, make([]byte, 64), RemoteWrite)
+	_, err = c.qp.PostRegMR(1, Signaled, mr, make([]byte, 64), RemoteWrite)
 	require.ErrorIs(t, err, ErrInvalidArg)
 	_, err = c.pd.RegMR(make([]byte, 64), RemoteWrite)
 	require.ErrorIs(t, err, ErrInvalidArg)
-	require.NoError(t, c.qp.PostRegMR(2, Signaled, mr, make([]byte, 64), LocalWrite|RemoteWrite))
+	_, err = c.qp.PostRegMR(2, Signaled, mr, make([]byte, 64), LocalWrite|RemoteWrite)
+	require.NoError(t, err)
 	require.Equal(t, Success, waitOK(t, c.scq, WCRegMR).Status)
 }
 

@@ -46,6 +46,9 @@ type MR struct {
 	b atomic.Pointer[binding]
 	// placed counts RDMA Writes placed in the region (Placed).
 	placed atomic.Uint64
+	// posted is the STag the last posted fast registration binds
+	// (PostRegMR); the next one draws a key different from it.
+	posted atomic.Uint32
 }
 
 // Placed counts the RDMA Writes peers have placed in full in the region so
@@ -231,25 +234,43 @@ func (pd *PD) AllocMR() (*MR, error) {
 	if err := pd.dev.addMR(mr, &binding{buf: []byte{}}); err != nil {
 		return nil, err
 	}
+	mr.posted.Store(mr.b.Load().stag)
 	return mr, nil
 }
 
-// fastReg binds buf to a fast-registration MR under a fresh key, so that
-// the STag of its previous binding no longer matches (PostRegMR).
-func (d *Device) fastReg(mr *MR, pd *PD, buf []byte, access Access) bool {
+// nextSTag draws the STag of a fast registration being posted: the
+// region's index with a random key that differs from the key bound now and
+// from the key of the registration posted last, so that neither the STag a
+// peer holds today nor the one it is about to be given reaches the memory
+// of the registration after.
+func (mr *MR) nextSTag() uint32 {
+	for {
+		last := mr.posted.Load()
+		cur := mr.b.Load().stag
+		key := randUint32() & 0xff
+		if key == last&0xff || key == cur&0xff {
+			continue
+		}
+		stag := mr.idx<<8 | key
+		if mr.posted.CompareAndSwap(last, stag) {
+			return stag
+		}
+	}
+}
+
+// fastReg binds buf to a fast-registration MR under stag, the STag
+// PostRegMR drew (nextSTag), so that the STag of its previous binding no
+// longer matches.
+func (d *Device) fastReg(mr *MR, pd *PD, buf []byte, access Access, stag uint32) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := mr.b.Load()
-	if !mr.fast || mr.pd != pd || d.mrs.get(mr.idx) != mr || len(buf) == 0 ||
-		d.mrBytes-uint64(len(old.buf))+uint64(len(buf)) > d.attr.MaxMRTotal {
+	if !mr.fast || mr.pd != pd || d.mrs.get(mr.idx) != mr || len(buf) == 0 || stag>>8 != mr.idx ||
+		stag == old.stag || d.mrBytes-uint64(len(old.buf))+uint64(len(buf)) > d.attr.MaxMRTotal {
 		return false
 	}
 	d.mrBytes += uint64(len(buf)) - uint64(len(old.buf))
-	key := old.stag & 0xff
-	for key == old.stag&0xff {
-		key = randUint32() & 0xff
-	}
-	mr.b.Store(&binding{stag: old.stag&^0xff | key, addr: addrOf(buf), buf: buf, access: access, valid: true})
+	mr.b.Store(&binding{stag: stag, addr: addrOf(buf), buf: buf, access: access, valid: true})
 	return true
 }
 

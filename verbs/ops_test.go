@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"encoding/binary"
 	"sync"
 	"testing"
 	"time"
@@ -19,11 +20,11 @@ func TestFastRegAndSendWithInvalidate(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, fmr.Valid())
 	buf := make([]byte, 4096)
-	err = s.qp.PostRegMR(1, Signaled, fmr, buf, LocalWrite|RemoteWrite)
+	rkey, err := s.qp.PostRegMR(1, Signaled, fmr, buf, LocalWrite|RemoteWrite)
 	require.NoError(t, err)
 	waitOK(t, s.scq, WCRegMR)
 	require.True(t, fmr.Valid())
-	rkey := fmr.RKey()
+	require.Equal(t, rkey, fmr.RKey())
 
 	src := c.regFilled(t, 4096, 0, 5)
 	rb := s.regMR(t, 8, LocalWrite)
@@ -61,10 +62,12 @@ func TestFastRegNewKey(t *testing.T) {
 	pd := d.AllocPD()
 	mr, err := pd.AllocMR()
 	require.NoError(t, err)
-	require.True(t, d.fastReg(mr, pd, make([]byte, 10), RemoteRead))
+	require.True(t, d.fastReg(mr, pd, make([]byte, 10), RemoteRead, mr.nextSTag()))
 	k1 := mr.RKey()
-	require.True(t, d.fastReg(mr, pd, make([]byte, 10), RemoteRead))
+	require.True(t, d.fastReg(mr, pd, make([]byte, 10), RemoteRead, mr.nextSTag()))
 	require.NotEqual(t, k1, mr.RKey())
+	require.False(t, d.fastReg(mr, pd, make([]byte, 10), RemoteRead, mr.RKey()), "the STag bound now")
+	require.False(t, d.fastReg(mr, pd, make([]byte, 10), RemoteRead, mr.RKey()+1<<8), "another region's index")
 	_, _, e := d.check(k1, pd, RemoteRead, mr.Addr(), 1)
 	require.Equal(t, accessSTag, e)
 	_, _, e = d.check(mr.RKey(), pd, RemoteRead, mr.Addr(), 1)
@@ -344,4 +347,90 @@ func TestPeerClosesAfterLastMessage(t *testing.T) {
 		require.Equal(t, Success, wc.Status, "round %d: %v", i, wc)
 		c.qp.Close()
 	}
+}
+
+// PostRegMR gives the new STag at post time, so a request posted right
+// after it can carry the STag (as an NVMe host's command does) before the
+// registration has completed: the QP carries out the registration first.
+// The peer's Write with the new STag lands; its Write with the STag of the
+// binding before is refused with a Terminate, and the memory it named is
+// untouched.
+func TestFastRegKeyAtPostTime(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{})
+	fmr, err := s.pd.AllocMR()
+	require.NoError(t, err)
+	rb := c.regMR(t, 2*12, LocalWrite)
+	for i := range 2 {
+		_, err = c.qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{rb.SGE(i*12, 12)}})
+		require.NoError(t, err)
+	}
+	bufs := [2][]byte{make([]byte, 4096), make([]byte, 4096)}
+	var keys [2]uint32
+	src := c.regFilled(t, 4096, 0, 9)
+	for i, buf := range bufs {
+		// The registration and the Send that carries its STag, posted
+		// back to back: nothing waits for the registration's completion.
+		keys[i], err = s.qp.PostRegMR(uint64(10+i), 0, fmr, buf, LocalWrite|RemoteWrite)
+		require.NoError(t, err)
+		msg := binary.BigEndian.AppendUint32(nil, keys[i])
+		msg = binary.BigEndian.AppendUint64(msg, addrOf(buf))
+		_, err = s.qp.PostSend(SendWR{ID: uint64(20 + i), Opcode: OpSend, Flags: Inline, InlineData: msg})
+		require.NoError(t, err)
+
+		wc := waitOK(t, c.rcq, WCRecv)
+		got := rb.Buf()[wc.ID*12 : wc.ID*12+12]
+		stag, to := binary.BigEndian.Uint32(got), binary.BigEndian.Uint64(got[4:])
+		require.Equal(t, keys[i], stag)
+		_, err = c.qp.PostSend(SendWR{ID: uint64(30 + i), Opcode: OpRDMAWrite, Flags: Signaled,
+			SGL: []SGE{src.SGE(0, 4096)}, RemoteAddr: to, RKey: stag})
+		require.NoError(t, err)
+		waitOK(t, c.scq, WCRDMAWrite)
+		n := uint64(i + 1)
+		require.Eventually(t, func() bool { return fmr.Placed() == n }, 5*time.Second, time.Millisecond)
+		requireSame(t, src.Buf(), buf)
+		require.Equal(t, keys[i], fmr.RKey(), "the registration is in force")
+	}
+	require.Equal(t, keys[0]>>8, keys[1]>>8, "one region")
+	require.NotEqual(t, keys[0], keys[1], "a new key")
+
+	// A Write with the first STag, stale since the second registration,
+	// reaches nothing.
+	clear(bufs[0])
+	_, err = c.qp.PostSend(SendWR{ID: 40, Opcode: OpRDMAWrite, Flags: Signaled,
+		SGL: []SGE{src.SGE(0, 16)}, RemoteAddr: addrOf(bufs[0]), RKey: keys[0]})
+	require.NoError(t, err)
+	<-s.qp.Done()
+	var te *TerminateError
+	require.ErrorAs(t, s.qp.Err(), &te)
+	require.Equal(t, "DDP tagged buffer error: invalid STag", te.Terminate.Cause().String())
+	require.Equal(t, make([]byte, 4096), bufs[0], "the stale STag's memory")
+	<-c.qp.Done()
+	require.ErrorAs(t, c.qp.Err(), &te)
+	require.True(t, te.Remote)
+}
+
+// Registrations posted back to back on one region get distinct STags, and
+// the last one posted is the one in force once they have run.
+func TestFastRegKeysBackToBack(t *testing.T) {
+	checkRoutines(t)
+	c, _ := connect(t, pairOpts{})
+	fmr, err := c.pd.AllocMR()
+	require.NoError(t, err)
+	old := fmr.RKey()
+	seen := map[uint32]bool{old: true}
+	var last uint32
+	for i := range 8 {
+		prev := last
+		last, err = c.qp.PostRegMR(uint64(i), Signaled, fmr, make([]byte, 64), LocalWrite)
+		require.NoError(t, err)
+		require.Equal(t, old>>8, last>>8, "the region's index")
+		require.NotEqual(t, prev, last, "the key of the registration posted before")
+		seen[last] = true
+	}
+	for range 8 {
+		waitOK(t, c.scq, WCRegMR)
+	}
+	require.Equal(t, last, fmr.RKey())
+	require.Greater(t, len(seen), 2)
 }

@@ -27,6 +27,7 @@ type sqe struct {
 	regMR    *MR    // opRegMR
 	regBuf   []byte
 	regAcc   Access
+	regSTag  uint32
 	imm      uint64 // RFC 7306 Immediate Data
 	atomic   atomicArgs
 
@@ -109,36 +110,47 @@ func (qp *QP) enqueue(wrs []SendWR) (n int, small bool, err error) {
 
 // PostRegMR posts a fast registration (IBV_WR_REG_MR): when the WRs before
 // it have been carried out, buf becomes the memory of mr (from PD.AllocMR)
-// with the given access, under a new key; RKey then returns the new STag.
-// It completes with opcode WCRegMR. (It is a method of its own rather than a
-// SendWR field so that SendWRs, which the SQ copies, hold no memory of their
-// own and cost no allocation to post.)
-func (qp *QP) PostRegMR(id uint64, flags SendFlags, mr *MR, buf []byte, access Access) error {
+// with the given access, under the STag it returns. The STag is known at
+// once, as ibverbs' key chosen before posting (ibv_inc_rkey): a request
+// posted after this WR on the same QP may carry it to the peer, since the
+// QP carries out its WRs in order, so the registration is in force before
+// the peer can see the request. From then on the region's previous STag
+// reaches nothing (a peer's Write or Read with it gets a Terminate), and
+// LKey and RKey return the new one. The STag differs from the current one
+// and from that of the registration posted just before on mr; its key is
+// drawn at random, like RegMR's. The WR completes with opcode WCRegMR;
+// LocProtErr if the registration was refused (then the previous binding
+// stays). (It is a method of its own rather than a SendWR field so that
+// SendWRs, which the SQ copies, hold no memory of their own and cost no
+// allocation to post.)
+func (qp *QP) PostRegMR(id uint64, flags SendFlags, mr *MR, buf []byte, access Access) (stag uint32, err error) {
 	if mr == nil || !mr.fast || len(buf) == 0 {
-		return fmt.Errorf("%w: PostRegMR needs an MR from AllocMR and a buffer", ErrInvalidArg)
+		return 0, fmt.Errorf("%w: PostRegMR needs an MR from AllocMR and a buffer", ErrInvalidArg)
 	}
 	if err := checkAccess(access); err != nil {
-		return err // the rules RegMR enforces
+		return 0, err // the rules RegMR enforces
 	}
 	if qp.State() == StateIdle {
-		return fmt.Errorf("%w: PostRegMR on a QP in %s", ErrQPState, qp.State())
+		return 0, fmt.Errorf("%w: PostRegMR on a QP in %s", ErrQPState, qp.State())
 	}
 	qp.sqMu.Lock()
 	switch {
 	case qp.sqFlushed:
+		stag = mr.nextSTag() // never bound: the WR is flushed
 		qp.sendCQ.push(WC{ID: id, Status: WRFlushErr, Opcode: WCRegMR, QP: qp})
 	case qp.sqTail-qp.sqHead == uint64(len(qp.sq)):
 		qp.sqMu.Unlock()
-		return ErrQueueFull
+		return 0, ErrQueueFull
 	default:
+		stag = mr.nextSTag()
 		e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
 		*e = sqe{id: id, op: opRegMR, inline: e.inline, signaled: qp.cfg.SigAll || flags&Signaled != 0,
-			fence: flags&Fence != 0, regMR: mr, regBuf: buf, regAcc: access}
+			fence: flags&Fence != 0, regMR: mr, regBuf: buf, regAcc: access, regSTag: stag}
 		qp.sqTail++
 	}
 	qp.sqMu.Unlock()
 	wake(qp.wake)
-	return nil
+	return stag, nil
 }
 
 // fill validates wr and copies it into e.

@@ -466,7 +466,7 @@ func (qp *QP) txSQ() error {
 		if e.op == OpLocalInv {
 			ok = qp.dev.invalidate(e.invKey, qp.pd, false)
 		} else {
-			ok = qp.dev.fastReg(e.regMR, qp.pd, e.regBuf, e.regAcc)
+			ok = qp.dev.fastReg(e.regMR, qp.pd, e.regBuf, e.regAcc, e.regSTag)
 		}
 		st := Success
 		if !ok {

@@ -632,7 +632,7 @@ func TestScriptedMPAErrors(t *testing.T) {
 		s := startScenario(t, scenarioOpts{recvs: 1, noRead: true})
 		fmr, err := s.st.pd.AllocMR()
 		require.NoError(t, err)
-		err = s.q.qp.PostRegMR(1, Signaled, fmr, make([]byte, 64), LocalWrite|RemoteWrite)
+		_, err = s.q.qp.PostRegMR(1, Signaled, fmr, make([]byte, 64), LocalWrite|RemoteWrite)
 		require.NoError(t, err)
 		require.Equal(t, Success, waitWC(t, s.q.scq).Status)
 		require.True(t, fmr.Valid())

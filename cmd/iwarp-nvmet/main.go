@@ -40,6 +40,9 @@ Serve one namespace and a discovery controller on ADDR:PORT:
                           the discovery connection came to)
     --io-queues N         I/O queues per controller (default 8)
     --queue-size N        entries per I/O queue (default 128)
+    --crc                 ask hosts for MPA CRCs, with FPDUs of at most 1440
+                          octets, one per TCP segment (default: CRCs only if
+                          the host asks; see nvmeof.TargetConfig.AskCRC)
   Logs connections and errors to stderr; SIGINT or SIGTERM disconnects the
   hosts and exits.
 
@@ -84,6 +87,7 @@ func serve(args []string) error {
 	advertise := fs.String("advertise", "", "")
 	ioq := fs.Int("io-queues", 0, "")
 	qsize := fs.Int("queue-size", 0, "")
+	crc := fs.Bool("crc", false, "")
 	var hosts multi
 	fs.Var(&hosts, "allow-host", "")
 	if err := fs.Parse(args); err != nil {
@@ -127,7 +131,7 @@ func serve(args []string) error {
 		sub.AllowHost(h)
 	}
 	t, err := nvmeof.NewTarget(nvmeof.TargetConfig{AdvertiseAddr: *advertise, MaxIOQueues: *ioq, MaxQueueSize: *qsize,
-		Logf: log.Printf}, sub)
+		AskCRC: *crc, Logf: log.Printf}, sub)
 	if err != nil {
 		return err
 	}
