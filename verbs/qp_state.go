@@ -236,7 +236,10 @@ func (qp *QP) retireLocked() {
 				qp.fatal(errCQOverrun, nil, 0) // takes no lock of the SQ's
 			}
 		}
-		e.segs = [maxSGE][]byte{} // drop references to user memory
+		clear(qp.sqSlot(qp.sqHead)) // drop references to user memory
+		if e.op == opRegMR {
+			qp.sqExt[qp.sqHead%uint64(len(qp.sq))] = sqeExt{}
+		}
 		qp.sqHead++
 	}
 	if qp.sqIdle != nil && qp.sqHead == qp.sqTail {
