@@ -39,15 +39,6 @@ type sqeExt struct {
 	regAcc Access
 }
 
-// usesExt reports whether a WR of op keeps arguments in its sqeExt.
-func (o SendOpcode) usesExt() bool {
-	switch o {
-	case opRegMR, OpRDMAWriteWithImm, OpImmediate, OpAtomicFetchAdd, OpAtomicCmpSwap:
-		return true
-	}
-	return false
-}
-
 // sqSlot returns the gather list window of SQ index idx (its full capacity,
 // MaxSendSGE elements).
 func (qp *QP) sqSlot(idx uint64) [][]byte {
@@ -66,8 +57,12 @@ func (qp *QP) sqExtOf(idx uint64) *sqeExt {
 	if qp.sqExt == nil {
 		qp.sqExt = make([]sqeExt, len(qp.sq))
 	}
-	return &qp.sqExt[idx%uint64(len(qp.sq))]
+	return qp.sqExtAt(idx)
 }
+
+// sqExtAt returns the sqeExt of SQ index idx, whose WR uses one: the
+// array exists.
+func (qp *QP) sqExtAt(idx uint64) *sqeExt { return &qp.sqExt[idx%uint64(len(qp.sq))] }
 
 // inlineBuf returns the inline data buffer of SQ index idx, allocating the
 // ring's on first use (sqMu held): a QP that posts no inline data has none.

@@ -238,7 +238,7 @@ func (qp *QP) retireLocked() {
 		}
 		clear(qp.sqSlot(qp.sqHead)) // drop references to user memory
 		if e.op == opRegMR {
-			qp.sqExt[qp.sqHead%uint64(len(qp.sq))] = sqeExt{}
+			*qp.sqExtAt(qp.sqHead) = sqeExt{}
 		}
 		qp.sqHead++
 	}

@@ -407,7 +407,7 @@ func (qp *QP) txSQ() error {
 			t.curOff += n
 			if last {
 				if e.op == OpRDMAWriteWithImm {
-					if err := qp.txImmediate(e, qp.sqExt[t.curIdx%uint64(len(qp.sq))].imm); err != nil {
+					if err := qp.txImmediate(e, qp.sqExtAt(t.curIdx).imm); err != nil {
 						return err
 					}
 				}
@@ -416,7 +416,7 @@ func (qp *QP) txSQ() error {
 			}
 		}
 	case OpImmediate:
-		if err := qp.txImmediate(e, qp.sqExt[t.curIdx%uint64(len(qp.sq))].imm); err != nil {
+		if err := qp.txImmediate(e, qp.sqExtAt(t.curIdx).imm); err != nil {
 			return err
 		}
 		qp.txQueued()
@@ -424,7 +424,7 @@ func (qp *QP) txSQ() error {
 		t.readMSN++
 		reqID := uint32(t.curIdx)
 		qp.ordq.push(readJob{sqIdx: t.curIdx, buf: qp.sqSlot(t.curIdx)[0], atomic: true, reqID: reqID})
-		aop, addSwap, addSwapMask, cmp, cmpMask := qp.sqExt[t.curIdx%uint64(len(qp.sq))].atomic.wire(e.op)
+		aop, addSwap, addSwapMask, cmp, cmpMask := qp.sqExtAt(t.curIdx).atomic.wire(e.op)
 		h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpAtomicRequest), 0, rdmap.QNReadRequest, t.readMSN, 0)
 		h = rdmap.AppendAtomicRequest(h, aop, reqID, e.rkey, e.raddr, addSwap, addSwapMask, cmp, cmpMask)
 		if err := t.append(h, nil); err != nil {
@@ -449,7 +449,7 @@ func (qp *QP) txSQ() error {
 		if e.op == OpLocalInv {
 			ok = qp.dev.invalidate(e.invKey, qp.pd, false)
 		} else {
-			x := &qp.sqExt[t.curIdx%uint64(len(qp.sq))]
+			x := qp.sqExtAt(t.curIdx)
 			ok = qp.dev.fastReg(x.regMR, qp.pd, x.regBuf, x.regAcc)
 		}
 		st := Success
