@@ -1,6 +1,10 @@
 package mpa
 
-import "sync"
+import (
+	"errors"
+	"net"
+	"sync"
+)
 
 // A Reader's buffer is only needed while octets are on their way. On a TCP
 // connection (anything with a syscall.RawConn) fill reads with read(2)
@@ -58,7 +62,19 @@ func (r *Reader) read() (int, error) {
 	}
 	r.rawN, r.rawErr = 0, nil
 	if err := r.raw.Read(r.rawFn); err != nil {
-		return 0, err // waiting failed: a deadline, or the connection closed
+		// Waiting failed: a deadline, or the connection closed. RawConn
+		// calls that a "raw-read"; to the caller it is the read it made.
+		var oe *net.OpError
+		if errors.As(err, &oe) {
+			err = oe.Err
+		}
+		return 0, r.readError(err)
 	}
 	return r.rawN, r.rawErr
+}
+
+// readError reports err as net.Conn's Read does.
+func (r *Reader) readError(err error) error {
+	la := r.conn.LocalAddr()
+	return &net.OpError{Op: "read", Net: la.Network(), Source: la, Addr: r.conn.RemoteAddr(), Err: err}
 }

@@ -89,6 +89,9 @@ func TestReaderIdleBuffer(t *testing.T) {
 	s.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
 	_, err := r.Next()
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	var oe *net.OpError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "read", oe.Op, "as net.Conn's Read says")
 	require.Nil(t, r.buf)
 	s.SetReadDeadline(time.Time{})
 

@@ -40,8 +40,7 @@ func (r *Reader) rawRead(fd uintptr) bool {
 			}
 			return false // RawConn waits until the socket is readable, then calls again
 		case err != nil:
-			r.rawErr = &net.OpError{Op: "read", Net: r.conn.LocalAddr().Network(), Source: r.conn.LocalAddr(),
-				Addr: r.conn.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+			r.rawErr = r.readError(os.NewSyscallError("read", err))
 		case n == 0:
 			r.rawErr = io.EOF
 		default:
