@@ -237,9 +237,6 @@ func (qp *QP) retireLocked() {
 			}
 		}
 		clear(qp.sqSlot(qp.sqHead)) // drop references to user memory
-		if e.op == opRegMR {
-			*qp.sqExtAt(qp.sqHead) = sqeExt{}
-		}
 		qp.sqHead++
 	}
 	if qp.sqIdle != nil && qp.sqHead == qp.sqTail {

@@ -451,6 +451,9 @@ func (qp *QP) txSQ() error {
 		} else {
 			x := qp.sqExtAt(t.curIdx)
 			ok = qp.dev.fastReg(x.regMR, qp.pd, x.regBuf, x.regAcc)
+			// Dropped here, where the WR is ours, rather than at
+			// retirement: a flush may retire it while we run.
+			x.regMR, x.regBuf = nil, nil
 		}
 		st := Success
 		if !ok {
