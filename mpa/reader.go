@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"sync"
+	"syscall"
 )
 
 // Reader takes FPDUs off one direction of a TCP stream. It owns its receive
@@ -41,7 +44,17 @@ type Reader struct {
 
 	hdr [MaxHeader]byte
 
-	bufMax int // the size buf grows to
+	bufMax   int        // the size buf grows to
+	bufRef   *[]byte    // buf's pool entry; nil for a buffer of its own (pre)
+	bufPool  *sync.Pool // bufRef's pool
+	idlePool *sync.Pool // where the next buffer comes from after an idle spell (readbuf.go)
+
+	// With a raw connection (readbuf.go) fill reads itself.
+	conn   net.Conn
+	raw    syscall.RawConn
+	rawFn  func(fd uintptr) bool // rawRead, made once
+	rawN   int
+	rawErr error
 }
 
 // initialReadBuffer is a Reader's buffer before traffic makes it grow.
@@ -59,12 +72,21 @@ const directMin = 8 << 10
 // start-up frames (normally none: the start-up reads exactly its frames).
 //
 // The buffer starts small (an idle connection costs little) and grows to
-// size the first time a read fills it, which is when batching pays.
+// size the first time a read fills it, which is when batching pays. On a
+// TCP connection the Reader holds no buffer while the connection is idle
+// (readbuf.go).
 func NewReader(r io.Reader, crc, markers bool, size int, pre []byte) *Reader {
 	size = max(size, 1<<10, len(pre))
-	start := max(min(size, initialReadBuffer), len(pre))
-	rd := &Reader{r: r, crc: crc, markers: markers, max: MaxULPDU, buf: make([]byte, start), bufMax: size}
-	rd.tail = copy(rd.buf, pre)
+	start := min(size, initialReadBuffer)
+	rd := &Reader{r: r, crc: crc, markers: markers, max: MaxULPDU, bufMax: size, idlePool: readBufPool(start)}
+	rd.conn, rd.raw = rawConnOf(r)
+	if rd.raw != nil {
+		rd.rawFn = rd.rawRead
+	}
+	if len(pre) > 0 {
+		rd.buf = make([]byte, max(start, len(pre)))
+		rd.tail = copy(rd.buf, pre)
+	}
 	return rd
 }
 
@@ -274,13 +296,17 @@ func (r *Reader) fill(n int) error {
 		r.head = 0
 	}
 	for r.tail < n {
-		m, err := r.r.Read(r.buf[r.tail:])
+		m, err := r.read()
 		r.tail += m
-		if r.tail == len(r.buf) && len(r.buf) < r.bufMax {
+		if m > 0 && r.tail == len(r.buf) && len(r.buf) < r.bufMax {
 			// The socket had more than the buffer holds: grow once.
-			b := make([]byte, r.bufMax)
-			copy(b, r.buf[:r.tail])
-			r.buf = b
+			old, oldRef, oldPool := r.buf, r.bufRef, r.bufPool
+			r.bufRef, r.bufPool = nil, nil
+			r.setBuf(readBufPool(r.bufMax))
+			copy(r.buf, old[:r.tail])
+			if oldRef != nil {
+				oldPool.Put(oldRef) // only once copied: other Readers take from the pool
+			}
 		}
 		if r.tail >= n {
 			break

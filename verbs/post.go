@@ -8,35 +8,73 @@ import (
 const maxSGE = 6
 
 // sqe is a send queue entry: a copy of the WR with its gather list resolved
-// to slices of registered memory at post time.
+// to slices of registered memory at post time. It holds what every WR
+// needs (48 octets); its gather list is a window of qp.sqSegs, and the
+// arguments of fast registration, atomics and Immediate Data are in
+// qp.sqExt, so that an idle QP's ring costs little.
 type sqe struct {
-	id       uint64
-	op       SendOpcode
-	signaled bool
-	fence    bool
-	solicit  bool
-	raddr    uint64
-	rkey     uint32
-	invKey   uint32
-	segs     [maxSGE][]byte
-	nseg     int
-	length   int
-	sinkKey  uint32 // RDMA Read: the sink's STag and tagged offset
-	sinkTO   uint64
-	inline   []byte // this slot's inline buffer
-	regMR    *MR    // opRegMR
-	regBuf   []byte
-	regAcc   Access
-	regSTag  uint32
-	imm      uint64 // RFC 7306 Immediate Data
-	atomic   atomicArgs
+	id                       uint64
+	raddr                    uint64
+	sinkTO                   uint64 // RDMA Read: the sink's tagged offset
+	length                   uint32 // at most maxMsg
+	rkey                     uint32
+	invKey                   uint32
+	sinkKey                  uint32 // RDMA Read: the sink's STag
+	nseg                     uint8  // elements of the gather list in use
+	op                       SendOpcode
+	signaled, fence, solicit bool
 
 	// Completion state, guarded by qp.sqMu.
 	done   bool
 	status WCStatus
 }
 
-func (e *sqe) payload() [][]byte { return e.segs[:e.nseg] }
+// sqeExt holds the arguments of the WRs few applications post, one per SQ
+// slot; the array is allocated the first time a QP posts one.
+type sqeExt struct {
+	imm     uint64 // RFC 7306 Immediate Data
+	atomic  atomicArgs
+	regMR   *MR // opRegMR
+	regBuf  []byte
+	regAcc  Access
+	regSTag uint32 // the STag PostRegMR returned
+}
+
+// sqSlot returns the gather list window of SQ index idx (its full capacity,
+// MaxSendSGE elements).
+func (qp *QP) sqSlot(idx uint64) [][]byte {
+	n := uint64(qp.cfg.Cap.MaxSendSGE)
+	i := idx % uint64(len(qp.sq)) * n
+	return qp.sqSegs[i : i+n : i+n]
+}
+
+// payload returns the gather list of e, SQ index idx.
+func (qp *QP) payload(e *sqe, idx uint64) [][]byte { return qp.sqSlot(idx)[:e.nseg] }
+
+// sqExtOf returns the sqeExt of SQ index idx, allocating the array on first
+// use. Called with sqMu held by the poster; the transmit loop, which takes
+// the entry later through nextSQ (under sqMu), sees the array.
+func (qp *QP) sqExtOf(idx uint64) *sqeExt {
+	if qp.sqExt == nil {
+		qp.sqExt = make([]sqeExt, len(qp.sq))
+	}
+	return qp.sqExtAt(idx)
+}
+
+// sqExtAt returns the sqeExt of SQ index idx, whose WR uses one: the
+// array exists.
+func (qp *QP) sqExtAt(idx uint64) *sqeExt { return &qp.sqExt[idx%uint64(len(qp.sq))] }
+
+// inlineBuf returns the inline data buffer of SQ index idx, allocating the
+// ring's on first use (sqMu held): a QP that posts no inline data has none.
+func (qp *QP) inlineBuf(idx uint64) []byte {
+	n := qp.cfg.Cap.MaxInline
+	if qp.sqInline == nil {
+		qp.sqInline = make([]byte, n*len(qp.sq))
+	}
+	i := int(idx%uint64(len(qp.sq))) * n
+	return qp.sqInline[i : i+n : i+n]
+}
 
 // wcOp maps a send opcode to its completion opcode.
 func (o SendOpcode) wcOp() WCOpcode {
@@ -98,8 +136,7 @@ func (qp *QP) enqueue(wrs []SendWR) (n int, small bool, err error) {
 		if qp.sqTail-qp.sqHead == uint64(len(qp.sq)) {
 			return i, false, ErrQueueFull
 		}
-		e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
-		if err := qp.fill(e, wr); err != nil {
+		if err := qp.fill(qp.sqTail, wr); err != nil {
 			return i, false, err
 		}
 		qp.sqTail++
@@ -143,9 +180,9 @@ func (qp *QP) PostRegMR(id uint64, flags SendFlags, mr *MR, buf []byte, access A
 		return 0, ErrQueueFull
 	default:
 		stag = mr.nextSTag()
-		e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
-		*e = sqe{id: id, op: opRegMR, inline: e.inline, signaled: qp.cfg.SigAll || flags&Signaled != 0,
-			fence: flags&Fence != 0, regMR: mr, regBuf: buf, regAcc: access, regSTag: stag}
+		qp.sq[qp.sqTail%uint64(len(qp.sq))] = sqe{id: id, op: opRegMR,
+			signaled: qp.cfg.SigAll || flags&Signaled != 0, fence: flags&Fence != 0}
+		*qp.sqExtOf(qp.sqTail) = sqeExt{regMR: mr, regBuf: buf, regAcc: access, regSTag: stag}
 		qp.sqTail++
 	}
 	qp.sqMu.Unlock()
@@ -153,18 +190,20 @@ func (qp *QP) PostRegMR(id uint64, flags SendFlags, mr *MR, buf []byte, access A
 	return stag, nil
 }
 
-// fill validates wr and copies it into e.
-func (qp *QP) fill(e *sqe, wr *SendWR) error {
-	inl := e.inline
-	*e = sqe{id: wr.ID, op: wr.Opcode, raddr: wr.RemoteAddr, rkey: wr.RKey, invKey: wr.InvalidateRKey, inline: inl,
+// fill validates wr and copies it into the SQ slot of index idx. A WR it
+// refuses may leave the slot's gather list set; the slot is not posted.
+func (qp *QP) fill(idx uint64, wr *SendWR) error {
+	e := &qp.sq[idx%uint64(len(qp.sq))]
+	*e = sqe{id: wr.ID, op: wr.Opcode, raddr: wr.RemoteAddr, rkey: wr.RKey, invKey: wr.InvalidateRKey,
 		signaled: qp.cfg.SigAll || wr.Flags&Signaled != 0, fence: wr.Flags&Fence != 0, solicit: wr.Flags&Solicited != 0}
 	switch wr.Opcode {
 	case OpRDMAWriteWithImm, OpImmediate, OpAtomicFetchAdd, OpAtomicCmpSwap:
 		if !qp.ext {
 			return fmt.Errorf("%w: %v", ErrNotOptedIn, wr.Opcode)
 		}
+		*qp.sqExtOf(idx) = sqeExt{imm: wr.ImmData}
 	}
-	e.imm = wr.ImmData
+	segs := qp.sqSlot(idx)
 	switch wr.Opcode {
 	case OpImmediate:
 		return nil
@@ -182,32 +221,38 @@ func (qp *QP) fill(e *sqe, wr *SendWR) error {
 		if err != nil {
 			return err
 		}
-		e.segs[0], e.nseg, e.length = b, 1, 8
-		e.atomic = atomicArgs{add: wr.CompareAdd, swap: wr.Swap, cmpMask: wr.CompareMask, swapMask: wr.SwapMask, addMask: wr.AddMask}
+		segs[0], e.nseg, e.length = b, 1, 8
+		qp.sqExtOf(idx).atomic = atomicArgs{add: wr.CompareAdd, swap: wr.Swap, cmpMask: wr.CompareMask, swapMask: wr.SwapMask, addMask: wr.AddMask}
 		return nil
 	case OpSend, OpSendWithInv, OpRDMAWrite, OpRDMAWriteWithImm:
 		if wr.Flags&Inline != 0 {
-			if len(wr.InlineData) > len(e.inline) {
+			if len(wr.InlineData) > qp.cfg.Cap.MaxInline {
 				return fmt.Errorf("%w: %d octets", ErrInlineTooLarge, len(wr.InlineData))
 			}
-			n := copy(e.inline, wr.InlineData)
-			e.segs[0], e.nseg, e.length = e.inline[:n], 1, n
+			b := qp.inlineBuf(idx)
+			n := copy(b, wr.InlineData)
+			segs[0], e.nseg, e.length = b[:n], 1, uint32(n)
 			return nil
 		}
-		if len(wr.SGL) > qp.cfg.Cap.MaxSendSGE {
-			return fmt.Errorf("%w: %d SGEs, QP allows %d", ErrTooManySGE, len(wr.SGL), qp.cfg.Cap.MaxSendSGE)
+		if len(wr.SGL) > len(segs) {
+			return fmt.Errorf("%w: %d SGEs, QP allows %d", ErrTooManySGE, len(wr.SGL), len(segs))
 		}
+		total := 0
 		for _, sge := range wr.SGL {
 			b, err := qp.pd.localSlice(sge, 0)
 			if err != nil {
 				return err
 			}
 			if len(b) > 0 {
-				e.segs[e.nseg] = b
+				segs[e.nseg] = b
 				e.nseg++
 			}
-			e.length += len(b)
+			total += len(b)
 		}
+		if total > maxMsg {
+			return fmt.Errorf("%w: message of %d octets", ErrInvalidArg, total)
+		}
+		e.length = uint32(total)
 	case OpRDMARead:
 		if qp.ord == 0 {
 			return fmt.Errorf("%w: the connection negotiated ORD 0: no RDMA Reads", ErrInvalidArg)
@@ -220,21 +265,29 @@ func (qp *QP) fill(e *sqe, wr *SendWR) error {
 		if err != nil {
 			return err
 		}
-		e.segs[0], e.nseg, e.length = b, 1, len(b)
+		if len(b) > maxMsg {
+			return fmt.Errorf("%w: message of %d octets", ErrInvalidArg, len(b))
+		}
+		segs[0], e.nseg, e.length = b, 1, uint32(len(b))
 		e.sinkKey, e.sinkTO = wr.SGL[0].LKey, wr.SGL[0].Addr
 	case OpLocalInv:
 	default: // opRegMR goes through PostRegMR
 
 		return fmt.Errorf("%w: opcode %v", ErrInvalidArg, wr.Opcode)
 	}
-	if e.length > maxMsg {
-		return fmt.Errorf("%w: message of %d octets", ErrInvalidArg, e.length)
-	}
 	return nil
 }
 
-// rqe is a posted receive buffer.
+// rqe is a posted receive in a ring; its gather list is the ring's
+// segs[i*maxSGE:][:nseg] for slot i.
 type rqe struct {
+	id   uint64
+	nseg int
+}
+
+// recvBuf is a receive the receive loop has taken off its queue: a copy of
+// the gather list, since the ring slot is reused as soon as it is popped.
+type recvBuf struct {
 	id    uint64
 	segs  [maxSGE][]byte
 	nseg  int
@@ -245,16 +298,25 @@ type rqe struct {
 type recvQueue struct {
 	mu         sync.Mutex
 	ring       []rqe
+	segs       [][]byte // gather lists: maxSGE per slot
 	head, tail uint64
 	maxSGE     int
 	flushed    bool
 }
 
-func (q *recvQueue) init(n int) { q.ring = make([]rqe, n) }
+func (q *recvQueue) init(n, maxSGE int) {
+	q.ring, q.segs, q.maxSGE = make([]rqe, n), make([][]byte, n*maxSGE), maxSGE
+}
+
+// slot returns the gather list window of ring index i.
+func (q *recvQueue) slot(i uint64) [][]byte {
+	k := i % uint64(len(q.ring)) * uint64(q.maxSGE)
+	return q.segs[k : k+uint64(q.maxSGE) : k+uint64(q.maxSGE)]
+}
 
 // post resolves and queues wrs; WRs posted to a flushed queue complete at
 // once on flushCQ (nil for an SRQ, whose WRs outlive any one QP).
-func (q *recvQueue) post(pd *PD, maxSGE int, wrs []RecvWR, flushCQ *CQ, qp *QP) (int, error) {
+func (q *recvQueue) post(pd *PD, wrs []RecvWR, flushCQ *CQ, qp *QP) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for i := range wrs {
@@ -268,37 +330,43 @@ func (q *recvQueue) post(pd *PD, maxSGE int, wrs []RecvWR, flushCQ *CQ, qp *QP) 
 		if q.tail-q.head == uint64(len(q.ring)) {
 			return i, ErrQueueFull
 		}
-		if len(wr.SGL) > maxSGE {
-			return i, fmt.Errorf("%w: %d SGEs, queue allows %d", ErrTooManySGE, len(wr.SGL), maxSGE)
+		if len(wr.SGL) > q.maxSGE {
+			return i, fmt.Errorf("%w: %d SGEs, queue allows %d", ErrTooManySGE, len(wr.SGL), q.maxSGE)
 		}
-		e := &q.ring[q.tail%uint64(len(q.ring))]
-		*e = rqe{id: wr.ID}
+		segs := q.slot(q.tail)
+		n := 0
 		for _, sge := range wr.SGL {
 			b, err := pd.localSlice(sge, LocalWrite)
 			if err != nil {
+				clear(segs)
 				return i, err
 			}
 			if len(b) > 0 {
-				e.segs[e.nseg] = b
-				e.nseg++
+				segs[n] = b
+				n++
 			}
-			e.total += len(b)
 		}
+		q.ring[q.tail%uint64(len(q.ring))] = rqe{id: wr.ID, nseg: n}
 		q.tail++
 	}
 	return len(wrs), nil
 }
 
 // pop takes the oldest posted receive; ok is false when none is posted.
-func (q *recvQueue) pop(dst *rqe) bool {
+func (q *recvQueue) pop(dst *recvBuf) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.head == q.tail || q.flushed {
 		return false
 	}
-	i := q.head % uint64(len(q.ring))
-	*dst = q.ring[i]
-	q.ring[i] = rqe{}
+	e := q.ring[q.head%uint64(len(q.ring))]
+	segs := q.slot(q.head)
+	*dst = recvBuf{id: e.id, nseg: e.nseg}
+	for i, s := range segs[:e.nseg] {
+		dst.segs[i] = s
+		dst.total += len(s)
+	}
+	clear(segs)
 	q.head++
 	return true
 }
@@ -310,9 +378,8 @@ func (q *recvQueue) drain(fn func(id uint64)) {
 	defer q.mu.Unlock()
 	q.flushed = true
 	for ; q.head != q.tail; q.head++ {
-		i := q.head % uint64(len(q.ring))
-		fn(q.ring[i].id)
-		q.ring[i] = rqe{}
+		fn(q.ring[q.head%uint64(len(q.ring))].id)
+		clear(q.slot(q.head))
 	}
 }
 
@@ -323,7 +390,7 @@ func (qp *QP) PostRecv(wrs ...RecvWR) (int, error) {
 	if qp.srq != nil {
 		return 0, fmt.Errorf("%w: QP uses an SRQ", ErrInvalidArg)
 	}
-	return qp.rq.post(qp.pd, qp.cfg.Cap.MaxRecvSGE, wrs, qp.recvCQ, qp)
+	return qp.rq.post(qp.pd, wrs, qp.recvCQ, qp)
 }
 
 // SRQ is a shared receive queue: QPs created with it take their receive
@@ -340,12 +407,11 @@ func (pd *PD) CreateSRQ(maxWR, maxSGE int) (*SRQ, error) {
 		return nil, fmt.Errorf("%w: SRQ %d WRs × %d SGEs", ErrInvalidArg, maxWR, maxSGE)
 	}
 	s := &SRQ{pd: pd}
-	s.q.init(maxWR)
-	s.q.maxSGE = maxSGE
+	s.q.init(maxWR, maxSGE)
 	return s, nil
 }
 
 // PostRecv posts receive buffers to the SRQ.
 func (s *SRQ) PostRecv(wrs ...RecvWR) (int, error) {
-	return s.q.post(s.pd, s.q.maxSGE, wrs, nil, nil)
+	return s.q.post(s.pd, wrs, nil, nil)
 }

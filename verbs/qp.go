@@ -87,6 +87,9 @@ type QP struct {
 	// use an entry's fields without the lock once they own it.
 	sqMu                   sync.Mutex
 	sq                     []sqe
+	sqSegs                 [][]byte // gather lists: MaxSendSGE per slot
+	sqInline               []byte   // inline data: MaxInline per slot, allocated on first use
+	sqExt                  []sqeExt // allocated on first use (sqExtOf)
 	sqHead, sqNext, sqTail uint64
 	sqFlushed              bool          // ERROR reached: new WRs flush at once
 	sqIdle                 chan struct{} // closed when the SQ drains (Disconnect)
@@ -189,19 +192,14 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	cfg.IRD, cfg.ORD = max(cfg.IRD, 0), max(cfg.ORD, 0)
 	qp := &QP{
 		pd: pd, dev: d, cfg: cfg, sendCQ: cfg.SendCQ, recvCQ: cfg.RecvCQ, srq: cfg.SRQ,
-		sq:   make([]sqe, c.MaxSendWR),
-		wake: make(chan struct{}, 1),
-		done: make(chan struct{}),
-		stop: make(chan struct{}),
+		sq:     make([]sqe, c.MaxSendWR),
+		sqSegs: make([][]byte, c.MaxSendWR*c.MaxSendSGE),
+		wake:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		stop:   make(chan struct{}),
 	}
 	if cfg.SRQ == nil {
-		qp.rq.init(c.MaxRecvWR)
-	}
-	if c.MaxInline > 0 {
-		arena := make([]byte, c.MaxInline*c.MaxSendWR)
-		for i := range qp.sq {
-			qp.sq[i].inline = arena[i*c.MaxInline : (i+1)*c.MaxInline : (i+1)*c.MaxInline]
-		}
+		qp.rq.init(c.MaxRecvWR, c.MaxRecvSGE)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

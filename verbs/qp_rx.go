@@ -26,7 +26,7 @@ type rxState struct {
 	// Untagged message in progress on QN 0, with the buffer it lands in.
 	// Tagged and untagged contexts are separate: a Send may arrive between
 	// two segments of a Read Response (Chelsio does this).
-	recv    rqe
+	recv    recvBuf
 	recvOn  bool
 	recvOff int
 
@@ -227,7 +227,7 @@ func (qp *QP) rxCommit() error {
 	case actRecvDone:
 		wc := x.actWC
 		x.recvOn = false
-		x.recv = rqe{}
+		x.recv = recvBuf{}
 		x.sendMSN++
 		if x.actInv {
 			stag := wc.InvalidatedRKey

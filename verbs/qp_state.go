@@ -236,7 +236,7 @@ func (qp *QP) retireLocked() {
 				qp.fatal(errCQOverrun, nil, 0) // takes no lock of the SQ's
 			}
 		}
-		e.segs = [maxSGE][]byte{} // drop references to user memory
+		clear(qp.sqSlot(qp.sqHead)) // drop references to user memory
 		qp.sqHead++
 	}
 	if qp.sqIdle != nil && qp.sqHead == qp.sqTail {

@@ -335,13 +335,13 @@ func (t *txState) appendV(hdr []byte, payload [][]byte) error {
 	return err
 }
 
-// segment gathers the payload of e's next FPDU, starting at off: as much as
-// an FPDU of mulpdu octets with a header of hdrLen holds, less what fit
-// takes off.
-func (t *txState) segment(e *sqe, off, mulpdu, hdrLen int) ([][]byte, int) {
-	p, n := t.segPayload(e, off, mulpdu-hdrLen)
+// segment gathers the payload of the next FPDU of a WR with gather list
+// segs, starting at off: as much as an FPDU of mulpdu octets with a header
+// of hdrLen holds, less what fit takes off.
+func (t *txState) segment(segs [][]byte, off, mulpdu, hdrLen int) ([][]byte, int) {
+	p, n := t.segPayload(segs, off, mulpdu-hdrLen)
 	if m := t.fit(n, hdrLen); m != n {
-		p, n = t.segPayload(e, off, m)
+		p, n = t.segPayload(segs, off, m)
 	}
 	return p, n
 }
@@ -358,10 +358,10 @@ func (t *txState) fit(n, hdrLen int) int {
 	return n
 }
 
-// segPayload gathers up to max octets of e's data starting at off.
-func (t *txState) segPayload(e *sqe, off, max int) ([][]byte, int) {
+// segPayload gathers up to max octets of segs starting at off.
+func (t *txState) segPayload(segs [][]byte, off, max int) ([][]byte, int) {
 	n, k := 0, 0
-	for _, s := range e.payload() {
+	for _, s := range segs {
 		if off >= len(s) {
 			off -= len(s)
 			continue
@@ -401,8 +401,8 @@ func (qp *QP) txSQ() error {
 			op = rdmap.OpSendSE
 		}
 		for t.w.Buffered() < t.batch {
-			p, n := t.segment(e, t.curOff, qp.mulpdu, ddp.UntaggedHdrLen)
-			last := t.curOff+n == e.length
+			p, n := t.segment(qp.payload(e, t.curIdx), t.curOff, qp.mulpdu, ddp.UntaggedHdrLen)
+			last := t.curOff+n == int(e.length)
 			h := ddp.AppendUntagged(t.hdr[:0], last, rdmap.Ctrl(op), e.invKey, rdmap.QNSend, t.curMSN, uint32(t.curOff))
 			if err := t.appendV(h, p); err != nil {
 				return err
@@ -415,8 +415,8 @@ func (qp *QP) txSQ() error {
 		}
 	case OpRDMAWrite, OpRDMAWriteWithImm:
 		for t.w.Buffered() < t.batch {
-			p, n := t.segment(e, t.curOff, qp.mulpdu, ddp.TaggedHdrLen)
-			last := t.curOff+n == e.length
+			p, n := t.segment(qp.payload(e, t.curIdx), t.curOff, qp.mulpdu, ddp.TaggedHdrLen)
+			last := t.curOff+n == int(e.length)
 			h := ddp.AppendTagged(t.hdr[:0], last, rdmap.Ctrl(rdmap.OpWrite), e.rkey, e.raddr+uint64(t.curOff))
 			if err := t.appendV(h, p); err != nil {
 				return err
@@ -424,7 +424,7 @@ func (qp *QP) txSQ() error {
 			t.curOff += n
 			if last {
 				if e.op == OpRDMAWriteWithImm {
-					if err := qp.txImmediate(e); err != nil {
+					if err := qp.txImmediate(e, qp.sqExtAt(t.curIdx).imm); err != nil {
 						return err
 					}
 				}
@@ -433,15 +433,15 @@ func (qp *QP) txSQ() error {
 			}
 		}
 	case OpImmediate:
-		if err := qp.txImmediate(e); err != nil {
+		if err := qp.txImmediate(e, qp.sqExtAt(t.curIdx).imm); err != nil {
 			return err
 		}
 		qp.txQueued()
 	case OpAtomicFetchAdd, OpAtomicCmpSwap:
 		t.readMSN++
 		reqID := uint32(t.curIdx)
-		qp.ordq.push(readJob{sqIdx: t.curIdx, buf: e.segs[0], atomic: true, reqID: reqID})
-		aop, addSwap, addSwapMask, cmp, cmpMask := e.atomic.wire(e.op)
+		qp.ordq.push(readJob{sqIdx: t.curIdx, buf: qp.sqSlot(t.curIdx)[0], atomic: true, reqID: reqID})
+		aop, addSwap, addSwapMask, cmp, cmpMask := qp.sqExtAt(t.curIdx).atomic.wire(e.op)
 		h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpAtomicRequest), 0, rdmap.QNReadRequest, t.readMSN, 0)
 		h = rdmap.AppendAtomicRequest(h, aop, reqID, e.rkey, e.raddr, addSwap, addSwapMask, cmp, cmpMask)
 		if err := t.append(h, nil); err != nil {
@@ -452,9 +452,9 @@ func (qp *QP) txSQ() error {
 		t.readMSN++
 		// The ORD entry goes in before the request leaves, so the response
 		// can never overtake it.
-		qp.ordq.push(readJob{sqIdx: t.curIdx, buf: e.segs[0], stag: e.sinkKey, to: e.sinkTO, size: uint32(e.length)})
+		qp.ordq.push(readJob{sqIdx: t.curIdx, buf: qp.sqSlot(t.curIdx)[0], stag: e.sinkKey, to: e.sinkTO, size: e.length})
 		h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpReadRequest), 0, rdmap.QNReadRequest, t.readMSN, 0)
-		h = rdmap.AppendReadRequest(h, e.sinkKey, e.sinkTO, uint32(e.length), e.rkey, e.raddr)
+		h = rdmap.AppendReadRequest(h, e.sinkKey, e.sinkTO, e.length, e.rkey, e.raddr)
 		if err := t.append(h, nil); err != nil {
 			return err
 		}
@@ -466,7 +466,11 @@ func (qp *QP) txSQ() error {
 		if e.op == OpLocalInv {
 			ok = qp.dev.invalidate(e.invKey, qp.pd, false)
 		} else {
-			ok = qp.dev.fastReg(e.regMR, qp.pd, e.regBuf, e.regAcc, e.regSTag)
+			x := qp.sqExtAt(t.curIdx)
+			ok = qp.dev.fastReg(x.regMR, qp.pd, x.regBuf, x.regAcc, x.regSTag)
+			// Dropped here, where the WR is ours, rather than at
+			// retirement: a flush may retire it while we run.
+			x.regMR, x.regBuf = nil, nil
 		}
 		st := Success
 		if !ok {
@@ -480,7 +484,7 @@ func (qp *QP) txSQ() error {
 
 // txImmediate queues the Immediate Data message of e (RFC 7306 section 6):
 // untagged, QN 0, the next Send MSN, 8 octets.
-func (qp *QP) txImmediate(e *sqe) error {
+func (qp *QP) txImmediate(e *sqe, imm uint64) error {
 	t := &qp.tx
 	op := rdmap.OpImmediateData
 	if e.solicit {
@@ -488,7 +492,7 @@ func (qp *QP) txImmediate(e *sqe) error {
 	}
 	t.sendMSN++
 	h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(op), 0, rdmap.QNSend, t.sendMSN, 0)
-	h = rdmap.AppendImmediate(h, e.imm)
+	h = rdmap.AppendImmediate(h, imm)
 	return t.append(h, nil)
 }
 

@@ -8,26 +8,47 @@ import "sync"
 type readJob struct {
 	sqIdx uint64 // ORD: the Read's SQ index
 	buf   []byte
-	stag  uint32 // sink STag and tagged offset
-	to    uint64
+	to    uint64 // sink tagged offset
+	orig  uint64 // IRD: the atomic's original value to return
+	stag  uint32 // sink STag
 	size  uint32
-	rtr   bool // the zero-length Read of a peer-to-peer start-up: no WR to complete
+	reqID uint32 // atomic: Request Identifier
+	rtr   bool   // the zero-length Read of a peer-to-peer start-up: no WR to complete
 
 	// RFC 7306 atomics share the Read queues (and so the IRD and ORD).
 	atomic bool
-	reqID  uint32 // Request Identifier
-	orig   uint64 // IRD: the original value to return
 }
 
-// readQueue is a FIFO of readJobs between the two loops of a QP.
+// readChunk is how many readJobs a readQueue allocates at a time.
+const readChunk = 8
+
+// readQueue is a FIFO of readJobs between the two loops of a QP. Its room
+// (the IRD or ORD, up to 16383) is allocated a chunk at a time as the queue
+// first reaches into it, and an empty queue starts over at slot 0, so that
+// a QP holds only as many slots as it has had Reads outstanding at once.
+// Chunks never move: a slot stays where front found it until pop.
 type readQueue struct {
-	mu   sync.Mutex
-	ring []readJob
-	head int
-	n    int
+	mu     sync.Mutex
+	chunks []*[readChunk]readJob
+	size   int // room: at most this many jobs
+	head   int
+	n      int
 }
 
-func (q *readQueue) init(n int) { q.ring = make([]readJob, max(n, 1)) }
+func (q *readQueue) init(n int) {
+	q.size = max(n, 1)
+	q.chunks = make([]*[readChunk]readJob, (q.size+readChunk-1)/readChunk)
+}
+
+// at returns slot i, allocating its chunk on first use (mu held).
+func (q *readQueue) at(i int) *readJob {
+	c := q.chunks[i/readChunk]
+	if c == nil {
+		c = new([readChunk]readJob)
+		q.chunks[i/readChunk] = c
+	}
+	return &c[i%readChunk]
+}
 
 func (q *readQueue) len() int {
 	q.mu.Lock()
@@ -35,10 +56,10 @@ func (q *readQueue) len() int {
 	return q.n
 }
 
-// push appends j; the callers keep within the ring's size (IRD/ORD checks).
+// push appends j; the callers keep within the queue's room (IRD/ORD checks).
 func (q *readQueue) push(j readJob) {
 	q.mu.Lock()
-	q.ring[(q.head+q.n)%len(q.ring)] = j
+	*q.at((q.head + q.n) % q.size) = j
 	q.n++
 	q.mu.Unlock()
 }
@@ -50,20 +71,27 @@ func (q *readQueue) front() *readJob {
 	if q.n == 0 {
 		return nil
 	}
-	return &q.ring[q.head]
+	return q.at(q.head)
 }
 
 func (q *readQueue) pop() {
 	q.mu.Lock()
-	q.ring[q.head] = readJob{}
-	q.head = (q.head + 1) % len(q.ring)
+	*q.at(q.head) = readJob{}
+	q.head = (q.head + 1) % q.size
 	q.n--
+	if q.n == 0 {
+		q.head = 0
+	}
 	q.mu.Unlock()
 }
 
 func (q *readQueue) clear() {
 	q.mu.Lock()
-	clear(q.ring)
+	for _, c := range q.chunks {
+		if c != nil {
+			*c = [readChunk]readJob{}
+		}
+	}
 	q.head, q.n = 0, 0
 	q.mu.Unlock()
 }

@@ -99,7 +99,7 @@ func (qp *QP) rxQN1(h ddp.Untagged, op rdmap.Opcode, n int) error {
 }
 
 // popRecv takes the next posted receive, from the SRQ if the QP has one.
-func (qp *QP) popRecv(dst *rqe) bool {
+func (qp *QP) popRecv(dst *recvBuf) bool {
 	if qp.srq != nil {
 		return qp.srq.q.pop(dst)
 	}

@@ -1,0 +1,133 @@
+//go:build unix
+
+package mpa
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (client, server *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	s, err := ln.Accept()
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+// readMsgs reads msgs off r and checks them.
+func readMsgs(t *testing.T, r *Reader, msgs [][2][]byte) {
+	t.Helper()
+	for i, m := range msgs {
+		n, err := r.Next()
+		require.NoError(t, err, "FPDU %d", i)
+		require.Equal(t, len(m[0])+len(m[1]), n)
+		h, err := r.Header(len(m[0]))
+		require.NoError(t, err)
+		require.Equal(t, m[0], h)
+		p := make([]byte, len(m[1]))
+		require.NoError(t, r.ReadFull(p))
+		require.Equal(t, m[1], p)
+		require.NoError(t, r.Finish())
+	}
+}
+
+// On TCP a Reader gives its buffer back when the socket runs dry, between
+// FPDUs or inside one, and takes one as large again when data arrives.
+func TestReaderIdleBuffer(t *testing.T) {
+	c, s := tcpPair(t)
+	r := NewReader(s, true, true, DefaultReadBuffer, nil)
+	require.Nil(t, r.buf, "no buffer before the first octet")
+	rng := rand.New(rand.NewPCG(7, 8))
+
+	// The stream goes out in pieces of random size with pauses, so that
+	// the socket runs dry between FPDUs and inside them (payloads up to
+	// 20000 octets: some are read straight into place).
+	msgs := randMsgs(rng, 300, 20000)
+	var stream bytes.Buffer
+	sw := NewWriter(&stream, true, true)
+	for _, m := range msgs {
+		require.NoError(t, sw.Append(m[0], m[1]))
+	}
+	require.NoError(t, sw.Flush())
+	done := make(chan error, 1)
+	go func() {
+		b := stream.Bytes()
+		for len(b) > 0 {
+			n := min(len(b), 1+rng.IntN(8000))
+			if _, err := c.Write(b[:n]); err != nil {
+				done <- err
+				return
+			}
+			b = b[n:]
+			if rng.IntN(4) == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		done <- nil
+	}()
+	readMsgs(t, r, msgs)
+	require.NoError(t, <-done)
+	require.Equal(t, DefaultReadBuffer, cap(r.buf), "8000 octets at once fill 4 KiB: the buffer grew")
+
+	// Idle: Next waits with no buffer (the deadline ends the wait).
+	s.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_, err := r.Next()
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	var oe *net.OpError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "read", oe.Op, "as net.Conn's Read says")
+	require.Nil(t, r.buf)
+	s.SetReadDeadline(time.Time{})
+
+	// The stream goes on where it was, in a buffer as large as before.
+	more := randMsgs(rng, 20, 200)
+	stream.Reset()
+	for _, m := range more {
+		require.NoError(t, sw.Append(m[0], m[1])) // the same Writer: markers go by stream offset
+	}
+	require.NoError(t, sw.Flush())
+	_, err = c.Write(stream.Bytes())
+	require.NoError(t, err)
+	readMsgs(t, r, more)
+	require.Equal(t, DefaultReadBuffer, cap(r.buf))
+
+	// An orderly close between FPDUs is the end of the stream.
+	require.NoError(t, c.CloseWrite())
+	_, err = r.Next()
+	require.ErrorIs(t, err, io.EOF)
+}
+
+// Errors from read(2) arrive as net.Conn's Read reports them.
+func TestReaderRawErrors(t *testing.T) {
+	c, s := tcpPair(t)
+	r := NewReader(s, true, false, DefaultReadBuffer, nil)
+	// The length field of a 100-octet ULPDU and 10 octets of it.
+	_, err := c.Write(append([]byte{0, 100}, make([]byte, 10)...))
+	require.NoError(t, err)
+	_, err = r.Next()
+	require.NoError(t, err)
+	require.NoError(t, c.SetLinger(0))
+	require.NoError(t, c.Close()) // a reset inside the FPDU
+	err = r.ReadFull(make([]byte, 100))
+	require.ErrorIs(t, err, ErrStreamLost)
+	var oe *net.OpError
+	require.True(t, errors.As(err, &oe), "%v", err)
+	require.Equal(t, "read", oe.Op)
+	require.ErrorIs(t, err, syscall.ECONNRESET)
+}
