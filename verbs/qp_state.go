@@ -143,7 +143,13 @@ func (qp *QP) loopDone() {
 	qp.state.Store(int32(StateError))
 	qp.stopHold()
 	qp.conn.Close()
+	// A send in progress on another goroutine (PostSend's txInline, the
+	// receive loop's rxAnswer) holds txMu and reads its WR's gather list,
+	// which retiring clears: wait for it. Its write fails at once on the
+	// closed socket.
+	qp.txMu.Lock()
 	qp.flushAll()
+	qp.txMu.Unlock()
 	close(qp.done)
 	qp.wg.Done()
 }

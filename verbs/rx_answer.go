@@ -27,8 +27,8 @@ func (qp *QP) rxAnswered() bool {
 	}
 	defer qp.txMu.Unlock()
 	t := &qp.tx
-	j := qp.irdq.front()
-	if t.cur != nil || t.rr != nil || t.w.Buffered() > 0 || len(j.buf) > answerMax ||
+	j := qp.irdq.front() // nil if the transmit loop answered it since len
+	if j == nil || t.cur != nil || t.rr != nil || t.w.Buffered() > 0 || len(j.buf) > answerMax ||
 		qp.State() != StateRTS || qp.termPending() {
 		return false
 	}
