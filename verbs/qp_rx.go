@@ -218,7 +218,7 @@ func (qp *QP) rxCommit() error {
 		} else {
 			qp.completeSQ(idx, Success)
 		}
-		wake(qp.wake) // a fenced WR or a Read held back by the ORD may go now
+		qp.wakeHeld() // a fenced WR or a Read held back by the ORD may go now
 	case actReadReq:
 		x.readMSN++
 		qp.irdq.push(x.actJob)
@@ -255,9 +255,24 @@ func (qp *QP) rxCommit() error {
 		x.atomicMSN++
 		qp.ordq.pop()
 		qp.completeSQ(idx, Success)
-		wake(qp.wake)
+		qp.wakeHeld()
 	}
 	return nil
 }
 
 var errCQOverrun = rdmap.Errorf(rdmap.ETypeLocalCatastrophic, rdmap.CodeCatastrophicStream, "completion queue overrun")
+
+// wakeHeld wakes the transmit loop after a Read or atomic completed, if WRs
+// wait in the SQ: a fence or the ORD may have held them back. Waking it
+// for nothing costs a goroutine wake-up per Read, often on another thread,
+// which is most of a Read's round trip at queue depth 1. (The transmit loop
+// decides in nextSQ under sqMu and leaves sqNext behind the WR it held;
+// the ORD slot was freed before this looks.)
+func (qp *QP) wakeHeld() {
+	qp.sqMu.Lock()
+	held := qp.sqNext != qp.sqTail
+	qp.sqMu.Unlock()
+	if held {
+		wake(qp.wake)
+	}
+}
