@@ -63,9 +63,12 @@ const (
 	// does: every perftestRetry, perftestRetries times.
 	perftestRetry   = 100 * time.Millisecond
 	perftestRetries = 20
-	// perftestCloseGrace is how long a client waits for the server to
-	// close the control connection before it closes it (see Close).
+	// perftestCloseGrace is how long we wait for the peer to close the
+	// control connection before we close it (see Close).
 	perftestCloseGrace = time.Second
+	// perftestServerCloseGrace is the server's: long enough for siw's
+	// send call under emulation (100-200 ms, see perftestFPDUDelay).
+	perftestServerCloseGrace = 500 * time.Millisecond
 )
 
 // perftestVersion is the version we claim: 6.06's formats, below 6.28 so
@@ -531,13 +534,22 @@ func (x *perftestExchange) fromPerftest(r perftest.Report) Report {
 }
 
 func (x *perftestExchange) Close() error {
-	if x.client && x.ctl.qp.State() == verbs.StateRTS {
-		// Let the server close first. siw fails a Send that it has sent in
-		// full if the peer's FIN arrives before the send call returns
-		// (siw_qp_sq_proc_tx: tx_suspend is checked before the last
-		// segment counts as done), so perftest's server could see its
-		// last message, which we have, fail ("Bad wc status 2") and exit 1.
-		t := time.NewTimer(perftestCloseGrace)
+	if x.ctl.qp.State() == verbs.StateRTS {
+		// Let the peer close first, in either role. siw fails a Send that
+		// it has sent in full if the peer's FIN arrives before the send
+		// call returns (siw_qp_sq_proc_tx: tx_suspend is checked before
+		// the last segment counts as done), so perftest could see its last
+		// message, which we have, fail ("Bad wc status 2", "Unable to
+		// write to socket/rdma_cm") and exit 1. Under QEMU's emulation
+		// siw's send call is slow enough that a server answering the
+		// closing message and closing at once met it (read_lat -a, once
+		// in a CI run). The server waits less: when the client is
+		// iwarp-perf it waits for the server, and both would wait it out.
+		grace := perftestCloseGrace
+		if !x.client {
+			grace = perftestServerCloseGrace
+		}
+		t := time.NewTimer(grace)
 		select {
 		case <-x.ctl.qp.Done():
 		case <-t.C:
