@@ -117,10 +117,27 @@ func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (
 	for pos := 0; pos < len(p) && firstErr == nil; pos += chunk {
 		b := p[pos:min(pos+chunk, len(p))]
 		q := c.io[int(c.rr.Add(1))%len(c.io)]
-		i, err := q.acquire(ctx)
-		if err != nil {
-			firstErr = err
+		// Never wait for a slot while holding others: callers that each
+		// hold slots whose commands have completed, waiting for a slot
+		// another holds, would wait forever (hold and wait). Our own
+		// commands are finished, oldest first, until one is free.
+		i, ok := q.tryAcquire()
+		for !ok && head < tail && firstErr == nil {
+			finish()
+			i, ok = q.tryAcquire()
+		}
+		if firstErr != nil {
+			if ok {
+				q.releaseSlot(i)
+			}
 			break
+		}
+		if !ok {
+			var err error
+			if i, err = q.acquire(ctx); err != nil {
+				firstErr = err
+				break
+			}
 		}
 		slba := uint64(off+int64(pos)) / uint64(n.bs)
 		if err := q.startRW(i, op, n.ID, slba, uint16(int64(len(b))/n.bs-1), b); err != nil {

@@ -258,6 +258,16 @@ func (q *hqueue) response(wc *verbs.WC) error {
 	return nil
 }
 
+// tryAcquire takes a free slot if there is one.
+func (q *hqueue) tryAcquire() (int, bool) {
+	select {
+	case i := <-q.free:
+		return i, true
+	default:
+		return 0, false
+	}
+}
+
 // acquire takes a free slot, waiting for one.
 func (q *hqueue) acquire(ctx context.Context) (int, error) {
 	select {
