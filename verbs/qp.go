@@ -134,6 +134,7 @@ type QP struct {
 
 	errOnce   sync.Once
 	err       error         // first fatal cause, set in errOnce
+	errSet    atomic.Bool   // err is set: Err reads it from then on
 	termMu    sync.Mutex    // guards term
 	term      []byte        // Terminate ULPDU for tx to send
 	termSet   atomic.Bool   // term was set
@@ -260,11 +261,12 @@ func (qp *QP) Done() <-chan struct{} { return qp.done }
 
 // Err returns why the QP left RTS: a *TerminateError (a Terminate we sent
 // or received), ErrConnLost, ErrDisconnected, or nil while it is healthy.
+// The cause is there from the moment the QP leaves RTS, before any work
+// completion with an error status is delivered, so an application that
+// polls a failed WC can always ask why.
 func (qp *QP) Err() error {
-	select {
-	case <-qp.done:
-		return qp.err
-	default:
+	if !qp.errSet.Load() {
 		return nil
 	}
+	return qp.err
 }

@@ -135,8 +135,15 @@ func (qp *QP) rxFailed(err error) {
 	case isNetErr(err):
 		qp.connLost(err)
 	default:
-		qp.fatal(err, qp.rx.hdr[:qp.rx.hl], qp.rx.r.ULPDULen())
+		qp.rxFatal(err)
 	}
+}
+
+// rxFatal is fatal for the segment the receive loop is taking apart. A
+// handler that completes a WR with an error status calls it before pushing
+// the WC, so that the application polling that WC finds the cause in Err.
+func (qp *QP) rxFatal(err error) {
+	qp.fatal(err, qp.rx.hdr[:qp.rx.hl], qp.rx.r.ULPDULen())
 }
 
 // rxSegment takes apart one DDP segment of n octets. Its headers are read
@@ -232,8 +239,10 @@ func (qp *QP) rxCommit() error {
 		if x.actInv {
 			stag := wc.InvalidatedRKey
 			if !qp.dev.invalidate(stag, qp.pd, true) {
+				err := rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeCannotInvalidate, "STag %#x", stag)
+				qp.rxFatal(err)
 				qp.recvCQ.push(WC{ID: wc.ID, Status: RemInvReqErr, Opcode: WCRecv, QP: qp})
-				return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeCannotInvalidate, "STag %#x", stag)
+				return err
 			}
 		}
 		if !qp.recvCQ.push(wc) {

@@ -55,6 +55,7 @@ func (qp *QP) setError(err error) bool {
 	qp.errOnce.Do(func() {
 		first = true
 		qp.err = err
+		qp.errSet.Store(true)
 		qp.state.Store(int32(StateError))
 		qp.stopLoops()
 		if qp.conn != nil {
@@ -73,6 +74,7 @@ func (qp *QP) fatal(err error, hdr []byte, ulpduLen int) {
 	qp.errOnce.Do(func() {
 		t, _ := rdmap.NewTerminate(err, hdr, ulpduLen)
 		qp.err = &TerminateError{Terminate: t, Err: err}
+		qp.errSet.Store(true)
 		qp.state.Store(int32(StateTerminate))
 		qp.termMu.Lock()
 		qp.term = t.Append(nil)

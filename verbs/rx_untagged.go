@@ -35,8 +35,9 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	}
 	mo := int(h.MO())
 	if err := ddp.CheckMsgLen(h.MO(), uint32(n), clampU32(x.recv.total)); err != nil {
-		qp.recvCQ.push(WC{ID: x.recv.id, Status: LocLenErr, Opcode: WCRecv, QP: qp})
 		x.recvOn = false
+		qp.rxFatal(err)
+		qp.recvCQ.push(WC{ID: x.recv.id, Status: LocLenErr, Opcode: WCRecv, QP: qp})
 		return err
 	}
 	// Scatter into the receive buffer's elements.
