@@ -57,6 +57,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 		qp.sendq, _ = tcpx.NewSendQueue(tc) // nil: Reads are answered by the transmit loop
 	}
 	qp.rx.r = mpa.NewReader(conn, p.CRC, p.MarkersRx, cfg.ReadBuffer, nil)
+	qp.rx.r.SetOnWait(qp.rxKick)
 	qp.rx.sendMSN, qp.rx.readMSN, qp.rx.atomicMSN = 1, 1, 1
 	qp.rtrDone = make(chan struct{})
 	if p.P2P && !initiator {
@@ -209,9 +210,8 @@ func (qp *QP) awaitRTR(ctx context.Context, timeout time.Duration) error {
 		qp.Abort()
 		return fmt.Errorf("verbs: waiting for the RTR message: %w", ctx.Err())
 	case <-qp.rtrDone:
-		if err := qp.Err(); err != nil {
-			return err
-		}
+		// The RTR checked out: Accept succeeds unless the QP has already
+		// ended (a failure just after it is the connected QP's to report).
 		select {
 		case <-qp.done:
 			return qp.Err()
