@@ -76,6 +76,12 @@ func (qp *QP) inlineBuf(idx uint64) []byte {
 	return qp.sqInline[i : i+n : i+n]
 }
 
+// responded reports an opcode whose data the peer sends back (a Read or an
+// atomic): on our side of the wire it is only a request.
+func (o SendOpcode) responded() bool {
+	return o == OpRDMARead || o == OpAtomicFetchAdd || o == OpAtomicCmpSwap
+}
+
 // wcOp maps a send opcode to its completion opcode.
 func (o SendOpcode) wcOp() WCOpcode {
 	switch o {
@@ -121,12 +127,14 @@ func (qp *QP) PostSend(wrs ...SendWR) (int, error) {
 	return n, err
 }
 
-// enqueue copies wrs into the SQ. small reports a lone small WR on an idle
-// queue, which PostSend may transmit itself.
+// enqueue copies wrs into the SQ. small reports WRs on an idle queue that
+// put few octets on the wire (a Read or an atomic only its request), which
+// PostSend may transmit itself.
 func (qp *QP) enqueue(wrs []SendWR) (n int, small bool, err error) {
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
 	idle := qp.sqNext == qp.sqTail
+	wire := 0
 	for i := range wrs {
 		wr := &wrs[i]
 		if qp.sqFlushed {
@@ -139,9 +147,12 @@ func (qp *QP) enqueue(wrs []SendWR) (n int, small bool, err error) {
 		if err := qp.fill(qp.sqTail, wr); err != nil {
 			return i, false, err
 		}
+		if e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]; !e.op.responded() {
+			wire += int(e.length)
+		}
 		qp.sqTail++
 	}
-	small = idle && len(wrs) == 1 && !qp.sqFlushed && qp.sq[(qp.sqTail-1)%uint64(len(qp.sq))].length <= inlineTxMax
+	small = idle && !qp.sqFlushed && wire <= inlineTxMax
 	return len(wrs), small, nil
 }
 
