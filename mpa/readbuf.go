@@ -58,6 +58,9 @@ func (r *Reader) setBuf(p *sync.Pool) {
 func (r *Reader) read() (int, error) {
 	if r.raw == nil {
 		r.acquire()
+		if r.onWait != nil {
+			r.onWait() // no telling whether this read waits
+		}
 		return r.r.Read(r.buf[r.tail:])
 	}
 	r.rawN, r.rawErr = 0, nil

@@ -38,6 +38,9 @@ func (r *Reader) rawRead(fd uintptr) bool {
 			if r.tail == r.head {
 				r.release()
 			}
+			if r.onWait != nil {
+				r.onWait()
+			}
 			return false // RawConn waits until the socket is readable, then calls again
 		case err != nil:
 			r.rawErr = r.readError(os.NewSyscallError("read", err))

@@ -55,7 +55,17 @@ type Reader struct {
 	rawFn  func(fd uintptr) bool // rawRead, made once
 	rawN   int
 	rawErr error
+
+	onWait func() // SetOnWait's
 }
+
+// SetOnWait has fn called whenever the Reader is about to wait for the
+// stream: on a TCP connection when the socket has nothing to read (before
+// the goroutine parks), on other streams before every read. A receive loop
+// uses it to hand on what it held back while more octets were already
+// waiting (verbs' CQ moderation). fn runs on the reading goroutine and
+// must not block.
+func (r *Reader) SetOnWait(fn func()) { r.onWait = fn }
 
 // initialReadBuffer is a Reader's buffer before traffic makes it grow.
 const initialReadBuffer = 4 << 10
@@ -191,6 +201,9 @@ func (r *Reader) ReadFull(dst []byte) error {
 			n = copy(dst[:n], r.buf[r.head:r.tail])
 			r.head += n
 		case n >= directMin:
+			if r.onWait != nil {
+				r.onWait() // the read below may wait
+			}
 			m, err := r.r.Read(dst[:n])
 			if m == 0 {
 				if err == nil {

@@ -20,6 +20,11 @@ type CQ struct {
 	solSeq  uint64        // counts solicited and error completions
 	notify  chan struct{} // capacity 1: something was added
 	solWait chan struct{} // capacity 1: a solicited or error completion was added
+
+	// Moderation (cq_mod.go), under mu but for owed.
+	mod     int         // SetModeration's count; 0: every completion wakes
+	unwoken int         // completions a receive loop queued without a wake
+	owed    atomic.Bool // unwoken > 0
 }
 
 // CreateCQ returns a completion queue with room for cqe completions.
@@ -137,8 +142,12 @@ func (cq *CQ) WaitSolicited(ctx context.Context) error {
 	}
 }
 
-// push adds a completion; false means the CQ overflowed.
-func (cq *CQ) push(wc WC) bool {
+// push adds a completion and wakes Wait; false means the CQ overflowed.
+func (cq *CQ) push(wc WC) bool { return cq.add(wc, false) }
+
+// add adds a completion; false means the CQ overflowed. A receive loop may
+// hold the wake back (mayHold, cq_mod.go): then it owes a kick.
+func (cq *CQ) add(wc WC, mayHold bool) bool {
 	cq.mu.Lock()
 	if cq.err != nil || cq.n == len(cq.ring) {
 		cq.err = ErrCQOverrun
@@ -158,6 +167,15 @@ func (cq *CQ) push(wc WC) bool {
 	if sol {
 		cq.solSeq++
 	}
+	if mayHold && !sol && cq.mod > 1 {
+		if cq.unwoken++; cq.unwoken < cq.mod {
+			cq.owed.Store(true)
+			cq.mu.Unlock()
+			return true
+		}
+	}
+	cq.unwoken = 0
+	cq.owed.Store(false)
 	cq.mu.Unlock()
 	wake(cq.notify)
 	if sol {

@@ -32,6 +32,8 @@ type rxState struct {
 
 	readOff uint32 // octets of the oldest outstanding Read placed so far
 
+	sinceKick int // octets read since the loop last woke CQ waiters it held back (cq_mod.go)
+
 	expectRTR    mpa.RTR // peer-to-peer responder: the RTR the first FPDU must be
 	rtrSeen      bool    // the current FPDU is that RTR: close rtrDone once it checked out
 	holdTillFPDU bool    // responder: the first FPDU that checks out releases the send queue
@@ -71,6 +73,9 @@ func (qp *QP) rxLoop() {
 			// application that sees this FPDU's data and answers at once
 			// must find its answer sent inline (txInline).
 			qp.rxSeen.Add(1)
+			if x.sinceKick += n; x.sinceKick >= moderateMax {
+				qp.rxKick()
+			}
 			err = qp.rxSegment(n)
 		}
 		if err == nil {
@@ -94,6 +99,7 @@ func (qp *QP) rxLoop() {
 			qp.releaseHold() // the initiator's first FPDU checked out
 		}
 		if err != nil {
+			qp.rxKick()
 			qp.rxFailed(err)
 			// Keep reading until the peer closes or the linger ends, so that
 			// the kernel does not answer our own Terminate with a reset.
@@ -223,7 +229,7 @@ func (qp *QP) rxCommit() error {
 		if rtr {
 			qp.releaseHold() // our Read RTR answered: the responder reads
 		} else {
-			qp.completeSQ(idx, Success)
+			qp.completeSQ(idx, Success, true)
 		}
 		qp.wakeHeld() // a fenced WR or a Read held back by the ORD may go now
 	case actReadReq:
@@ -245,7 +251,7 @@ func (qp *QP) rxCommit() error {
 				return err
 			}
 		}
-		if !qp.recvCQ.push(wc) {
+		if !qp.recvCQ.add(wc, true) {
 			return errCQOverrun
 		}
 	case actTerm:
@@ -263,7 +269,7 @@ func (qp *QP) rxCommit() error {
 		idx := j.sqIdx
 		x.atomicMSN++
 		qp.ordq.pop()
-		qp.completeSQ(idx, Success)
+		qp.completeSQ(idx, Success, true)
 		qp.wakeHeld()
 	}
 	return nil

@@ -175,7 +175,7 @@ func (qp *QP) flushAll() {
 		}
 	}
 	qp.sqNext = qp.sqTail
-	qp.retireLocked()
+	qp.retireLocked(false)
 	qp.sqFlushed = true
 	qp.sqMu.Unlock()
 
@@ -221,26 +221,27 @@ func (qp *QP) blamedWR() (uint64, WCStatus) {
 	return j.sqIdx, RemOpErr
 }
 
-// completeSQ marks SQ entry idx done and retires what it can.
-func (qp *QP) completeSQ(idx uint64, st WCStatus) {
+// completeSQ marks SQ entry idx done and retires what it can; rx: the
+// receive loop calls, which may hold the CQ's wake-up back (cq_mod.go).
+func (qp *QP) completeSQ(idx uint64, st WCStatus, rx bool) {
 	qp.sqMu.Lock()
 	e := &qp.sq[idx%uint64(len(qp.sq))]
 	e.done, e.status = true, st
-	qp.retireLocked()
+	qp.retireLocked(rx)
 	qp.sqMu.Unlock()
 }
 
 // retireLocked delivers completions from the head of the SQ, in order:
 // ibverbs promises RC send completions in posting order even though an
 // RDMA Read completes later than a Write posted after it.
-func (qp *QP) retireLocked() {
+func (qp *QP) retireLocked(rx bool) {
 	for qp.sqHead != qp.sqNext {
 		e := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
 		if !e.done {
 			return
 		}
 		if e.signaled || e.status != Success {
-			if !qp.sendCQ.push(WC{ID: e.id, Status: e.status, Opcode: e.op.wcOp(), ByteLen: uint32(e.length), QP: qp}) {
+			if !qp.sendCQ.add(WC{ID: e.id, Status: e.status, Opcode: e.op.wcOp(), ByteLen: uint32(e.length), QP: qp}, rx) {
 				qp.fatal(errCQOverrun, nil, 0) // takes no lock of the SQ's
 			}
 		}

@@ -477,7 +477,7 @@ func (qp *QP) txSQ() error {
 			st = LocProtErr
 		}
 		t.cur = nil
-		qp.completeSQ(t.curIdx, st)
+		qp.completeSQ(t.curIdx, st, false)
 	}
 	return nil
 }
@@ -523,7 +523,7 @@ func (qp *QP) txCompleted() {
 		}
 	}
 	t.doneTo = t.writtenTo
-	qp.retireLocked()
+	qp.retireLocked(false)
 	qp.sqMu.Unlock()
 }
 

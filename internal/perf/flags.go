@@ -60,6 +60,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	intVar(&p.Inline, "I", "inline_size", -1)
 	intVar(&p.Outs, "o", "outs", DefOuts)
 	intVar(&p.CQMod, "Q", "cq-mod", DefCQMod)
+	intVar(&p.CQWake, "", "cq-wake", 0)
 	boolVar(&p.Gbits, "", "report_gbits")
 	boolVar(&p.JSON, "", "out_json")
 	fs.StringVar(&p.JSONFile, "out_json_file", "", "")
@@ -338,6 +339,9 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
                         read and atomic tests, as perftest: the device's maximum; 16 otherwise, and 1
                         with -R)
   -Q, --cq-mod=N        signal every N-th send WR (default 100; 1 above 8 KiB unless given)
+      --cq-wake=N       bandwidth tests: wake the test's loop once N completions have queued,
+                        or when its QPs' receive side runs out of data (CQ moderation,
+                        verbs.CQ.SetModeration; default 16, at most tx-depth/8; 1: every one)
       --report_gbits    report Gb/s instead of MiB/s
       --output=WHAT     print only one number: bandwidth, message_rate or latency
       --out_json        also write the results as JSON to perftest_out.json

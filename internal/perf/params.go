@@ -167,6 +167,9 @@ const (
 	// cqModSizeLimit: perftest turns CQ moderation off (signals every WR)
 	// above this message size unless -Q is given (MSG_SIZE_CQ_MOD_LIMIT).
 	cqModSizeLimit = 8192
+	// defCQWake: bandwidth tests wake their loop once this many
+	// completions have queued (--cq-wake); see BENCHMARKS.md.
+	defCQWake = 16
 	// noPeakIters: perftest does not compute the peak above this many
 	// iterations (the search is quadratic).
 	noPeakIters = 20000
@@ -229,6 +232,10 @@ type Params struct {
 	// LatPoll makes the latency tests poll from their own goroutine
 	// instead of stepping in the QP's receive handler (lat_handler.go).
 	LatPoll bool
+	// CQWake is the bandwidth tests' CQ moderation
+	// (verbs.CQ.SetModeration): the loop waiting on the CQ is woken
+	// once CQWake completions have queued. 0 before Check: defCQWake.
+	CQWake int
 
 	// Hostile peers (serve.go). ExchangeTimeout bounds every wait on the
 	// peer: each step of the exchange, and the test itself while nothing
@@ -416,6 +423,20 @@ func (p *Params) finish() error {
 		p.CQMod = 1
 	}
 	p.CQMod = min(p.CQMod, p.TxDepth)
+	switch {
+	case p.CQWake < 0 || p.CQWake > maxDepth:
+		return fmt.Errorf("--cq-wake %d out of range 1..%d", p.CQWake, maxDepth)
+	case lat:
+		p.CQWake = 1
+	case p.CQWake == 0:
+		// A wake-up per defCQWake completions, but never fewer than
+		// eight wake-ups a round of the send or receive queue.
+		d := p.TxDepth
+		if t.verb() == verbSend {
+			d = min(d, p.RxDepth)
+		}
+		p.CQWake = max(1, min(defCQWake, d/8))
+	}
 	if p.Inline < 0 {
 		p.Inline = 0
 		switch t {

@@ -54,6 +54,30 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, 512, p.RxDepth)
 }
 
+// --cq-wake: CQ moderation for the bandwidth tests, bounded by the queue
+// depths so that a round of the queue still wakes the loop eight times;
+// never for the latency tests.
+func TestCQWake(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"read_bw"}, 16},
+		{[]string{"write_bw", "-t", "64"}, 8},
+		{[]string{"send_bw", "-r", "32"}, 4},
+		{[]string{"read_bw", "-n", "5"}, 1},
+		{[]string{"send_bw", "--cq-wake", "1"}, 1},
+		{[]string{"send_bw", "--cq-wake", "100"}, 100},
+		{[]string{"read_lat", "--cq-wake", "100"}, 1},
+	} {
+		p, _, err := Parse(c.args)
+		require.NoError(t, err, "%v", c.args)
+		require.Equal(t, c.want, p.CQWake, "%v", c.args)
+	}
+	_, _, err := Parse([]string{"read_bw", "--cq-wake", "-2"})
+	require.ErrorContains(t, err, "--cq-wake -2 out of range")
+}
+
 func TestMismatch(t *testing.T) {
 	a, _, _ := Parse([]string{"send_bw", "-s", "100", "-r", "64"})
 	b, _, _ := Parse([]string{"send_bw", "-s", "200", "-r", "64", "-b"})

@@ -120,6 +120,11 @@ func newEndpoint(dev *verbs.Device, p *Params) (*endpoint, error) {
 		return nil, err
 	}
 	e.cq = cq
+	if p.CQWake > 1 {
+		if err := cq.SetModeration(p.CQWake); err != nil {
+			return nil, err
+		}
+	}
 	qrq := max(rq, 1)
 	if p.UseSRQ {
 		// Every receive on the SRQ lands in a slot of its own: any QP may
