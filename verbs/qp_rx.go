@@ -30,7 +30,8 @@ type rxState struct {
 	recvOn  bool
 	recvOff int
 
-	readOff uint32 // octets of the oldest outstanding Read placed so far
+	readOff uint32   // octets of the oldest outstanding Read placed so far
+	readJob *readJob // that Read's ORD queue slot, from its response's first segment to its pop
 
 	sinceKick int // octets read since the loop last woke CQ waiters it held back (cq_mod.go)
 
@@ -222,9 +223,9 @@ func (qp *QP) rxCommit() error {
 	x.act = actNone
 	switch act {
 	case actReadDone:
-		j := qp.ordq.front()
+		j := x.readJob
 		idx, rtr := j.sqIdx, j.rtr
-		x.readOff = 0
+		x.readOff, x.readJob = 0, nil
 		qp.ordq.pop()
 		if rtr {
 			qp.releaseHold() // our Read RTR answered: the responder reads

@@ -53,11 +53,17 @@ func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
 // where the last one ended.
 func (qp *QP) rxReadResponse(h ddp.Tagged, n int) error {
 	x := &qp.rx
-	j := qp.ordq.front()
-	if j == nil || j.atomic {
-		// An atomic at the head of the ORD queue is no Read: its entry has
-		// no sink, and a response must not complete it.
-		return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnexpectedOpcode, "Read Response with no Read outstanding")
+	j := x.readJob
+	if j == nil {
+		// The response's first segment: find its Read (a slot stays put
+		// until pop, so the later segments take no lock).
+		j = qp.ordq.front()
+		if j == nil || j.atomic {
+			// An atomic at the head of the ORD queue is no Read: its entry
+			// has no sink, and a response must not complete it.
+			return rdmap.Errorf(rdmap.ETypeRemoteOperation, rdmap.CodeUnexpectedOpcode, "Read Response with no Read outstanding")
+		}
+		x.readJob = j
 	}
 	if err := rdmap.CheckReadResponse(h, uint32(n), j.stag, j.to, j.size, x.readOff); err != nil {
 		return err
