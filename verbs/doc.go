@@ -43,7 +43,11 @@
 // Poll a CQ (CQ.Poll never blocks) or wait for it (CQ.PollWait, CQ.Wait);
 // a WC's Status is data, not a Go error: anything but Success means the
 // QP has failed (or the WR was flushed because it had), and QP.Err says
-// why.
+// why (from the moment the QP leaves RTS, so before that WC is polled).
+// A CQ that completions reach in bursts can wake its waiter less often
+// (CQ.SetModeration, as ibv_modify_cq): each wake-up is a hand-off between
+// threads, which at Ethernet MSS costs as much CPU as a 64 KiB message's
+// protocol work.
 //
 // # Ordering and visibility: the rules that bite
 //
@@ -99,8 +103,9 @@
 // against the memory region in siw's order (STag, PD, rights, bounds) and
 // reads the payload from the socket straight into the registered memory.
 // PostSend and PostRecv run on the caller's goroutine and only copy the WR
-// into a ring (a small WR that answers the peer is also sent from there when
-// the transmit loop is idle). QP.SetRxHandler runs the application's code on
+// into a ring (WRs that put few octets on the wire, a Read being only its
+// request, are also sent from there when they answer the peer and the
+// transmit loop is idle). QP.SetRxHandler runs the application's code on
 // the receive loop after each FPDU, which saves the goroutine hand-off that
 // dominates a round trip's latency. The first error wins: the loop that
 // detects it builds the Terminate, the transmit loop sends it, the
