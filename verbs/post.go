@@ -120,21 +120,20 @@ func (qp *QP) PostSend(wrs ...SendWR) (int, error) {
 	if st == StateIdle {
 		return 0, fmt.Errorf("%w: PostSend on a QP in %s", ErrQPState, st)
 	}
-	n, small, err := qp.enqueue(wrs)
+	n, wire, err := qp.enqueue(wrs)
 	if n > 0 || err == ErrQueueFull {
-		qp.txInline(small)
+		qp.txInline(wire)
 	}
 	return n, err
 }
 
-// enqueue copies wrs into the SQ. small reports WRs on an idle queue that
-// put few octets on the wire (a Read or an atomic only its request), which
-// PostSend may transmit itself.
-func (qp *QP) enqueue(wrs []SendWR) (n int, small bool, err error) {
+// enqueue copies wrs into the SQ. wire is how many payload octets they put
+// on the wire (a Read or an atomic only its request) if the queue was idle,
+// for PostSend to judge whether it may transmit them itself; -1 if not.
+func (qp *QP) enqueue(wrs []SendWR) (n, wire int, err error) {
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
 	idle := qp.sqNext == qp.sqTail
-	wire := 0
 	for i := range wrs {
 		wr := &wrs[i]
 		if qp.sqFlushed {
@@ -142,18 +141,20 @@ func (qp *QP) enqueue(wrs []SendWR) (n int, small bool, err error) {
 			continue
 		}
 		if qp.sqTail-qp.sqHead == uint64(len(qp.sq)) {
-			return i, false, ErrQueueFull
+			return i, -1, ErrQueueFull
 		}
 		if err := qp.fill(qp.sqTail, wr); err != nil {
-			return i, false, err
+			return i, -1, err
 		}
 		if e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]; !e.op.responded() {
 			wire += int(e.length)
 		}
 		qp.sqTail++
 	}
-	small = idle && !qp.sqFlushed && wire <= inlineTxMax
-	return len(wrs), small, nil
+	if !idle || qp.sqFlushed {
+		wire = -1
+	}
+	return len(wrs), wire, nil
 }
 
 // PostRegMR posts a fast registration (IBV_WR_REG_MR): when the WRs before

@@ -87,7 +87,9 @@ func (qp *QP) rxLoop() {
 		}
 		if err == nil {
 			if fn := qp.rxFn.Load(); fn != nil {
+				qp.rxHandling.Store(true)
 				(*fn)()
+				qp.rxHandling.Store(false)
 			}
 		}
 		if err == nil && x.rtrSeen {

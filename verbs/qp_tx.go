@@ -198,16 +198,28 @@ const segmentWaitMax = time.Second
 // the write does not block the caller for long.
 const inlineTxMax = 16 << 10
 
-// txInline sends the SQ's only pending WR from the caller's goroutine if the
-// transmit loop is idle; otherwise it wakes the loop.
+// txInline sends the WRs just posted to an idle SQ, wire payload octets,
+// from the caller's goroutine if the transmit loop is idle; otherwise it
+// wakes the loop (wire < 0: the queue was not idle).
 //
 // Only request/response traffic goes inline: when something arrived from the
 // peer since we last transmitted. A stream of posts is better left to the
 // loop, which batches many FPDUs per writev.
-func (qp *QP) txInline(small bool) {
+//
+// A receive handler's post runs on the receive goroutine, which must never
+// wait for a write: two peers whose handlers each wrote into a full send
+// queue would wait for each other to read (TestRxHandlerPostNeverBlocks).
+// There it goes inline only under rxAnswer's rule: a small message into a
+// send queue the peer has acknowledged whole, nothing else owed.
+func (qp *QP) txInline(wire int) {
 	// (tx.align is set before the loops start and never changes; its
 	// flushes may wait for TCP, which a poster should not.)
-	if !small || qp.tx.align != nil || qp.rxSeen.Load() == qp.txRxSeen.Load() || !qp.txMu.TryLock() {
+	if wire < 0 || wire > inlineTxMax || qp.tx.align != nil || qp.rxSeen.Load() == qp.txRxSeen.Load() || !qp.txMu.TryLock() {
+		wake(qp.wake)
+		return
+	}
+	if qp.rxHandling.Load() && !qp.rxMayWrite(wire) {
+		qp.txMu.Unlock()
 		wake(qp.wake)
 		return
 	}
@@ -229,6 +241,16 @@ func (qp *QP) txInline(small bool) {
 	if more {
 		wake(qp.wake)
 	}
+}
+
+// rxMayWrite reports whether the receive goroutine may write wire payload
+// octets now without waiting (txMu held): see txInline.
+func (qp *QP) rxMayWrite(wire int) bool {
+	if qp.sendq == nil || wire > answerMax || qp.txOwed() || qp.tx.w.Buffered() > 0 {
+		return false
+	}
+	n, err := qp.sendq.Len()
+	return err == nil && n == 0
 }
 
 // txOwed reports whether a message is half written or a Read or Atomic

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/goiwarp/iwarp/tcpx"
 )
 
 // The receive handler runs after each FPDU, sees what it placed, and can
@@ -54,4 +57,58 @@ func TestRxHandler(t *testing.T) {
 	require.NoError(t, err)
 	waitOK(t, s.rcq, WCRecv)
 	require.Equal(t, before, calls.Load())
+}
+
+// TestRxHandlerPostNeverBlocks: both ends post Writes from their receive
+// handlers, two for every FPDU that arrives, through 8 KiB socket buffers,
+// so that both send queues fill while both receive goroutines run
+// handlers. A handler's post written on its receive goroutine into a full
+// send queue would wait for a peer whose receive goroutine waits the same
+// way; every Write must arrive.
+func TestRxHandlerPostNeverBlocks(t *testing.T) {
+	checkRoutines(t)
+	small := ConnConfig{TCP: tcpx.Config{SendBuffer: 8 << 10, RecvBuffer: 8 << 10}}
+	c, s := connect(t, pairOpts{client: small, server: small, cap: QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	const writes, size = 600, 16 << 10
+	var got [2]atomic.Int32
+	var kick [2]SendWR
+	done := make(chan struct{}, 2)
+	for i, p := range [][2]*side{{c, s}, {s, c}} {
+		me, peer := p[0], p[1]
+		src := me.regFilled(t, size, 0, 9)
+		dst := peer.regMR(t, size, RemoteWrite|LocalWrite)
+		posted := 0 // the receive goroutine's
+		kick[i] = SendWR{Opcode: OpRDMAWrite, SGL: []SGE{src.SGE(0, size)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()}
+		post := func() {
+			if posted < writes {
+				if _, err := me.qp.PostSend(SendWR{Opcode: OpRDMAWrite, SGL: []SGE{src.SGE(0, size)},
+					RemoteAddr: dst.Addr(), RKey: dst.RKey()}); err == nil {
+					posted++
+				}
+			}
+		}
+		me.qp.SetRxHandler(func() {
+			if got[i].Add(1) == writes {
+				done <- struct{}{}
+			}
+			post()
+		})
+	}
+	// Both ends start with a burst from their own goroutines; from then
+	// on every arrival posts one more from the receive goroutine.
+	for range 16 {
+		_, err := c.qp.PostSend(kick[0])
+		require.NoError(t, err)
+		_, err = s.qp.PostSend(kick[1])
+		require.NoError(t, err)
+	}
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("FPDUs received: client %d, server %d of %d; QPs: %v, %v", got[0].Load(), got[1].Load(), writes, c.qp.Err(), s.qp.Err())
+		}
+	}
+	c.qp.SetRxHandler(nil)
+	s.qp.SetRxHandler(nil)
 }
