@@ -62,6 +62,33 @@ func TestJudgeDirection(t *testing.T) {
 		v := judge(seg(2, 0, f+8, 1494), seg(3, f+8, f-8))
 		require.Len(t, v.problems, 1)
 	})
+	t.Run("lost after octets out of order", func(t *testing.T) {
+		late := seg(4, f, f) // overtaken by frame 3, resent as frame 5
+		late.outOfOrder = true
+		re := seg(5, f, f)
+		re.retransmitted = true
+		v := judge(seg(2, 0, f, 1494), seg(3, 2*f, f), late, re, seg(6, 3*f, f))
+		require.Empty(t, v.problems)
+		require.Equal(t, 1, v.judged, "the FPDU before the reordering")
+		require.Equal(t, uint64(3*f), v.unjudgedOctets)
+		require.Contains(t, v.notes[len(v.notes)-1], "octets from 1500 arrived out of order")
+	})
+	t.Run("out of step before octets out of order", func(t *testing.T) {
+		late := seg(4, 2*f, f)
+		late.outOfOrder = true
+		v := judge(seg(2, 0, f), seg(3, f, f, 1494), late)
+		require.Len(t, v.problems, 1, "an FPDU missing before the reordering")
+		require.Contains(t, v.problems[0], "cover")
+	})
+	t.Run("bad CRC before octets out of order", func(t *testing.T) {
+		bad := seg(2, 0, f, 1494)
+		bad.bad, bad.good = 1, 0
+		late := seg(4, f, f)
+		late.outOfOrder = true
+		v := judge(bad, late)
+		require.Len(t, v.problems, 2)
+		require.Contains(t, v.problems[0], "1 bad CRCs")
+	})
 	t.Run("retransmissions left out", func(t *testing.T) {
 		re := seg(3, 0, f, 1494)
 		re.retransmitted = true
