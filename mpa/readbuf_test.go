@@ -30,23 +30,6 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 	return c.(*net.TCPConn), s.(*net.TCPConn)
 }
 
-// readMsgs reads msgs off r and checks them.
-func readMsgs(t *testing.T, r *Reader, msgs [][2][]byte) {
-	t.Helper()
-	for i, m := range msgs {
-		n, err := r.Next()
-		require.NoError(t, err, "FPDU %d", i)
-		require.Equal(t, len(m[0])+len(m[1]), n)
-		h, err := r.Header(len(m[0]))
-		require.NoError(t, err)
-		require.Equal(t, m[0], h)
-		p := make([]byte, len(m[1]))
-		require.NoError(t, r.ReadFull(p))
-		require.Equal(t, m[1], p)
-		require.NoError(t, r.Finish())
-	}
-}
-
 // On TCP a Reader gives its buffer back when the socket runs dry, between
 // FPDUs or inside one, and takes one as large again when data arrives.
 func TestReaderIdleBuffer(t *testing.T) {

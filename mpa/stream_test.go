@@ -168,18 +168,7 @@ func TestReaderRoundTrip(t *testing.T) {
 			}
 			require.NoError(t, w.Flush())
 			r := NewReader(&chunkReader{bytes.NewReader(out.Bytes()), rng, tc.chunk}, tc.crc, tc.markers, 4096, nil)
-			for i, m := range msgs {
-				n, err := r.Next()
-				require.NoError(t, err, "FPDU %d", i)
-				require.Equal(t, len(m[0])+len(m[1]), n)
-				h, err := r.Header(len(m[0]))
-				require.NoError(t, err)
-				require.Equal(t, m[0], h)
-				p := make([]byte, len(m[1]))
-				require.NoError(t, r.ReadFull(p))
-				require.Equal(t, m[1], p)
-				require.NoError(t, r.Finish())
-			}
+			readMsgs(t, r, msgs)
 			_, err := r.Next()
 			require.ErrorIs(t, err, io.EOF)
 		})
@@ -318,4 +307,21 @@ func TestWriterEndsAtMarker(t *testing.T) {
 	}
 	require.Positive(t, hits, "no FPDU ended at a marker: the test proves nothing")
 	require.False(t, NewWriter(io.Discard, true, false).EndsAtMarker(506), "without markers")
+}
+
+// readMsgs reads msgs off r and checks them.
+func readMsgs(t *testing.T, r *Reader, msgs [][2][]byte) {
+	t.Helper()
+	for i, m := range msgs {
+		n, err := r.Next()
+		require.NoError(t, err, "FPDU %d", i)
+		require.Equal(t, len(m[0])+len(m[1]), n)
+		h, err := r.Header(len(m[0]))
+		require.NoError(t, err)
+		require.Equal(t, m[0], h)
+		p := make([]byte, len(m[1]))
+		require.NoError(t, r.ReadFull(p))
+		require.Equal(t, m[1], p)
+		require.NoError(t, r.Finish())
+	}
 }

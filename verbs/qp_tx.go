@@ -246,11 +246,7 @@ func (qp *QP) txInline(wire int) {
 // rxMayWrite reports whether the receive goroutine may write wire payload
 // octets now without waiting (txMu held): see txInline.
 func (qp *QP) rxMayWrite(wire int) bool {
-	if qp.sendq == nil || wire > answerMax || qp.txOwed() || qp.tx.w.Buffered() > 0 {
-		return false
-	}
-	n, err := qp.sendq.Len()
-	return err == nil && n == 0
+	return wire <= answerMax && !qp.txOwed() && qp.tx.w.Buffered() == 0 && qp.sendQueueEmpty()
 }
 
 // txOwed reports whether a message is half written or a Read or Atomic

@@ -32,7 +32,7 @@ func (qp *QP) rxAnswered() bool {
 		qp.State() != StateRTS || qp.termPending() {
 		return false
 	}
-	if n, err := qp.sendq.Len(); err != nil || n > 0 {
+	if !qp.sendQueueEmpty() {
 		return false
 	}
 	t.rr, t.rrOff = j, 0
@@ -50,4 +50,15 @@ func (qp *QP) rxAnswered() bool {
 	}
 	t.w.Idle()
 	return true
+}
+
+// sendQueueEmpty reports whether the peer has acknowledged everything
+// written on the socket (SIOCOUTQ is 0): then a small write goes whole into
+// the send buffer and cannot wait. False if the socket cannot tell.
+func (qp *QP) sendQueueEmpty() bool {
+	if qp.sendq == nil {
+		return false
+	}
+	n, err := qp.sendq.Len()
+	return err == nil && n == 0
 }
