@@ -102,15 +102,25 @@ func FuzzCRC32c(f *testing.F) {
 
 // The Writer's CRC, however it takes it (one pass after the copy, while
 // copying, piece by piece around a payload it references), against
-// hash/crc32, for FPDUs that follow others in the arena.
+// hash/crc32, for FPDUs that follow others in the arena. One Writer takes
+// every case, so that its arena holds the octets of earlier ones: a pad
+// must be zeroed, not left. With CRCs off the field is zero.
 func TestWriterCRC(t *testing.T) {
+	for _, crc := range []bool{true, false} {
+		testWriterCRC(t, crc)
+	}
+}
+
+func testWriterCRC(t *testing.T, crc bool) {
 	rng := rand.New(rand.NewPCG(5, 6))
+	var out bytes.Buffer
+	w := NewWriter(&out, crc, false)
 	for _, sizes := range [][]int{
 		{}, {0}, {5}, {255}, {256}, {1434}, {4096}, {4097}, {65000},
 		{300, 7, 1000}, {5000, 256, 3}, {64, 64, 64, 64}, {255, 256, 257}, {1, 4096, 4097},
+		{1, 2}, {3}, {2, 2, 2},
 	} {
-		var out bytes.Buffer
-		w := NewWriter(&out, true, false)
+		out.Reset()
 		var want [][]byte
 		for lead := range 3 {
 			hdr := make([]byte, 14+lead)
@@ -119,7 +129,7 @@ func TestWriterCRC(t *testing.T) {
 			for i, n := range sizes {
 				pieces[i] = make([]byte, n)
 				for j := range pieces[i] {
-					pieces[i][j] = byte(rng.Uint32())
+					pieces[i][j] = byte(rng.Uint32()) | 1
 				}
 				ulpdu = append(ulpdu, pieces[i]...)
 			}
@@ -139,7 +149,14 @@ func TestWriterCRC(t *testing.T) {
 			if got := binary.BigEndian.Uint16(fpdu); int(got) != len(u) || !bytes.Equal(fpdu[2:2+len(u)], u) {
 				t.Fatalf("pieces %v, FPDU %d: wrong ULPDU", sizes, i)
 			}
-			if got, want := binary.LittleEndian.Uint32(fpdu[n-CRCLen:]), stdCRC32c(0, fpdu[:n-CRCLen]); got != want {
+			if pad := fpdu[2+len(u) : n-CRCLen]; !bytes.Equal(pad, zeros[:len(pad)]) {
+				t.Fatalf("pieces %v, FPDU %d: pad % x", sizes, i, pad)
+			}
+			want := stdCRC32c(0, fpdu[:n-CRCLen])
+			if !crc {
+				want = 0
+			}
+			if got := binary.LittleEndian.Uint32(fpdu[n-CRCLen:]); got != want {
 				t.Fatalf("pieces %v, FPDU %d: CRC %#08x, want %#08x", sizes, i, got, want)
 			}
 		}

@@ -277,7 +277,7 @@ func (qp *QP) txFill() (worked bool, err error) {
 		case t.cur != nil:
 			err = qp.txSQ()
 		default:
-			if qp.nudge.CompareAndSwap(true, false) {
+			if qp.nudge.Load() && qp.nudge.CompareAndSwap(true, false) { // a load is cheaper than a locked CAS per message
 				h := ddp.AppendTagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpWrite), rtrSTag, 0)
 				if err = t.append(h, nil); err != nil {
 					return worked, err

@@ -1,6 +1,9 @@
 package verbs
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // readJob is an RDMA Read (or RFC 7306 atomic) in flight: on the ORD queue one of ours awaiting
 // its response (buf is the sink), on the IRD queue one of the peer's that we
@@ -33,6 +36,10 @@ type readQueue struct {
 	size   int // room: at most this many jobs
 	head   int
 	n      int
+	// count mirrors n for readers that take no lock: the transmit loop
+	// asks whether a Read waits once per message it sends, and a lock
+	// there cost a Write-only stream 5 % of its transmit loop.
+	count atomic.Int32
 }
 
 func (q *readQueue) init(n int) {
@@ -50,22 +57,28 @@ func (q *readQueue) at(i int) *readJob {
 	return &c[i%readChunk]
 }
 
-func (q *readQueue) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.n
-}
+// len returns how many jobs are queued. The push and pop that changed it
+// happen before (a push is followed by a wake-up of whoever pops).
+func (q *readQueue) len() int { return int(q.count.Load()) }
 
 // push appends j; the callers keep within the queue's room (IRD/ORD checks).
 func (q *readQueue) push(j readJob) {
 	q.mu.Lock()
 	*q.at((q.head + q.n) % q.size) = j
 	q.n++
+	q.count.Store(int32(q.n))
 	q.mu.Unlock()
 }
 
 // front returns the oldest job, or nil. The slot stays valid until pop.
 func (q *readQueue) front() *readJob {
+	if q.count.Load() == 0 {
+		return nil
+	}
+	return q.frontLocked()
+}
+
+func (q *readQueue) frontLocked() *readJob {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.n == 0 {
@@ -82,6 +95,7 @@ func (q *readQueue) pop() {
 	if q.n == 0 {
 		q.head = 0
 	}
+	q.count.Store(int32(q.n))
 	q.mu.Unlock()
 }
 
@@ -93,5 +107,6 @@ func (q *readQueue) clear() {
 		}
 	}
 	q.head, q.n = 0, 0
+	q.count.Store(0)
 	q.mu.Unlock()
 }
