@@ -73,6 +73,12 @@ const initialReadBuffer = 4 << 10
 // DefaultReadBuffer is the receive buffer size of a Reader.
 const DefaultReadBuffer = 64 << 10
 
+// fuseRxMin is the ULPDU length from which Next leaves the CRC of an FPDU
+// it holds whole to ReadFull's fused copy (fuseMin is the shortest piece
+// fused): below, one pass over the whole FPDU costs less than a pass per
+// piece.
+const fuseRxMin = 1024
+
 // directMin is the piece size from which ReadFull reads from the socket
 // straight into the caller's memory instead of through the buffer.
 const directMin = 8 << 10
@@ -146,7 +152,10 @@ func (r *Reader) Next() (int, error) {
 	if r.crc {
 		// Small FPDUs usually arrive whole: checksum them in one pass.
 		at := r.head - LenFieldLen
-		if covered := LenFieldLen + n + PadLen(n); !r.markers && r.tail-at >= covered {
+		// (Except a long ULPDU where the CPU fuses the CRC with a copy:
+		// ReadFull's copy into the destination takes it then, so the
+		// payload is read once, not twice.)
+		if covered := LenFieldLen + n + PadLen(n); !r.markers && r.tail-at >= covered && !(crc32cCopyFused && n >= fuseRxMin) {
 			r.c, r.crcDone = crc32cUpdate(0, r.buf[at:at+covered]), true
 		} else {
 			// Piece by piece; r.c already holds a marker that preceded
@@ -196,7 +205,12 @@ func (r *Reader) ReadFull(dst []byte) error {
 			}
 			n = min(n, d)
 		}
+		crcd := false // dst[:n] is in r.c already
 		switch {
+		case r.tail > r.head && r.crc && !r.crcDone && crc32cCopyFused && min(n, r.tail-r.head) >= fuseMin:
+			n = min(n, r.tail-r.head)
+			r.c, crcd = crc32cCopy(r.c, dst[:n], r.buf[r.head:r.head+n]), true
+			r.head += n
 		case r.tail > r.head:
 			n = copy(dst[:n], r.buf[r.head:r.tail])
 			r.head += n
@@ -218,7 +232,7 @@ func (r *Reader) ReadFull(dst []byte) error {
 			}
 			continue
 		}
-		if r.crc && !r.crcDone {
+		if r.crc && !r.crcDone && !crcd {
 			r.c = crc32cUpdate(r.c, dst[:n])
 		}
 		r.pos += uint64(n)

@@ -243,6 +243,42 @@ func TestReaderErrors(t *testing.T) {
 		}
 		require.ErrorIs(t, readAll(NewReader(bytes.NewReader(plain), true, false, 0, nil)), io.EOF)
 	})
+	t.Run("bad CRC in a payload copied with its CRC", func(t *testing.T) {
+		// A ULPDU long enough that ReadFull takes its CRC while copying it
+		// out of the buffer (where the CPU fuses the two), read into one
+		// destination: whole, one octet at a time, and in 300-octet reads.
+		const n = 1501
+		plain := writeStream(t, true, false, make([]byte, n), []byte("second"))
+		read := func(src io.Reader) error {
+			r := NewReader(src, true, false, 4096, nil)
+			dst := make([]byte, n)
+			for {
+				m, err := r.Next()
+				if err != nil {
+					return err
+				}
+				if err := r.ReadFull(dst[:m]); err != nil {
+					return err
+				}
+				if err := r.Finish(); err != nil {
+					return err
+				}
+			}
+		}
+		readers := map[string]func([]byte) io.Reader{
+			"whole":  func(b []byte) io.Reader { return bytes.NewReader(b) },
+			"octets": func(b []byte) io.Reader { return iotest.OneByteReader(bytes.NewReader(b)) },
+			"by 300": func(b []byte) io.Reader { return &chunkReader{bytes.NewReader(b), rand.New(rand.NewPCG(1, 1)), 300} },
+		}
+		for name, mk := range readers {
+			for i := LenFieldLen; i < FPDULen(n); i += 5 {
+				b := bytes.Clone(plain)
+				b[i] ^= 0x10
+				require.ErrorIs(t, read(mk(b)), ErrCRC, "octet %d, %s", i, name)
+			}
+			require.ErrorIs(t, read(mk(plain)), io.EOF, name)
+		}
+	})
 	t.Run("CRC not checked when off", func(t *testing.T) {
 		b := writeStream(t, false, false, []byte("x"))
 		b[len(b)-1] = 0xee
