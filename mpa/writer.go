@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 )
 
 // Writer frames ULPDUs into FPDUs on one direction of a TCP stream and hands
@@ -40,6 +41,12 @@ type Writer struct {
 	written   uint64  // octets written by successful Flushes
 	scratch   [8]byte // length field, marker and trailer octets on their way into the arena
 	one       [1][]byte
+
+	raw      syscall.RawConn // the socket, for TryFlush; nil on other streams
+	rawFn    func(uintptr) bool
+	iov      iovecs // TryFlush's iovecs, grown as needed
+	rawN     int    // what rawFn's writev returned
+	rawErrno syscall.Errno
 }
 
 // Sizes of the Writer's staging memory.
@@ -71,6 +78,7 @@ func NewWriter(w io.Writer, crc, markers bool) *Writer {
 		crc:     crc,
 		markers: markers,
 		vecs:    make([][]byte, 0, 16),
+		raw:     rawWriterOf(w),
 	}
 }
 
@@ -350,10 +358,35 @@ func (w *Writer) Flush() error {
 	if err == nil {
 		w.written += uint64(n)
 	}
+	w.reset()
+	return err
+}
+
+// reset empties the Writer after a write of everything queued.
+func (w *Writer) reset() {
 	clear(w.vecs) // drop references to caller memory
 	w.vecs = w.vecs[:0]
 	w.arena = w.arena[:0]
 	w.lastArena = false
 	w.queued = 0
-	return err
+}
+
+// consumed drops the first n queued octets, which a write took: the
+// iovecs they fill go, and the one they end in is cut. The arena keeps
+// what remains where it is (later FPDUs go after it).
+func (w *Writer) consumed(n int) {
+	w.queued -= n
+	k := 0
+	for n > 0 && n >= len(w.vecs[k]) {
+		n -= len(w.vecs[k])
+		k++
+	}
+	if k > 0 {
+		m := copy(w.vecs, w.vecs[k:])
+		clear(w.vecs[m:])
+		w.vecs = w.vecs[:m]
+	}
+	if n > 0 {
+		w.vecs[0] = w.vecs[0][n:]
+	}
 }

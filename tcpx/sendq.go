@@ -6,9 +6,9 @@ import (
 	"syscall"
 )
 
-// SendQueue reports how many octets a socket's send queue holds, without
-// allocating: a receive loop asks it before it writes, since a write into
-// a queue with no room would block it.
+// SendQueue reports how many octets a socket's send queue holds (written,
+// not yet acknowledged by the peer), without allocating: a probe cheap
+// enough to call per message, for a sender that paces itself or a monitor.
 type SendQueue struct {
 	rc  syscall.RawConn
 	n   int

@@ -53,8 +53,6 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	if cfg.SegmentPerFPDU {
 		qp.tx.batch = 1
 		qp.tx.align, _ = conn.(*net.TCPConn)
-	} else if tc, ok := conn.(*net.TCPConn); ok {
-		qp.sendq, _ = tcpx.NewSendQueue(tc) // nil: Reads are answered by the transmit loop
 	}
 	qp.rx.r = mpa.NewReader(conn, p.CRC, p.MarkersRx, cfg.ReadBuffer, nil)
 	qp.rx.r.SetOnWait(qp.rxKick)

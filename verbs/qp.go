@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/mpa"
-	"github.com/goiwarp/iwarp/tcpx"
 )
 
 // QPState is the state of a queue pair: siw's IDLE, RTS, CLOSING,
@@ -117,7 +116,6 @@ type QP struct {
 	tx         txState                // guarded by txMu
 	txStats    txStats                // tx's counters, for Stats
 	txParked   atomic.Bool            // the transmit loop waits for work, its arena given back
-	sendq      *tcpx.SendQueue        // the socket's send queue, for rxAnswer; guarded by txMu
 	rx         rxState                // owned by the receive loop
 	rxFn       atomic.Pointer[func()] // SetRxHandler's handler
 	rxHandling atomic.Bool            // the receive goroutine is in rxFn: its posts must not wait (txInline)

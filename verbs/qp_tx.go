@@ -127,7 +127,13 @@ func (qp *QP) txRun(all bool) (bool, error) {
 			worked = worked || more
 		}
 		if err == nil && t.w.Buffered() > 0 {
-			if err = t.flush(); err == nil {
+			sent := true
+			if all {
+				err = t.flush()
+			} else {
+				sent, err = t.tryFlush() // a poster's goroutine: never wait
+			}
+			if err == nil && sent {
 				t.writtenTo = t.flushTo
 				// Complete what this write carried now, not when the
 				// loop runs dry: under steady load that could be hundreds
@@ -191,11 +197,23 @@ func (t *txState) flush() error {
 	return err
 }
 
+// tryFlush writes what the socket takes now and leaves the rest queued
+// for the transmit loop (mpa.Writer.TryFlush); sent reports whether all
+// went.
+func (t *txState) tryFlush() (sent bool, err error) {
+	sent, err = t.w.TryFlush()
+	t.stats.fpdus.Store(t.fpdus)
+	t.stats.octets.Store(t.w.Written())
+	return sent, err
+}
+
 // segmentWaitMax bounds flush's wait for TCP to send what it holds.
 const segmentWaitMax = time.Second
 
-// inlineTxMax bounds the WRs PostSend transmits itself: small enough that
-// the write does not block the caller for long.
+// inlineTxMax bounds the WRs PostSend transmits itself, and the Read
+// Responses the receive loop sends (rxAnswer): a few FPDUs, which an idle
+// socket usually takes whole; what it does not take the transmit loop
+// sends.
 const inlineTxMax = 16 << 10
 
 // txInline sends the WRs just posted to an idle SQ, wire payload octets,
@@ -206,11 +224,13 @@ const inlineTxMax = 16 << 10
 // peer since we last transmitted. A stream of posts is better left to the
 // loop, which batches many FPDUs per writev.
 //
-// A receive handler's post runs on the receive goroutine, which must never
-// wait for a write: two peers whose handlers each wrote into a full send
-// queue would wait for each other to read (TestRxHandlerPostNeverBlocks).
-// There it goes inline only under rxAnswer's rule: a small message into a
-// send queue the peer has acknowledged whole, nothing else owed.
+// The write never waits (txState.tryFlush): what the socket does not take
+// at once is left to the loop, as ibv_post_send never blocks. That matters
+// most for a receive handler's post, on the receive goroutine: two peers
+// whose handlers each waited on a full send queue would wait for each
+// other to read (TestRxHandlerPostNeverBlocks). A handler's post goes
+// inline only when nothing else is owed, so that framing it cannot fill
+// the Writer (whose Append would then wait to make room).
 func (qp *QP) txInline(wire int) {
 	// (tx.align is set before the loops start and never changes; its
 	// flushes may wait for TCP, which a poster should not.)
@@ -246,7 +266,7 @@ func (qp *QP) txInline(wire int) {
 // rxMayWrite reports whether the receive goroutine may write wire payload
 // octets now without waiting (txMu held): see txInline.
 func (qp *QP) rxMayWrite(wire int) bool {
-	return wire <= answerMax && !qp.txOwed() && qp.tx.w.Buffered() == 0 && qp.sendQueueEmpty()
+	return wire <= inlineTxMax && !qp.txOwed() && qp.tx.w.Buffered() == 0
 }
 
 // txOwed reports whether a message is half written or a Read or Atomic
@@ -255,9 +275,10 @@ func (qp *QP) txOwed() bool {
 	return qp.tx.cur != nil || qp.tx.rr != nil || qp.irdq.len() > 0
 }
 
-// txPending reports whether the transmit loop has work left.
+// txPending reports whether the transmit loop has work left: octets a
+// tryFlush left too.
 func (qp *QP) txPending() bool {
-	if qp.txOwed() {
+	if qp.txOwed() || qp.tx.w.Buffered() > 0 {
 		return true
 	}
 	qp.sqMu.Lock()

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestRxAnswer: a small Read at queue depth 1 is answered by the
+// TestRxAnswer: a Read of up to inlineTxMax at queue depth 1 is answered by the
 // responder's receive loop (no hand-off to its transmit loop), a large one
 // by the transmit loop, and both land whole.
 func TestRxAnswer(t *testing.T) {
@@ -54,7 +54,7 @@ func TestRxAnswer(t *testing.T) {
 		require.Zero(t, allocs, "allocations per small Read, both sides")
 	}
 	answered = s.qp.txStats.answered.Load()
-	read(0, answerMax+1)
+	read(0, inlineTxMax+1)
 	read(0, 256<<10)
 	require.Equal(t, answered, s.qp.txStats.answered.Load(), "a large Read is the transmit loop's")
 }
