@@ -9,10 +9,10 @@ package verbs
 // arrival would otherwise wake the application's goroutine from the
 // receive goroutine, a hand-off that costs about as much as the rest of a
 // loopback round trip. A handler runs the application's next step where the
-// data landed instead (a Send or Write of up to 2 KiB that it posts goes
-// out at once, on the same goroutine, when the socket's send queue is
-// empty; anything that could make the receive goroutine wait for the
-// socket is handed to the transmit goroutine).
+// data landed instead (a Send or Write of up to 16 KiB that it posts goes
+// out at once, on the same goroutine, with a write that never waits: what
+// the socket does not take, and anything else that could make the receive
+// goroutine wait for the socket, is handed to the transmit goroutine).
 //
 // fn must not block or wait for the peer: nothing more arrives on this QP
 // while it runs. Nor may it Close or Disconnect the QP, which wait for this
