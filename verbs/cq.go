@@ -169,13 +169,17 @@ func (cq *CQ) add(wc WC, mayHold bool) bool {
 	}
 	if mayHold && !sol && cq.mod > 1 {
 		if cq.unwoken++; cq.unwoken < cq.mod {
-			cq.owed.Store(true)
+			if !cq.owed.Load() {
+				cq.owed.Store(true)
+			}
 			cq.mu.Unlock()
 			return true
 		}
 	}
 	cq.unwoken = 0
-	cq.owed.Store(false)
+	if cq.owed.Load() { // an atomic store is a locked instruction: most adds need none
+		cq.owed.Store(false)
+	}
 	cq.mu.Unlock()
 	wake(cq.notify)
 	if sol {
