@@ -42,16 +42,45 @@ type latRun struct {
 	rcvd     uint64
 	sdone    uint64 // data WRs completed (seq+1 of the last signaled one)
 	spin     int
-
-	// With the receive handler (drive), the loop runs as a coroutine that
-	// the QP's receive goroutine resumes after each FPDU; yield returns
-	// to it. nil: the loop polls on the application's goroutine.
-	yield func(struct{}) bool
 }
 
 func (l *latRun) now() int64 { return int64(time.Since(l.base)) }
 
 func (l *latRun) timeUp() bool { return l.deadline > 0 && l.now() >= l.deadline }
+
+// latLoop is one latency loop's state: a ping-pong of messages, or one Read
+// at a time. step advances it as far as it goes without waiting; a driver
+// calls it again when what it waits for may have happened: the QP's receive
+// handler after each FPDU (drive) or a polling goroutine (poll). A step, not
+// a goroutine or a coroutine, so that resuming the loop costs a call.
+type latLoop struct {
+	*latRun
+	v       verb
+	wr      verbs.SendWR
+	size    int
+	n, mod  uint64
+	first   bool // this side sends first
+	handler bool // driven by the receive handler
+	dur     bool
+	prog    *progress
+	tposted []int64
+
+	tSample, tEnd int64
+	sampled       uint64
+
+	scnt, rcnt, lastSig uint64
+	signaled            bool // WR scnt is signaled
+	phase               latPhase
+}
+
+// latPhase is what a latency loop waits for.
+type latPhase uint8
+
+const (
+	latRecv latPhase = iota // the peer's message rcnt+1 (unless this side sends first)
+	latPost                 // room in the send queue for WR scnt
+	latWC                   // WR scnt's completion
+)
 
 // runLat measures latency at one size; first says whether this side sends
 // first (the client, but for perftest's write_lat the server).
@@ -66,24 +95,15 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 	if p.Loopback || sameHost(q.qp.LocalAddr(), q.qp.RemoteAddr()) {
 		l.spin = latSpinLoopback
 	}
-	dur := p.Duration > 0
-	n := uint64(p.Iters)
-	var tposted []int64
-	if dur {
-		n = math.MaxUint64
+	s := &latLoop{latRun: l, v: v, size: size, n: uint64(p.Iters), mod: uint64(p.CQMod), first: first,
+		handler: !p.LatPoll, dur: p.Duration > 0, prog: prog}
+	if s.dur {
+		s.n = math.MaxUint64
 	} else {
-		tposted = make([]int64, 0, n)
+		s.tposted = make([]int64, 0, s.n)
 	}
 	m := p.margin()
-	tSample, tEnd := int64(m), int64(p.Duration-m)
-	var sampled uint64
-	sample := func() {
-		if dur {
-			if t := l.now(); t >= tSample && t < tEnd {
-				sampled++
-			}
-		}
-	}
+	s.tSample, s.tEnd = int64(m), int64(p.Duration-m)
 
 	wr := verbs.SendWR{Flags: verbs.Signaled, SGL: []verbs.SGE{{Addr: q.mr.Addr(), Length: uint32(size), LKey: q.mr.LKey()}}}
 	switch v {
@@ -103,127 +123,215 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 		wr.RemoteAddr, wr.RKey = q.remote.Addr, q.remote.RKey
 		wr.CompareAdd, wr.Swap = atomicAdd, atomicSwap
 	}
-	inline := size <= p.Inline && !v.oneSided()
-	if inline {
+	if size <= p.Inline && !v.oneSided() {
 		wr.Flags |= verbs.Inline
 		wr.SGL, wr.InlineData = nil, q.local[:size]
 	}
-	mod := uint64(p.CQMod)
+	s.wr = wr
 
-	if dur {
+	if s.dur {
 		l.deadline = int64(p.Duration)
 		var cancel context.CancelFunc
 		l.waitCtx, cancel = context.WithDeadline(ctx, time.Now().Add(p.Duration))
 		defer cancel()
 	}
-	var scnt, rcnt, lastSig uint64
 	if v.oneSided() {
-		rcnt = n // nothing comes back but the responses
-	}
-	// With the receive handler, the loop waits for its own Write or Send
-	// completion only at the end: it would come from the transmit
-	// goroutine, which does not resume the loop.
-	handler := !p.LatPoll
-	loop := func() error {
-		for scnt < n || rcnt < n {
-			if l.timeUp() {
-				break
-			}
-			// Wait for the peer's message (unless we send first).
-			if rcnt < n && !(first && scnt == 0) {
-				rcnt++
-				var ok bool
-				var err error
-				if v == verbWrite {
-					ok, err = l.spinByte(q.target, size-1, byte(rcnt))
-				} else {
-					ok, err = l.pollUntil(func() bool { return l.rcvd >= rcnt })
-				}
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
-				}
-				if v == verbSend {
-					sample()
-				}
-			}
-			if scnt >= n {
-				continue
-			}
-			t := l.now()
-			if !dur {
-				tposted = append(tposted, t)
-			}
-			prog.add(1, size)
-			scnt++
-			wr.ID = wrID(idData, 0, scnt-1)
-			signaled := true
-			if v == verbSend {
-				// perftest signals a Send every CQMod and waits for it then.
-				signaled = scnt%mod == 0 || scnt == n
-				wr.Flags &^= verbs.Signaled
-				if signaled {
-					wr.Flags |= verbs.Signaled
-				}
-			}
-			if v == verbWrite {
-				q.local[size-1] = byte(scnt) // the peer polls for this value
-			}
-			if err := l.post(wr); err != nil {
-				return err
-			}
-			if signaled {
-				lastSig = scnt
-			}
-			if handler && !v.oneSided() {
-				// Take what completed so far (an inline post's own
-				// completion is already there), so that the CQ never fills.
-				if err := l.drain(); err != nil {
-					return err
-				}
-				if signaled && v != verbSend {
-					sample()
-				}
-			} else if signaled {
-				ok, err := l.pollUntil(func() bool { return l.sdone >= scnt })
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
-				}
-				if v != verbSend {
-					sample()
-				}
-			}
-		}
-		return nil
+		s.rcnt = s.n // nothing comes back but the responses
 	}
 	l.base = time.Now()
 	var err error
-	if handler {
-		err = l.drive(loop)
+	if s.handler {
+		err = s.drive()
 		if err == nil {
-			// The completions of our last Writes or Sends.
-			_, err = l.pollUntil(func() bool { return l.sdone >= lastSig })
+			// The completions of our last Writes or Sends: the transmit
+			// goroutine queues them, and does not call the handler.
+			_, err = l.pollUntil(func() bool { return l.sdone >= s.lastSig })
 		}
 	} else {
-		err = loop()
+		err = s.poll()
 	}
 	if err != nil {
 		return Report{}, err
 	}
-	q.scnt = scnt // what checkAtomics expects
+	q.scnt = s.scnt // what checkAtomics expects
 	rtt := 2.0
 	if v.oneSided() {
 		rtt = 1
 	}
-	if dur {
-		return latDurReport(size, sampled, time.Duration(tEnd-tSample), rtt), nil
+	if s.dur {
+		return latDurReport(size, s.sampled, time.Duration(s.tEnd-s.tSample), rtt), nil
 	}
-	return latReport(size, tposted, rtt), nil
+	return latReport(size, s.tposted, rtt), nil
+}
+
+// step runs the loop until it must wait. done: the loop is over (err says
+// why, if not by its count or its duration); moved: it got somewhere.
+func (s *latLoop) step() (done, moved bool, err error) {
+	for {
+		switch s.phase {
+		case latRecv:
+			if s.scnt >= s.n && s.rcnt >= s.n || s.timeUp() {
+				return true, moved, nil
+			}
+			if s.rcnt < s.n && !(s.first && s.scnt == 0) {
+				ok, err := s.arrived()
+				if err != nil {
+					return true, moved, err
+				}
+				if !ok {
+					return false, moved, nil
+				}
+				s.rcnt++
+				moved = true
+				if s.v == verbSend {
+					s.sample()
+				}
+			}
+			if s.scnt < s.n {
+				s.next()
+				s.phase = latPost
+			}
+		case latPost:
+			if _, err := s.q.qp.PostSend(s.wr); err != nil {
+				if errors.Is(err, verbs.ErrQueueFull) {
+					// Unsignaled Sends leave the queue when the transmit
+					// goroutine has handed them to TCP.
+					return s.timeUp(), moved, nil
+				}
+				return true, moved, qpFailure(s.q.qp, err)
+			}
+			moved = true
+			if s.signaled {
+				s.lastSig = s.scnt
+			}
+			s.phase = latRecv
+			if s.handler && !s.v.oneSided() {
+				// Take what completed so far (an inline post's own
+				// completion is already there), so that the CQ never fills.
+				if err := s.drain(); err != nil {
+					return true, moved, err
+				}
+				if s.signaled && s.v != verbSend {
+					s.sample()
+				}
+			} else if s.signaled {
+				s.phase = latWC
+			}
+		case latWC:
+			if err := s.drain(); err != nil {
+				return true, moved, err
+			}
+			if s.sdone < s.scnt {
+				return s.timeUp(), moved, nil
+			}
+			moved = true
+			if s.v != verbSend {
+				s.sample()
+			}
+			s.phase = latRecv
+		}
+	}
+}
+
+// next readies WR scnt+1: its time, its ID, whether it is signaled, and for
+// a Write the value the peer polls for.
+func (s *latLoop) next() {
+	t := s.now()
+	if !s.dur {
+		s.tposted = append(s.tposted, t)
+	}
+	s.prog.add(1, s.size)
+	s.scnt++
+	s.wr.ID = wrID(idData, 0, s.scnt-1)
+	s.signaled = true
+	if s.v == verbSend {
+		// perftest signals a Send every CQMod and waits for it then.
+		s.signaled = s.scnt%s.mod == 0 || s.scnt == s.n
+		s.wr.Flags &^= verbs.Signaled
+		if s.signaled {
+			s.wr.Flags |= verbs.Signaled
+		}
+	}
+	if s.v == verbWrite {
+		s.q.local[s.size-1] = byte(s.scnt) // the peer polls for this value
+	}
+}
+
+// sample counts a sample of a -D run inside its measured window.
+func (s *latLoop) sample() {
+	if s.dur {
+		if t := s.now(); t >= s.tSample && t < s.tEnd {
+			s.sampled++
+		}
+	}
+}
+
+// arrived reports whether the peer's message rcnt+1 is here. A Write is
+// seen as perftest sees it, by the last octet of the buffer taking the
+// message's count; the octet is read only when a Write has been placed
+// since the last look (verbs.MR.Placed), so never while the receive loop
+// writes it.
+func (s *latLoop) arrived() (bool, error) {
+	want := s.rcnt + 1
+	if s.v != verbWrite {
+		if s.rcvd < want {
+			if err := s.drain(); err != nil {
+				return false, err
+			}
+		}
+		return s.rcvd >= want, nil
+	}
+	q, i := s.q, s.size-1
+	if n := q.mr.Placed(); n != q.seen {
+		q.seen = n
+		if q.target[i] == byte(want) {
+			return true, nil
+		}
+	}
+	if st := q.qp.State(); st != verbs.StateRTS {
+		// The peer may have closed right after its last Write (perftest's
+		// write_lat has no message after the test): it counts if it landed.
+		if q.mr.Placed(); q.target[i] == byte(want) {
+			return true, nil
+		}
+		return false, qpFailure(q.qp, fmt.Errorf("QP %s while waiting for the peer's Write", st))
+	}
+	return false, nil
+}
+
+// poll drives the loop from the test's goroutine, as perftest does: it
+// spins on memory or the CQ while it waits, yielding the processor, and
+// after l.spin empty looks sleeps a microsecond (a Write) or blocks in
+// CQ.Wait.
+func (s *latLoop) poll() error {
+	idle := 0
+	for {
+		done, moved, err := s.step()
+		if done {
+			return err
+		}
+		if err := s.ctx.Err(); err != nil {
+			return err
+		}
+		if moved {
+			idle = 0
+		}
+		spinMem := s.phase == latRecv && s.v == verbWrite
+		if idle++; idle < s.spin || s.phase == latPost {
+			if !spinMem || idle%64 == 0 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		idle = 0
+		if spinMem {
+			time.Sleep(time.Microsecond)
+			continue
+		}
+		if err := s.waitCQ(); err != nil {
+			return err
+		}
+	}
 }
 
 // prepareLat readies the memory the peer writes before the Sync that starts
@@ -245,40 +353,6 @@ func sameHost(local, remote net.Addr) bool {
 	return ok1 && ok2 && (r.IP.IsLoopback() || r.IP.Equal(l.IP))
 }
 
-// post posts one WR, waiting while the send queue is full (unsignaled
-// Sends leave it when the transmit loop has handed them to TCP).
-func (l *latRun) post(wr verbs.SendWR) error {
-	for {
-		_, err := l.q.qp.PostSend(wr)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, verbs.ErrQueueFull) {
-			return qpFailure(l.q.qp, err)
-		}
-		if err := l.ctx.Err(); err != nil {
-			return err
-		}
-		if !l.pause() {
-			return errLatStopped
-		}
-	}
-}
-
-// errLatStopped ends a latency loop that its driver abandoned.
-var errLatStopped = errors.New("latency loop stopped")
-
-// pause lets what the loop waits for happen: in handler mode it returns to
-// the receive handler until the next FPDU (or drive's tick) resumes it;
-// otherwise it yields the processor. false: the driver gave up on the loop.
-func (l *latRun) pause() bool {
-	if l.yield != nil {
-		return l.yield(struct{}{})
-	}
-	runtime.Gosched()
-	return true
-}
-
 // pollUntil takes completions until cond holds; false means the duration
 // ran out first.
 func (l *latRun) pollUntil(cond func() bool) (bool, error) {
@@ -296,30 +370,30 @@ func (l *latRun) pollUntil(cond func() bool) (bool, error) {
 		if l.timeUp() {
 			return false, nil
 		}
-		if l.yield != nil {
-			if err := l.ctx.Err(); err != nil {
-				return false, err
-			}
-			if !l.pause() {
-				return false, errLatStopped
-			}
-			continue
-		}
 		if idle++; idle < l.spin {
 			runtime.Gosched()
 			continue
 		}
 		idle = 0
-		if err := e.cq.Wait(l.waitCtx); err != nil {
-			if l.ctx.Err() != nil {
-				return false, l.ctx.Err()
-			}
-			if !errors.Is(err, context.DeadlineExceeded) {
-				return false, err
-			}
+		if err := l.waitCQ(); err != nil {
+			return false, err
 		}
 	}
 	return true, nil
+}
+
+// waitCQ blocks until a completion is queued, the duration runs out or the
+// test is cancelled (the error).
+func (l *latRun) waitCQ() error {
+	if err := l.e.cq.Wait(l.waitCtx); err != nil {
+		if l.ctx.Err() != nil {
+			return l.ctx.Err()
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
+	return nil
 }
 
 // drain handles the completions queued now.
@@ -346,47 +420,4 @@ func (l *latRun) handle(wcs []verbs.WC) error {
 		l.sdone = max(l.sdone, wc.ID&idSeq+1)
 	}
 	return nil
-}
-
-// spinByte polls b[i] until it holds want, as perftest polls the last
-// octet of its buffer for the peer's RDMA Write; false means the duration
-// ran out first. It reads the octet only when a Write has been placed
-// since it last looked (verbs.MR.Placed), so that it never reads while the
-// receive loop writes.
-func (l *latRun) spinByte(b []byte, i int, want byte) (bool, error) {
-	for spins := 1; ; spins++ {
-		if n := l.q.mr.Placed(); n != l.q.seen {
-			l.q.seen = n
-			if b[i] == want {
-				return true, nil
-			}
-		}
-		if l.yield != nil {
-			if !l.pause() {
-				return false, errLatStopped
-			}
-		} else if spins < l.spin {
-			if spins%64 != 0 {
-				continue
-			}
-			runtime.Gosched()
-		} else {
-			time.Sleep(time.Microsecond)
-		}
-		if l.timeUp() {
-			return false, nil
-		}
-		if err := l.ctx.Err(); err != nil {
-			return false, err
-		}
-		if st := l.q.qp.State(); st != verbs.StateRTS {
-			// The peer may have closed right after its last Write (perftest's
-			// write_lat has no message after the test): it counts if it
-			// landed.
-			if l.q.mr.Placed(); b[i] == want {
-				return true, nil
-			}
-			return false, qpFailure(l.q.qp, fmt.Errorf("QP %s while waiting for the peer's Write", st))
-		}
-	}
 }

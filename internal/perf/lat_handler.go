@@ -1,12 +1,11 @@
 package perf
 
 import (
-	"iter"
 	"sync"
 	"time"
 )
 
-// latTick is how often drive resumes the loop itself: for the deadline of
+// latTick is how often drive steps the loop itself: for the deadline of
 // a -D run, a cancelled context, and the rare wait that no arrival ends (a
 // send queue still full of WRs whose completions the transmit goroutine
 // has yet to queue). Not more often: a timer that fires every millisecond
@@ -14,45 +13,37 @@ import (
 // over veth 22 µs against 15 µs at 10 ms.
 const latTick = 10 * time.Millisecond
 
-// drive runs a latency loop as a coroutine that the QP's receive handler
-// resumes after each FPDU (verbs.QP.SetRxHandler): the loop's next post
-// goes out on the receive goroutine, as soon as what it waited for has
+// drive runs a latency loop from the QP's receive handler
+// (verbs.QP.SetRxHandler), which steps it after each FPDU: the loop's next
+// post goes out on the receive goroutine as soon as what it waited for has
 // landed, with no hand-off to the application's goroutine. That hand-off
 // (a goroutine wake-up) costs about as much as the rest of a loopback
-// round trip. The loop must wait only through l.pause.
-func (l *latRun) drive(loop func() error) error {
+// round trip.
+func (s *latLoop) drive() error {
 	var (
-		mu       sync.Mutex // serialises next and stop: handler, ticker, cleanup
+		mu       sync.Mutex // serialises the steps: handler, ticker, return
 		finished bool
 		err      error
 		done     = make(chan struct{})
 	)
-	next, stop := iter.Pull(func(yield func(struct{}) bool) {
-		l.yield = yield
-		err = loop()
-		l.yield = nil
-	})
 	resume := func() {
 		mu.Lock()
-		defer mu.Unlock()
-		if finished {
-			return
+		if !finished {
+			var d bool
+			if d, _, err = s.step(); d {
+				finished = true
+				close(done)
+			}
 		}
-		if _, ok := next(); !ok {
-			finished = true
-			close(done)
-		}
+		mu.Unlock()
 	}
-	qp := l.q.qp
+	qp := s.q.qp
 	qp.SetRxHandler(resume)
 	defer func() {
 		qp.SetRxHandler(nil)
 		mu.Lock()
-		defer mu.Unlock()
-		if !finished {
-			stop() // the loop's pause returns false
-			finished = true
-		}
+		finished = true
+		mu.Unlock()
 	}()
 	resume()
 	t := time.NewTicker(latTick)
@@ -62,6 +53,9 @@ func (l *latRun) drive(loop func() error) error {
 		case <-done:
 			return err
 		case <-t.C:
+			if e := s.ctx.Err(); e != nil {
+				return e
+			}
 			resume()
 		}
 	}
