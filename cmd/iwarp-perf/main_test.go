@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -310,7 +311,7 @@ func waitListening(t *testing.T, port string) {
 // would.
 func TestServerClient(t *testing.T) {
 	leakCheck(t)
-	for _, tc := range []string{"write_bw", "tcp_bw", "atomic_bw"} {
+	for _, tc := range []string{"write_bw", "read_bw", "tcp_bw", "atomic_bw"} {
 		t.Run(tc, func(t *testing.T) {
 			size := "8192"
 			if tc == "atomic_bw" {
@@ -334,6 +335,19 @@ func TestServerClient(t *testing.T) {
 			require.Contains(t, s.out, "Waiting for client to connect")
 			// The server shows the client's measurement.
 			require.Equal(t, table(t, out), table(t, s.out))
+			// and its own counters of the FPDUs that moved, though the
+			// receiver of Writes and the responder to Reads do their
+			// work after their own test loop has returned.
+			if tc == "write_bw" || tc == "read_bw" {
+				m := regexp.MustCompile(`iWARP qp 0: FPDUs sent (\d+) received (\d+)`).FindStringSubmatch(s.out)
+				require.NotNil(t, m, "server output: %s", s.out)
+				n := m[2] // the Writes received
+				if tc == "read_bw" {
+					n = m[1] // the Read Responses sent
+				}
+				got, _ := strconv.Atoi(n)
+				require.GreaterOrEqual(t, got, 20, "server's %s", m[0])
+			}
 		})
 	}
 	// A client with other parameters is refused with the differences; the

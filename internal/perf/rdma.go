@@ -40,16 +40,17 @@ const (
 // the second is what the peer may touch (the target of its Writes, the
 // source of its Reads, where Sends land), advertised in the exchange.
 type endpoint struct {
-	p     *Params
-	dev   *verbs.Device
-	pd    *verbs.PD
-	cq    *verbs.CQ
-	srq   *verbs.SRQ           // --use_srq
-	srqMR *verbs.MR            // the SRQ's receive slots
-	byQP  map[*verbs.QP]*qpEnd // with an SRQ: whose receive completed
-	qps   []*qpEnd
-	half  int // octets in each half
-	wcs   []verbs.WC
+	p      *Params
+	closed bool // close has run
+	dev    *verbs.Device
+	pd     *verbs.PD
+	cq     *verbs.CQ
+	srq    *verbs.SRQ           // --use_srq
+	srqMR  *verbs.MR            // the SRQ's receive slots
+	byQP   map[*verbs.QP]*qpEnd // with an SRQ: whose receive completed
+	qps    []*qpEnd
+	half   int // octets in each half
+	wcs    []verbs.WC
 
 	// send tests: credit messages come every batch receives.
 	batch int
@@ -304,14 +305,30 @@ func (e *endpoint) bannerInfo(local, remote []BufInfo) bannerInfo {
 	return b
 }
 
-// tcpStats formats each QP's counters (verbs.QP.Stats) and TCP_INFO.
-func (e *endpoint) tcpStats() []string {
+// qpStats takes each QP's counters (verbs.QP.Stats) and TCP_INFO.
+func (e *endpoint) qpStats() []verbs.QPStats {
+	out := make([]verbs.QPStats, len(e.qps))
+	for i, q := range e.qps {
+		if q.qp.LocalAddr() != nil {
+			out[i] = q.qp.Stats()
+		}
+	}
+	return out
+}
+
+// tcpStats formats the counters of the last of snaps (qpStats, taken in
+// turn), with the TCP_INFO of the last that has one: the socket may have
+// closed in between.
+func (e *endpoint) tcpStats(snaps ...[]verbs.QPStats) []string {
 	var out []string
-	for _, q := range e.qps {
+	for i, q := range e.qps {
 		if q.qp.LocalAddr() == nil {
 			continue
 		}
-		st := q.qp.Stats()
+		st := snaps[len(snaps)-1][i]
+		for k := len(snaps) - 1; k >= 0 && st.TCPErr != nil; k-- {
+			st.TCP, st.TCPErr = snaps[k][i].TCP, snaps[k][i].TCPErr
+		}
 		out = append(out, fmt.Sprintf(" iWARP qp %d: FPDUs sent %d received %d, stream octets sent %d",
 			q.i, st.FPDUsSent, st.FPDUsReceived, st.OctetsSent))
 		if st.TCPErr != nil {
@@ -331,6 +348,10 @@ func fmtTCPStats(who string, s tcpx.Stats) string {
 // close tears the QPs down: orderly where it can (the peer has every
 // octet we sent), abortive after a short wait.
 func (e *endpoint) close() {
+	if e.closed {
+		return
+	}
+	e.closed = true
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -286,7 +286,7 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 	}
 	sender, receiver := roles(p, client)
 	var rows []Report
-	var stats []string
+	var early, mid []verbs.QPStats
 	var cost cpuCost // the last size's, for the CPU line
 	conns := make([]tcpInfoer, 0, 1+len(e.qps))
 	if ctl != nil {
@@ -327,11 +327,14 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		}
 		if i == len(sizes)-1 {
 			// TCP_INFO now: once the peer has our last report it may close.
-			stats = e.tcpStats()
+			early = e.qpStats()
 		}
 		peer, err := x.Report(ctx, mine)
 		if err != nil {
 			return rows, err
+		}
+		if early != nil {
+			mid = e.qpStats() // and again: the peer's work is done
 		}
 		r := pick(p, client, mine, peer)
 		if r.Kind == kindBW {
@@ -349,8 +352,14 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		rows = append(rows, r)
 	}
 	pr.printf("%s", resultLine)
-	for _, l := range stats {
-		pr.printf("%s\n", l)
+	// The FPDU counters once the connections have ended: the receiver of
+	// Writes and the responder to Reads count until the peer's FIN, for
+	// their work goes on after their own loop has returned.
+	e.close()
+	if early != nil {
+		for _, l := range e.tcpStats(early, mid, e.qpStats()) {
+			pr.printf("%s\n", l)
+		}
 	}
 	if p.Test.BW() && cost.bytes > 0 {
 		pr.printf("%s\n", cpuLine(cost, p.Loopback))
