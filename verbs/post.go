@@ -133,7 +133,7 @@ func (qp *QP) PostSend(wrs ...SendWR) (int, error) {
 func (qp *QP) enqueue(wrs []SendWR) (n, wire int, err error) {
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
-	idle := qp.sqNext == qp.sqTail
+	idle := qp.sqNext.Load() == qp.sqTail
 	for i := range wrs {
 		wr := &wrs[i]
 		if qp.sqFlushed {

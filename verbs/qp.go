@@ -83,15 +83,18 @@ type QP struct {
 	// Send queue ring, guarded by sqMu. Entries [sqHead, sqNext) are being
 	// carried out or awaiting completion; [sqNext, sqTail) wait for the
 	// transmit loop. Slots are reused only after retirement, so the loops may
-	// use an entry's fields without the lock once they own it.
-	sqMu                   sync.Mutex
-	sq                     []sqe
-	sqSegs                 [][]byte // gather lists: MaxSendSGE per slot
-	sqInline               []byte   // inline data: MaxInline per slot, allocated on first use
-	sqExt                  []sqeExt // allocated on first use (sqExtOf)
-	sqHead, sqNext, sqTail uint64
-	sqFlushed              bool          // ERROR reached: new WRs flush at once
-	sqIdle                 chan struct{} // closed when the SQ drains (Disconnect)
+	// use an entry's fields without the lock once they own it. sqNext is
+	// written only by the transmit side with txMu held (nextSQ, flushAll),
+	// and is atomic so that nextSQ may advance it without sqMu.
+	sqMu           sync.Mutex
+	sq             []sqe
+	sqSegs         [][]byte // gather lists: MaxSendSGE per slot
+	sqInline       []byte   // inline data: MaxInline per slot, allocated on first use
+	sqExt          []sqeExt // allocated on first use (sqExtOf)
+	sqHead, sqTail uint64
+	sqNext         atomic.Uint64
+	sqFlushed      bool          // ERROR reached: new WRs flush at once
+	sqIdle         chan struct{} // closed when the SQ drains (Disconnect)
 	// sqWritten: SQ entries below it were handed to TCP in full by a
 	// successful write; flushAll completes those that a write completes
 	// (txCompleted runs only when the transmit loop runs dry).

@@ -288,7 +288,7 @@ var errCQOverrun = rdmap.Errorf(rdmap.ETypeLocalCatastrophic, rdmap.CodeCatastro
 // the ORD slot was freed before this looks.)
 func (qp *QP) wakeHeld() {
 	qp.sqMu.Lock()
-	held := qp.sqNext != qp.sqTail
+	held := qp.sqNext.Load() != qp.sqTail
 	qp.sqMu.Unlock()
 	if held {
 		wake(qp.wake)

@@ -174,7 +174,7 @@ func (qp *QP) flushAll() {
 			e.done, e.status = true, WRFlushErr
 		}
 	}
-	qp.sqNext = qp.sqTail
+	qp.sqNext.Store(qp.sqTail)
 	qp.retireLocked(false)
 	qp.sqFlushed = true
 	qp.sqMu.Unlock()
@@ -235,7 +235,7 @@ func (qp *QP) completeSQ(idx uint64, st WCStatus, rx bool) {
 // ibverbs promises RC send completions in posting order even though an
 // RDMA Read completes later than a Write posted after it.
 func (qp *QP) retireLocked(rx bool) {
-	for qp.sqHead != qp.sqNext {
+	for next := qp.sqNext.Load(); qp.sqHead != next; {
 		e := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
 		if !e.done {
 			return

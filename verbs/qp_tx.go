@@ -32,6 +32,8 @@ type txState struct {
 	readMSN   uint32 // MSN of the last Read or Atomic Request (QN 1)
 	atomicMSN uint32 // MSN of the last Atomic Response (QN 3)
 
+	sqSeen uint64 // the SQ's sqTail when nextSQ last looked: entries below it are posted
+
 	cur    *sqe   // SQ WR in progress
 	curIdx uint64 // its SQ index
 	curOff int    // octets of it queued
@@ -283,7 +285,7 @@ func (qp *QP) txPending() bool {
 	}
 	qp.sqMu.Lock()
 	defer qp.sqMu.Unlock()
-	return qp.sqNext != qp.sqTail
+	return qp.sqNext.Load() != qp.sqTail
 }
 
 // txFill queues FPDUs until a batch is full or nothing is ready. Messages are
@@ -329,25 +331,39 @@ func (qp *QP) txFill() (worked bool, err error) {
 }
 
 // nextSQ hands the transmit loop the next SQ entry, unless a fence or the
-// ORD holds it back.
+// ORD holds it back. It takes sqMu only to see how far the posters have
+// got (sqTail) and for the entries that may be held back: a stream of
+// Writes or Sends costs one lock per batch of posts, not one per WR.
 func (qp *QP) nextSQ() (*sqe, uint64) {
 	if qp.peerFIN.Load() || qp.holdSQ.Load() {
 		return nil, 0 // the peer has closed (peerClosed), or we may not send first (holdFirst)
 	}
-	qp.sqMu.Lock()
-	defer qp.sqMu.Unlock()
-	if qp.sqNext == qp.sqTail {
-		return nil, 0
+	t := &qp.tx
+	idx := qp.sqNext.Load()
+	if idx >= t.sqSeen {
+		qp.sqMu.Lock()
+		t.sqSeen = qp.sqTail
+		qp.sqMu.Unlock()
+		if idx >= t.sqSeen {
+			return nil, 0
+		}
 	}
-	e := &qp.sq[qp.sqNext%uint64(len(qp.sq))]
-	if e.fence && qp.ordq.len() > 0 {
-		return nil, 0 // rx wakes us when a Read completes
+	// The entry was filled before the poster unlocked sqMu, and we locked it
+	// after: its fields are ours to read.
+	e := &qp.sq[idx%uint64(len(qp.sq))]
+	if e.fence || e.op.responded() {
+		// Under sqMu, so that wakeHeld, which a completing Read calls after
+		// freeing its ORD slot, sees sqNext still behind a WR held here.
+		qp.sqMu.Lock()
+		defer qp.sqMu.Unlock()
+		if e.fence && qp.ordq.len() > 0 {
+			return nil, 0 // rx wakes us when a Read completes
+		}
+		if e.op.responded() && qp.ordq.len() >= qp.ord {
+			return nil, 0 // RFC 5040 section 6.5, RFC 7306 section 5.2: no more than ORD outstanding
+		}
 	}
-	if (e.op == OpRDMARead || e.op == OpAtomicFetchAdd || e.op == OpAtomicCmpSwap) && qp.ordq.len() >= qp.ord {
-		return nil, 0 // RFC 5040 section 6.5, RFC 7306 section 5.2: no more than ORD outstanding
-	}
-	idx := qp.sqNext
-	qp.sqNext++
+	qp.sqNext.Store(idx + 1)
 	return e, idx
 }
 
