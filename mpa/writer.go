@@ -37,6 +37,7 @@ type Writer struct {
 	arena     []byte      // header, small payload, marker and trailer octets
 	arenaRef  *[]byte     // arena's pool entry
 	lastArena bool        // the last iovec ends at len(arena) and can grow
+	refs      bool        // a queued iovec references caller memory (Copied)
 	queued    int
 	written   uint64  // octets written by successful Flushes
 	scratch   [8]byte // length field, marker and trailer octets on their way into the arena
@@ -87,7 +88,8 @@ var ErrTooLong = errors.New("mpa: ULPDU too long for one FPDU")
 
 // Append queues one FPDU whose ULPDU is hdr followed by payload. hdr is copied;
 // payload is referenced until the next Flush returns and must not change
-// before then. Append flushes first when its staging memory is full.
+// before then, unless Copied says the Writer took a copy. Append flushes
+// first when its staging memory is full.
 func (w *Writer) Append(hdr, payload []byte) error {
 	w.one[0] = payload
 	err := w.AppendV(hdr, w.one[:])
@@ -271,6 +273,7 @@ func (w *Writer) emit(b []byte, copied bool) {
 		default:
 			w.vecs = append(w.vecs, piece)
 			w.lastArena = false
+			w.refs = true
 		}
 		w.pos += uint64(n)
 	}
@@ -347,6 +350,12 @@ func (w *Writer) Written() uint64 { return w.written }
 // Buffered returns the number of stream octets queued and not yet written.
 func (w *Writer) Buffered() int { return w.queued }
 
+// Copied reports whether the Writer holds its own copy of every octet
+// queued: no queued FPDU references the caller's memory (payloads up to a
+// few KiB are copied, see Append), so the caller may reuse that memory
+// before the Flush.
+func (w *Writer) Copied() bool { return !w.refs }
+
 // Flush writes every queued FPDU with as few system calls as the kernel
 // allows (one writev when the socket buffer has room).
 func (w *Writer) Flush() error {
@@ -368,6 +377,7 @@ func (w *Writer) reset() {
 	w.vecs = w.vecs[:0]
 	w.arena = w.arena[:0]
 	w.lastArena = false
+	w.refs = false
 	w.queued = 0
 }
 

@@ -71,6 +71,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	}
 	qp.loopsLeft.Store(2)
 	qp.wg.Add(1)
+	qp.txWG.Add(1)
 	qp.state.Store(int32(StateRTS))
 	go qp.txLoop()
 	go qp.rxLoop()

@@ -113,15 +113,17 @@ type QP struct {
 	ird    int  // negotiated: Read Requests we serve at once
 	ord    int  // negotiated: Read Requests we have outstanding
 
-	txMu       sync.Mutex             // held by whoever runs the transmit side: the loop, or PostSend
-	rxSeen     atomic.Uint64          // FPDUs received; with txRxSeen, tells request/response traffic
-	txRxSeen   atomic.Uint64          // rxSeen when the transmit side last ran
-	tx         txState                // guarded by txMu
-	txStats    txStats                // tx's counters, for Stats
-	txParked   atomic.Bool            // the transmit loop waits for work, its arena given back
-	rx         rxState                // owned by the receive loop
-	rxFn       atomic.Pointer[func()] // SetRxHandler's handler
-	rxHandling atomic.Bool            // the receive goroutine is in rxFn: its posts must not wait (txInline)
+	txMu       sync.Mutex                    // held by whoever runs the transmit side: the loop, or PostSend
+	rxSeen     atomic.Uint64                 // FPDUs received; with txRxSeen, tells request/response traffic
+	txRxSeen   atomic.Uint64                 // rxSeen when the transmit side last ran
+	tx         txState                       // guarded by txMu
+	txStats    txStats                       // tx's counters, for Stats
+	txParked   atomic.Bool                   // the transmit loop waits for work, its arena given back
+	txWG       sync.WaitGroup                // the transmit loop runs (Close waits for its last write)
+	finReq     atomic.Pointer[chan struct{}] // Disconnect asks for the FIN, closed once sent (txFIN)
+	rx         rxState                       // owned by the receive loop
+	rxFn       atomic.Pointer[func()]        // SetRxHandler's handler
+	rxHandling atomic.Bool                   // the receive goroutine is in rxFn: its posts must not wait (txInline)
 
 	// Queues between the loops.
 	irdq readQueue // peer's Read Requests: rx pushes, tx serves

@@ -276,6 +276,10 @@ func (qp *QP) close(reset bool) error {
 		if reset {
 			abort(conn)
 		} else {
+			// The transmit loop writes what it holds first: WRs that
+			// completed from the Writer's copy may be among it (txQueued).
+			// setError's deadline bounds that write.
+			qp.txWG.Wait()
 			conn.Close()
 		}
 	}
@@ -326,7 +330,19 @@ func (qp *QP) Disconnect(ctx context.Context) error {
 			return fmt.Errorf("verbs: disconnect: waiting for the send queue: %w; connection reset", ctx.Err())
 		}
 	}
-	closeWrite(conn)
+	// The transmit loop sends the FIN after what it still holds (txFIN).
+	fin := make(chan struct{})
+	if !qp.finReq.CompareAndSwap(nil, &fin) {
+		fin = *qp.finReq.Load()
+	}
+	wake(qp.wake)
+	select {
+	case <-fin:
+	case <-qp.done:
+	case <-ctx.Done():
+		qp.Abort()
+		return fmt.Errorf("verbs: disconnect: waiting to write what is queued: %w; connection reset", ctx.Err())
+	}
 	select {
 	case <-qp.done:
 	case <-ctx.Done():
