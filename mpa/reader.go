@@ -41,6 +41,12 @@ type Reader struct {
 	// crcDone: c already covers the whole FPDU, which was in the buffer
 	// when it began (one CRC pass instead of one per piece).
 	crcDone bool
+	// crcLazy: the FPDU was in the buffer whole when it began, and
+	// buf[crcFrom:head] is not in c yet: the octets before a piece whose
+	// CRC a fused copy takes join that copy's call, and Finish takes the
+	// rest (the length field and a header cost one call, not three).
+	crcLazy bool
+	crcFrom int
 
 	hdr [MaxHeader]byte
 
@@ -120,7 +126,7 @@ func (r *Reader) Next() (int, error) {
 	if r.in {
 		return 0, errors.New("mpa: Next called before Finish")
 	}
-	r.c, r.crcDone = 0, false
+	r.c, r.crcDone, r.crcLazy = 0, false, false
 	if r.tail == r.head {
 		if err := r.fill(1); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -155,9 +161,13 @@ func (r *Reader) Next() (int, error) {
 		// (Except a long ULPDU where the CPU fuses the CRC with a copy:
 		// ReadFull's copy into the destination takes it then, so the
 		// payload is read once, not twice.)
-		if covered := LenFieldLen + n + PadLen(n); !r.markers && r.tail-at >= covered && !(crc32cCopyFused && n >= fuseRxMin) {
+		covered := LenFieldLen + n + PadLen(n)
+		switch whole := !r.markers && r.tail-at >= covered; {
+		case whole && crc32cCopyFused && n >= fuseRxMin:
+			r.crcLazy, r.crcFrom = true, at
+		case whole:
 			r.c, r.crcDone = crc32cUpdate(0, r.buf[at:at+covered]), true
-		} else {
+		default:
 			// Piece by piece; r.c already holds a marker that preceded
 			// the length field.
 			r.c = crc32cUpdate(r.c, b)
@@ -209,6 +219,10 @@ func (r *Reader) ReadFull(dst []byte) error {
 		switch {
 		case r.tail > r.head && r.crc && !r.crcDone && crc32cCopyFused && min(n, r.tail-r.head) >= fuseMin:
 			n = min(n, r.tail-r.head)
+			if r.crcLazy {
+				r.c = crc32cUpdate(r.c, r.buf[r.crcFrom:r.head])
+				r.crcFrom = r.head + n
+			}
 			r.c, crcd = crc32cCopy(r.c, dst[:n], r.buf[r.head:r.head+n]), true
 			r.head += n
 		case r.tail > r.head:
@@ -232,7 +246,7 @@ func (r *Reader) ReadFull(dst []byte) error {
 			}
 			continue
 		}
-		if r.crc && !r.crcDone && !crcd {
+		if r.crc && !r.crcDone && !crcd && !r.crcLazy {
 			r.c = crc32cUpdate(r.c, dst[:n])
 		}
 		r.pos += uint64(n)
@@ -266,6 +280,9 @@ func (r *Reader) Finish() error {
 	r.left = PadLen(r.ulen)
 	if err := r.ReadFull(r.hdr[:r.left]); err != nil { // pad octets are not checked: the CRC covers them
 		return err
+	}
+	if r.crcLazy {
+		r.c, r.crcLazy = crc32cUpdate(r.c, r.buf[r.crcFrom:r.head]), false
 	}
 	if r.markers && toNextMarker(r.pos) == 0 {
 		if err := r.marker(false); err != nil { // between pad and CRC

@@ -17,6 +17,7 @@ func FuzzReader(f *testing.F) {
 			w := NewWriter(&out, crc, mk)
 			w.Append([]byte("\x41\x43header.........."), []byte("payload"))
 			w.Append(make([]byte, 14), make([]byte, 600))
+			w.Append(make([]byte, 14), make([]byte, 1500)) // CRC taken in the copy
 			w.Append(nil, nil)
 			w.Flush()
 			f.Add(out.Bytes(), crc, mk, uint16(0))

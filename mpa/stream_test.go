@@ -246,9 +246,12 @@ func TestReaderErrors(t *testing.T) {
 	t.Run("bad CRC in a payload copied with its CRC", func(t *testing.T) {
 		// A ULPDU long enough that ReadFull takes its CRC while copying it
 		// out of the buffer (where the CPU fuses the two), read into one
-		// destination: whole, one octet at a time, and in 300-octet reads.
+		// destination, or as a receive loop does: a 2- and a 12-octet
+		// header first (their CRC joins the payload's, crcLazy), then the
+		// payload; whole, one octet at a time, and in 300-octet reads.
 		const n = 1501
 		plain := writeStream(t, true, false, make([]byte, n), []byte("second"))
+		split := false
 		read := func(src io.Reader) error {
 			r := NewReader(src, true, false, 4096, nil)
 			dst := make([]byte, n)
@@ -257,7 +260,16 @@ func TestReaderErrors(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if err := r.ReadFull(dst[:m]); err != nil {
+				k := 0
+				for _, h := range []int{2, 12} {
+					if split && k+h <= m {
+						if err := r.ReadFull(dst[k : k+h]); err != nil {
+							return err
+						}
+						k += h
+					}
+				}
+				if err := r.ReadFull(dst[k:m]); err != nil {
 					return err
 				}
 				if err := r.Finish(); err != nil {
@@ -270,13 +282,15 @@ func TestReaderErrors(t *testing.T) {
 			"octets": func(b []byte) io.Reader { return iotest.OneByteReader(bytes.NewReader(b)) },
 			"by 300": func(b []byte) io.Reader { return &chunkReader{bytes.NewReader(b), rand.New(rand.NewPCG(1, 1)), 300} },
 		}
-		for name, mk := range readers {
-			for i := LenFieldLen; i < FPDULen(n); i += 5 {
-				b := bytes.Clone(plain)
-				b[i] ^= 0x10
-				require.ErrorIs(t, read(mk(b)), ErrCRC, "octet %d, %s", i, name)
+		for _, split = range []bool{false, true} {
+			for name, mk := range readers {
+				for i := LenFieldLen; i < FPDULen(n); i++ {
+					b := bytes.Clone(plain)
+					b[i] ^= 0x10
+					require.ErrorIs(t, read(mk(b)), ErrCRC, "octet %d, %s, header apart %v", i, name, split)
+				}
+				require.ErrorIs(t, read(mk(plain)), io.EOF, name)
 			}
-			require.ErrorIs(t, read(mk(plain)), io.EOF, name)
 		}
 	})
 	t.Run("CRC not checked when off", func(t *testing.T) {
