@@ -5,6 +5,7 @@ package wan
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,40 +65,95 @@ func TestMSS1448(t *testing.T) {
 // retransmits a second, which make every ratio against it look better than
 // the protocols are (the log shows each test's retransmits). One CPU also
 // makes a bandwidth ratio the inverse of the CPU each costs per octet.
+//
+// MSS_BASE, a git revision of this repository (or the path of an iwarp-perf
+// binary), measures that version too, alternated with this one test by
+// test (which goes first changes every round), and the table gets a base
+// column: old → new in one run, against the same tcp_bw and tcp_lat.
+// MSS_ARGS adds iwarp-perf flags to the RDMA tests (for example "--crc
+// off", to see what the CRC costs).
 func BenchmarkMSS1448(b *testing.B) {
 	n := newNet(b, LinkVeth)
-	bin := buildPerf(b)
+	bins := []string{buildPerf(b)} // now, then base if any
+	if base := os.Getenv("MSS_BASE"); base != "" {
+		bins = append(bins, buildPerfAt(b, base))
+	}
 	rounds := envInt("MSS_ROUNDS", 3)
 	dur := strconv.Itoa(envInt("MSS_SECONDS", 3))
 	iters := strconv.Itoa(envInt("MSS_LAT_ITERS", 20000)) // latency: a median needs iterations, not a duration
+	extra := strings.Fields(os.Getenv("MSS_ARGS"))
 	bwTests := []string{"tcp_bw", "write_bw", "read_bw", "send_bw"}
 	latTests := []string{"tcp_lat", "write_lat", "send_lat", "read_lat"}
+	// Keyed by test, or test+" base" for the base binary's.
 	vals := map[string][]float64{}
 	cpu := map[string][]float64{}
 	rtx := map[string]int{}
+	run := func(round int, test string, args ...string) {
+		order := bins
+		if test == "tcp_bw" || test == "tcp_lat" {
+			order = bins[:1] // plain TCP is the same code in either binary
+		} else {
+			args = append(args, extra...)
+			if round%2 == 1 {
+				order = slices.Clone(bins)
+				slices.Reverse(order)
+			}
+		}
+		for _, bin := range order {
+			key := test
+			if bin != bins[0] {
+				key += " base"
+			}
+			cli, srv := perfOnBoth(b, n, bin, test, args...)
+			if strings.HasSuffix(test, "_lat") {
+				vals[key] = append(vals[key], latOf(b, cli))
+				continue
+			}
+			vals[key] = append(vals[key], bwOf(b, cli))
+			rtx[key] += retransmitsOf(cli)
+			if c, ok := cpuOf(cli, srv); ok {
+				cpu[key] = append(cpu[key], c)
+			}
+		}
+	}
 	for range b.N {
-		for range rounds {
+		for r := range rounds {
 			for _, test := range bwTests {
-				cli, srv := perfOnBoth(b, n, bin, test, "-D", dur, "-s", "65536")
-				vals[test] = append(vals[test], bwOf(b, cli))
-				rtx[test] += retransmitsOf(cli)
-				if c, ok := cpuOf(cli, srv); ok {
-					cpu[test] = append(cpu[test], c)
-				}
+				run(r, test, "-D", dur, "-s", "65536")
 			}
 			for _, test := range latTests {
-				cli, _ := perfOnBoth(b, n, bin, test, "-n", iters, "-s", "8")
-				vals[test] = append(vals[test], latOf(b, cli))
+				run(r, test, "-n", iters, "-s", "8")
 			}
 		}
 	}
 	tcp, tcpLat := median(vals["tcp_bw"]), median(vals["tcp_lat"])
 	var tab strings.Builder
-	fmt.Fprintf(&tab, "\n%-34s %12s %12s %8s\n", "measure (MSS 1448)", "iwarp", "tcp", "ratio")
+	based := len(bins) > 1
+	// A row: the measure, this binary's median, the base's (if any), TCP's,
+	// and the ratios to TCP's, base first.
+	row := func(name, unit string, prec int, now, base, tcp float64) {
+		f := func(v float64) string { return strconv.FormatFloat(v, 'f', prec, 64) + " " + unit }
+		if based {
+			fmt.Fprintf(&tab, "%-34s %14s %14s %14s %8.2f → %.2f\n", name, f(base), f(now), f(tcp), base/tcp, now/tcp)
+		} else {
+			fmt.Fprintf(&tab, "%-34s %14s %14s %8.2f\n", name, f(now), f(tcp), now/tcp)
+		}
+	}
+	if based {
+		fmt.Fprintf(&tab, "\n%-34s %14s %14s %14s %15s\n", "measure (MSS 1448)", "base", "now", "tcp", "ratio base → now")
+	} else {
+		fmt.Fprintf(&tab, "\n%-34s %14s %14s %8s\n", "measure (MSS 1448)", "iwarp", "tcp", "ratio")
+	}
+	med := func(m map[string][]float64, key string) float64 {
+		if len(m[key]) == 0 {
+			return 0
+		}
+		return median(m[key])
+	}
 	for _, test := range bwTests[1:] {
 		m := median(vals[test])
 		b.ReportMetric(m/tcp, test+"/tcp")
-		fmt.Fprintf(&tab, "%-34s %9.0f MiB/s %9.0f MiB/s %8.2f\n", test+" 64 KiB", m, tcp, m/tcp)
+		row(test+" 64 KiB", "MiB/s", 0, m, med(vals, test+" base"), tcp)
 	}
 	if len(cpu["tcp_bw"]) > 0 {
 		tc := median(cpu["tcp_bw"])
@@ -107,7 +163,7 @@ func BenchmarkMSS1448(b *testing.B) {
 			}
 			c := median(cpu[test])
 			b.ReportMetric(c/tc, test+"-cpu/tcp")
-			fmt.Fprintf(&tab, "%-34s %10.3f s %10.3f s %8.2f\n", "CPU per GiB, both sides, "+test, c, tc, c/tc)
+			row("CPU per GiB, both sides, "+test, "s", 3, c, med(cpu, test+" base"), tc)
 		}
 	}
 	for _, test := range latTests[1:] {
@@ -118,14 +174,17 @@ func BenchmarkMSS1448(b *testing.B) {
 			base, name = 2*tcpLat, "read_lat 8 B / (2 × tcp_lat)"
 		}
 		b.ReportMetric(m/base, test+"/tcp")
-		fmt.Fprintf(&tab, "%-34s %10.2f µs %10.2f µs %8.2f\n", name, m, base, m/base)
+		row(name, "µs", 2, m, med(vals, test+" base"), base)
+	}
+	if len(extra) > 0 {
+		fmt.Fprintf(&tab, "(RDMA tests with %s)\n", strings.Join(extra, " "))
 	}
 	b.Log(tab.String())
-	for k, v := range vals {
-		b.Logf("%s: %v", k, v)
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		b.Logf("%s: %v", k, vals[k])
 	}
-	for _, test := range bwTests {
-		b.Logf("%s: %d TCP retransmits by the client in all rounds", test, rtx[test])
+	for _, k := range slices.Sorted(maps.Keys(rtx)) {
+		b.Logf("%s: %d TCP retransmits by the client in all rounds", k, rtx[k])
 	}
 }
 
@@ -186,6 +245,29 @@ func buildPerf(tb testing.TB) string {
 	bin := filepath.Join(tb.TempDir(), "iwarp-perf")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/goiwarp/iwarp/cmd/iwarp-perf").CombinedOutput()
 	require.NoError(tb, err, "go build:\n%s", out)
+	return bin
+}
+
+// buildPerfAt builds cmd/iwarp-perf as of git revision rev (or returns
+// rev if it is the path of an executable) into the test's temporary
+// directory: the revision's tree is exported there and built with this
+// module cache.
+func buildPerfAt(tb testing.TB, rev string) string {
+	tb.Helper()
+	if st, err := os.Stat(rev); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+		return rev
+	}
+	dir := tb.TempDir()
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	require.NoError(tb, err, "MSS_BASE=%s: not a binary, and no git repository here", rev)
+	arch := exec.Command("sh", "-c", `git -C "$1" archive "$2" | tar -x -C "$3"`, "sh", strings.TrimSpace(string(top)), rev, dir)
+	out, err := arch.CombinedOutput()
+	require.NoError(tb, err, "git archive %s:\n%s", rev, out)
+	bin := filepath.Join(tb.TempDir(), "iwarp-perf-base")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/iwarp-perf")
+	build.Dir = dir
+	out, err = build.CombinedOutput()
+	require.NoError(tb, err, "go build at %s:\n%s", rev, out)
 	return bin
 }
 
