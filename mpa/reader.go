@@ -256,6 +256,19 @@ func (r *Reader) ReadFull(dst []byte) error {
 	return nil
 }
 
+// Peek returns the next octets of the ULPDU that the Reader already holds,
+// at most n, without consuming them: fewer (or none) when the buffer holds
+// fewer or a marker comes first. The slice is valid until the next read.
+// A receive loop peeks at a DDP header's first octet to read the whole
+// header at once.
+func (r *Reader) Peek(n int) []byte {
+	n = min(n, r.left, r.tail-r.head)
+	if r.markers {
+		n = min(n, toNextMarker(r.pos))
+	}
+	return r.buf[r.head : r.head+max(n, 0)]
+}
+
 // Skip consumes the next n octets of the ULPDU without placing them.
 func (r *Reader) Skip(n int) error {
 	for n > 0 {

@@ -163,8 +163,13 @@ func (qp *QP) rxSegment(n int) error {
 	x := &qp.rx
 	x.hl = 0
 	// The first octet's T flag says how long the DDP header is; a segment
-	// too short for its header is read whole, for ddp.Parse to judge.
+	// too short for its header is read whole, for ddp.Parse to judge. The
+	// Reader usually holds that octet already: then one read takes the
+	// header.
 	k := min(n, 2)
+	if p := x.r.Peek(1); len(p) == 1 {
+		k = min(n, ddp.HdrLen(p[0]&ddp.FlagTagged != 0))
+	}
 	if err := x.r.ReadFull(x.hdr[:k]); err != nil {
 		return err
 	}
