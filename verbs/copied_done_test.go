@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,55 +17,61 @@ import (
 )
 
 // A Write or Send whose payload the Writer copied completes before the write
-// that carries it (txQueued). These tests hold that promise to what a
-// completion means over TCP: the WRs complete while the peer reads nothing,
-// and what the stack still holds of them reaches the peer, in order and
-// before the FIN, whether the application then disconnects, closes, or
-// does nothing. A peer that never reads cannot make Close hang.
+// that carries it while the transmit loop gathers small WRs (txQueued).
+// These tests hold that promise to what a completion means over TCP: the
+// Writes complete while the peer reads nothing, and what the stack still
+// holds of them reaches the peer, in order and before the FIN, whether the
+// application then disconnects, closes, or does nothing. A peer that never
+// reads cannot make Close hang.
+//
+// The peer's receive window is a few KiB, so the write of the Writes
+// stalls; a local invalidation posted after them is carried out, and
+// completes, before that write, so that every WR has completed while the
+// Writer still holds the Writes' octets.
 
 const (
-	copiedWRs  = 3000 // 64-octet Writes: 252 000 stream octets, more than the sockets hold
-	copiedSize = 64
+	copiedWRs  = 120 // 100-octet Writes: 14 160 stream octets, under txGather, more than the sockets hold
+	copiedSize = 100
 	copiedSTag = 0x5a5a5a01
 	copiedBase = 0x10000
+	copiedInv  = 1 << 20 // the fast registration's and the invalidation's WR ID
 )
 
-// postCopied posts the test's Writes on q in one call, all signaled, and
-// waits for the completions of all but the last without the peer reading
-// anything: the transmit loop takes them in one round, into the Writer's
-// arena, before its write stalls on the full socket. The last, which the
-// write follows at once, completes after the write.
+// postCopied registers a fast MR, then posts the test's Writes, all
+// signaled, and a local invalidation of that MR in one call, and waits for
+// every completion without the peer reading anything.
 func postCopied(t *testing.T, q *stackQP, src *MR) {
 	t.Helper()
-	wrs := make([]SendWR, copiedWRs)
-	for i := range wrs {
-		wrs[i] = SendWR{ID: uint64(i), Opcode: OpRDMAWrite, Flags: Signaled,
-			SGL: []SGE{src.SGE(i*copiedSize, copiedSize)}, RemoteAddr: copiedBase + uint64(i*copiedSize), RKey: copiedSTag}
-	}
-	n, err := q.qp.PostSend(wrs...)
-	require.NoError(t, err)
-	require.Equal(t, copiedWRs, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	wcs := make([]WC, 256)
-	for done := 0; done < copiedWRs-1; {
+	fast, err := q.qp.pd.AllocMR()
+	require.NoError(t, err)
+	stag, err := q.qp.PostRegMR(copiedInv, Signaled, fast, make([]byte, 64), LocalWrite)
+	require.NoError(t, err)
+	n, err := q.scq.PollWait(ctx, wcs[:1])
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, Success, wcs[0].Status, "%v", wcs[0])
+
+	wrs := make([]SendWR, copiedWRs+1)
+	for i := range copiedWRs {
+		wrs[i] = SendWR{ID: uint64(i), Opcode: OpRDMAWrite, Flags: Signaled,
+			SGL: []SGE{src.SGE(i*copiedSize, copiedSize)}, RemoteAddr: copiedBase + uint64(i*copiedSize), RKey: copiedSTag}
+	}
+	wrs[copiedWRs] = SendWR{ID: copiedInv, Opcode: OpLocalInv, Flags: Signaled, InvalidateRKey: stag}
+	n, err = q.qp.PostSend(wrs...)
+	require.NoError(t, err)
+	require.Equal(t, len(wrs), n)
+	for done := 0; done < len(wrs); {
 		n, err := q.scq.PollWait(ctx, wcs)
-		require.NoError(t, err, "%d of %d Writes complete while the peer reads nothing", done, copiedWRs-1)
+		require.NoError(t, err, "%d of %d WRs complete while the peer reads nothing", done, len(wrs))
 		for _, wc := range wcs[:n] {
 			require.Equal(t, Success, wc.Status, "%v", wc)
-			require.Equal(t, uint64(done), wc.ID, "in order")
+			require.Equal(t, wrs[done].ID, wc.ID, "in order")
 			done++
 		}
 	}
-	require.Zero(t, q.scq.Poll(wcs), "the last Write completes after the write that carries it")
-}
-
-// lastCopied returns the last Write's completion.
-func lastCopied(t *testing.T, q *stackQP) WC {
-	t.Helper()
-	wc := waitWC(t, q.scq)
-	require.Equal(t, uint64(copiedWRs-1), wc.ID)
-	return wc
 }
 
 // wantCopied reads the test's Writes from the raw peer up to its FIN.
@@ -88,19 +96,25 @@ func wantCopied(t *testing.T, p *rawPeer, src []byte) {
 }
 
 // copiedPair connects a QP of the stack, with a small send buffer, to a raw
-// peer that reads only when told, and registers the Writes' source.
+// peer with a small receive buffer that reads only when told, and
+// registers the Writes' source.
 func copiedPair(t *testing.T) (*stackQP, *rawPeer, *MR) {
-	st := newStackSide(t, ConnConfig{TCP: tcpx.Config{SendBuffer: 8 << 10}})
+	st := newStackSide(t, ConnConfig{TCP: tcpx.Config{SendBuffer: 4 << 10}})
 	q := &stackQP{}
 	var err error
-	q.scq, err = st.dev.CreateCQ(copiedWRs)
+	q.scq, err = st.dev.CreateCQ(2 * copiedWRs)
 	require.NoError(t, err)
 	q.rcq, err = st.dev.CreateCQ(16)
 	require.NoError(t, err)
-	q.qp, err = st.pd.CreateQP(QPConfig{SendCQ: q.scq, RecvCQ: q.rcq, Cap: QPCap{MaxSendWR: copiedWRs, MaxRecvWR: 4}})
+	q.qp, err = st.pd.CreateQP(QPConfig{SendCQ: q.scq, RecvCQ: q.rcq, Cap: QPCap{MaxSendWR: 2 * copiedWRs, MaxRecvWR: 4}})
 	require.NoError(t, err)
 	t.Cleanup(func() { q.qp.Close() })
-	p := st.acceptPeer(t, q, mpa.Config{P2P: mpa.P2POff})
+	errc := st.acceptAsync(q)
+	d := net.Dialer{Timeout: peerTimeout, Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+	}}
+	p := dialPeerWith(t, d, st.ln.Addr().String(), mpa.Config{P2P: mpa.P2POff})
+	require.NoError(t, <-errc, "Accept")
 	b := make([]byte, copiedWRs*copiedSize)
 	fill(b, 7)
 	src, err := st.pd.RegMR(b, 0)
@@ -139,7 +153,6 @@ func TestCopiedWRsCompleteBeforeTheWrite(t *testing.T) {
 				p.closeWrite(t)
 				waitDone(t, q.qp, 5*time.Second)
 				require.ErrorIs(t, q.qp.Err(), ErrDisconnected)
-				require.Equal(t, Success, lastCopied(t, q).Status)
 				return
 			}
 			wantCopied(t, p, src.Buf())
@@ -150,7 +163,6 @@ func TestCopiedWRsCompleteBeforeTheWrite(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal(end + " did not return")
 			}
-			require.Equal(t, Success, lastCopied(t, q).Status, "written in full before the FIN")
 		})
 	}
 }
@@ -163,6 +175,5 @@ func TestCopiedWRsCloseNeverHangs(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, q.qp.Close())
 	require.Less(t, time.Since(start), termLinger+time.Second, "Close with a peer that reads nothing")
-	require.Equal(t, WRFlushErr, lastCopied(t, q).Status, "its write never finished")
 	p.close()
 }

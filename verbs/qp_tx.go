@@ -590,10 +590,14 @@ func (qp *QP) txImmediate(e *sqe, imm uint64) error {
 // a stream of small Writes at perftest's window of 128 went 1.2-1.3x
 // faster. What such WRs leave in the Writer still goes out before our FIN
 // (Close, Disconnect: txFIN) unless the connection fails, as what TCP holds
-// would. A signaled WR completes at once when more WRs wait behind it, so
-// that the write is not imminent; a WR the write follows at once completes
-// after it, so that waking its waiter does not delay it on the wire. Silent
-// WRs retire with the next completion or at the write.
+// would. A signaled WR completes at once while the loop is gathering small
+// WRs (less than txGather queued) and more wait behind it, so that the
+// write is not imminent. Otherwise it completes at the write: a WR the
+// write follows at once, so that waking its waiter does not delay it on
+// the wire, and large messages, whose queue holds more than a batch, so
+// that the poster is woken once a write rather than once a message (64 KiB
+// Sends cost 5-7 % more CPU completing early). Silent WRs retire with the
+// next completion or at the write.
 func (qp *QP) txQueued() {
 	t := &qp.tx
 	idx := t.curIdx
@@ -601,7 +605,7 @@ func (qp *QP) txQueued() {
 	t.cur = nil
 	if t.w.Copied() {
 		t.copiedTo = t.flushTo
-		if t.flushTo < t.sqSeen && qp.sq[idx%uint64(len(qp.sq))].signaled {
+		if t.flushTo < t.sqSeen && t.w.Buffered() < txGather && qp.sq[idx%uint64(len(qp.sq))].signaled {
 			qp.txCompleted()
 		}
 	}

@@ -43,7 +43,12 @@ type rawPeer struct {
 // the start-up policy c. The stack must be accepting (see stack.acceptPeer).
 func dialPeer(t testing.TB, addr string, c mpa.Config) *rawPeer {
 	t.Helper()
-	d := net.Dialer{Timeout: peerTimeout}
+	return dialPeerWith(t, net.Dialer{Timeout: peerTimeout}, addr, c)
+}
+
+// dialPeerWith is dialPeer through d (socket options before the connect).
+func dialPeerWith(t testing.TB, d net.Dialer, addr string, c mpa.Config) *rawPeer {
+	t.Helper()
 	nc, err := d.Dial("tcp", addr)
 	require.NoError(t, err)
 	conn := nc.(*net.TCPConn)
