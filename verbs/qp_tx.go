@@ -590,9 +590,9 @@ func (qp *QP) txImmediate(e *sqe, imm uint64) error {
 // a stream of small Writes at perftest's window of 128 went 1.2-1.3x
 // faster. What such WRs leave in the Writer still goes out before our FIN
 // (Close, Disconnect: txFIN) unless the connection fails, as what TCP holds
-// would. A signaled WR completes at once while the loop is gathering small
-// WRs (less than txGather queued) and more wait behind it, so that the
-// write is not imminent. Otherwise it completes at the write: a WR the
+// would. A small signaled WR completes at once while the loop is gathering
+// (less than txGather queued) and more wait behind it, so that the write
+// is not imminent. Otherwise it completes at the write: a WR the
 // write follows at once, so that waking its waiter does not delay it on
 // the wire, and large messages, whose queue holds more than a batch, so
 // that the poster is woken once a write rather than once a message (64 KiB
@@ -605,7 +605,8 @@ func (qp *QP) txQueued() {
 	t.cur = nil
 	if t.w.Copied() {
 		t.copiedTo = t.flushTo
-		if t.flushTo < t.sqSeen && t.w.Buffered() < txGather && qp.sq[idx%uint64(len(qp.sq))].signaled {
+		e := &qp.sq[idx%uint64(len(qp.sq))]
+		if e.signaled && e.length < txGather && t.w.Buffered() < txGather && t.flushTo < t.sqSeen {
 			qp.txCompleted()
 		}
 	}
