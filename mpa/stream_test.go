@@ -149,14 +149,17 @@ func TestReaderRoundTrip(t *testing.T) {
 		crc, markers bool
 		maxLen       int
 		chunk        int
+		flushes      bool // a Flush after some Appends (a CRC taken late must be in by then)
 	}{
-		{"plain", false, false, 3000, 1 << 20},
-		{"crc", true, false, 3000, 1 << 20},
-		{"markers", false, true, 3000, 1 << 20},
-		{"crc+markers", true, true, 3000, 1 << 20},
-		{"crc+markers small reads", true, true, 3000, 7},
-		{"crc+markers large direct", true, true, 60000, 1 << 20},
-		{"crc large direct", true, false, 65000, 1 << 16},
+		{"plain", false, false, 3000, 1 << 20, false},
+		{"crc", true, false, 3000, 1 << 20, false},
+		{"markers", false, true, 3000, 1 << 20, false},
+		{"crc+markers", true, true, 3000, 1 << 20, false},
+		{"crc+markers small reads", true, true, 3000, 7, false},
+		{"crc+markers large direct", true, true, 60000, 1 << 20, false},
+		{"crc large direct", true, false, 65000, 1 << 16, false},
+		{"crc small, flushes between", true, false, 300, 1 << 20, true},
+		{"crc, flushes between", true, false, 3000, 1 << 20, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, 4))
@@ -165,6 +168,9 @@ func TestReaderRoundTrip(t *testing.T) {
 			w := NewWriter(&out, tc.crc, tc.markers)
 			for _, m := range msgs {
 				require.NoError(t, w.Append(m[0], m[1]))
+				if tc.flushes && rng.IntN(4) == 0 {
+					require.NoError(t, w.Flush())
+				}
 			}
 			require.NoError(t, w.Flush())
 			r := NewReader(&chunkReader{bytes.NewReader(out.Bytes()), rng, tc.chunk}, tc.crc, tc.markers, 4096, nil)
