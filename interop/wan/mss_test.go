@@ -111,8 +111,10 @@ func BenchmarkMSS1448(b *testing.B) {
 			}
 			vals[key] = append(vals[key], bwOf(b, cli))
 			rtx[key] += retransmitsOf(cli)
-			if c, ok := cpuOf(cli, srv); ok {
-				cpu[key] = append(cpu[key], c)
+			if c, s, ok := cpuSides(cli, srv); ok {
+				cpu[key] = append(cpu[key], c+s)
+				cpu[key+" client"] = append(cpu[key+" client"], c)
+				cpu[key+" server"] = append(cpu[key+" server"], s)
 			}
 		}
 	}
@@ -183,6 +185,9 @@ func BenchmarkMSS1448(b *testing.B) {
 	for _, k := range slices.Sorted(maps.Keys(vals)) {
 		b.Logf("%s: %v", k, vals[k])
 	}
+	for _, k := range slices.Sorted(maps.Keys(cpu)) {
+		b.Logf("CPU s/GiB, %s: median %.3f of %.3f", k, median(cpu[k]), cpu[k])
+	}
 	for _, k := range slices.Sorted(maps.Keys(rtx)) {
 		b.Logf("%s: %d TCP retransmits by the client in all rounds", k, rtx[k])
 	}
@@ -220,17 +225,24 @@ var cpuLineRe = regexp.MustCompile(`CPU\s*: ([\d.]+) s user\+sys for ([\d.]+) Gi
 // cpuOf adds the CPU of both processes and divides by the GiB moved (the
 // client's count): CPU seconds per GiB, both sides.
 func cpuOf(cli, srv string) (float64, bool) {
+	c, s, ok := cpuSides(cli, srv)
+	return c + s, ok
+}
+
+// cpuSides is cpuOf for each side: the client's and the server's CPU
+// seconds per GiB.
+func cpuSides(cli, srv string) (client, server float64, ok bool) {
 	c, s := cpuLineRe.FindStringSubmatch(cli), cpuLineRe.FindStringSubmatch(srv)
 	if c == nil || s == nil {
-		return 0, false
+		return 0, 0, false
 	}
 	cs, _ := strconv.ParseFloat(c[1], 64)
 	ss, _ := strconv.ParseFloat(s[1], 64)
 	gib, _ := strconv.ParseFloat(c[2], 64)
 	if gib == 0 {
-		return 0, false
+		return 0, 0, false
 	}
-	return (cs + ss) / gib, true
+	return cs / gib, ss / gib, true
 }
 
 func median(v []float64) float64 {
