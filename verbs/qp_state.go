@@ -322,12 +322,8 @@ func (qp *QP) Disconnect(ctx context.Context) error {
 	idle := qp.sqIdle
 	qp.sqMu.Unlock()
 	if !drained {
-		select {
-		case <-idle:
-		case <-qp.done:
-		case <-ctx.Done():
-			qp.Abort()
-			return fmt.Errorf("verbs: disconnect: waiting for the send queue: %w; connection reset", ctx.Err())
+		if err := qp.disconnectWait(ctx, idle, "waiting for the send queue"); err != nil {
+			return err
 		}
 	}
 	// The transmit loop sends the FIN after what it still holds (txFIN).
@@ -336,20 +332,26 @@ func (qp *QP) Disconnect(ctx context.Context) error {
 		fin = *qp.finReq.Load()
 	}
 	wake(qp.wake)
-	select {
-	case <-fin:
-	case <-qp.done:
-	case <-ctx.Done():
-		qp.Abort()
-		return fmt.Errorf("verbs: disconnect: waiting to write what is queued: %w; connection reset", ctx.Err())
+	if err := qp.disconnectWait(ctx, fin, "waiting to write what is queued"); err != nil {
+		return err
 	}
-	select {
-	case <-qp.done:
-	case <-ctx.Done():
-		qp.Abort()
-		return fmt.Errorf("verbs: disconnect: waiting for the peer to close: %w; connection reset", ctx.Err())
+	if err := qp.disconnectWait(ctx, qp.done, "waiting for the peer to close"); err != nil {
+		return err
 	}
 	return qp.Close()
+}
+
+// disconnectWait waits for ch or the QP's end; if ctx ends first it resets
+// the connection and says what Disconnect was waiting for.
+func (qp *QP) disconnectWait(ctx context.Context, ch <-chan struct{}, what string) error {
+	select {
+	case <-ch:
+	case <-qp.done:
+	case <-ctx.Done():
+		qp.Abort()
+		return fmt.Errorf("verbs: disconnect: %s: %w; connection reset", what, ctx.Err())
+	}
+	return nil
 }
 
 // closeWrite half-closes a TCP connection (FIN).
