@@ -89,6 +89,39 @@ func TestJudgeDirection(t *testing.T) {
 		require.Len(t, v.problems, 2)
 		require.Contains(t, v.problems[0], "1 bad CRCs")
 	})
+	// With markers (--fpdu-per-segment): one 1482-octet ULPDU and three
+	// markers in each 1500-octet segment.
+	marked := func(segs ...*segment) perfVerdict {
+		var v perfVerdict
+		v.judgeDirection(1, 1000, &direction{start: start, markers: true, segs: segs})
+		return v
+	}
+	mseg := func(frame int, k uint64, ulpdus ...int) *segment { return seg(frame, k*1500, 1500, ulpdus...) }
+	t.Run("markers, clean", func(t *testing.T) {
+		v := marked(mseg(1, 0, 1482), mseg(2, 1, 1482), mseg(3, 2, 1482))
+		require.Empty(t, v.problems)
+		require.Equal(t, 3, v.judged)
+	})
+	t.Run("markers, lost after a hole filled late", func(t *testing.T) {
+		// Frame 4 fills the hole frames 2 and 3 left (CI, 2026-11-25):
+		// Wireshark decodes the held FPDUs with it and none after.
+		v := marked(mseg(1, 0, 1482), mseg(2, 2), mseg(3, 3), mseg(4, 1, 1482, 1482, 1482), mseg(5, 4))
+		require.Empty(t, v.problems)
+		require.Equal(t, 1, v.judged, "the FPDU before the hole")
+		require.Equal(t, uint64(4*1500), v.unjudgedOctets)
+		require.Contains(t, v.notes[len(v.notes)-1], "octets from 1500 arrived out of order")
+	})
+	t.Run("markers, wrong before the reordering", func(t *testing.T) {
+		bad := mseg(1, 0, 1482)
+		bad.bad, bad.good = 1, 0
+		v := marked(bad, mseg(2, 1), mseg(3, 2), mseg(4, 3), mseg(5, 4))
+		require.NotEmpty(t, v.problems, "a bad CRC and FPDUs missing, with nothing out of order")
+		require.Contains(t, v.problems[0], "1 bad CRCs")
+		late := mseg(3, 1, 1482, 1482)
+		late.outOfOrder = true
+		v = marked(bad, mseg(2, 2), late)
+		require.Len(t, v.problems, 1, "the bad CRC before the reordering")
+	})
 	t.Run("retransmissions left out", func(t *testing.T) {
 		re := seg(3, 0, f, 1494)
 		re.retransmitted = true

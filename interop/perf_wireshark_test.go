@@ -296,7 +296,7 @@ func (v *perfVerdict) judgeDirection(stream, src int, d *direction) {
 		v.notes = append(v.notes, fmt.Sprintf("stream %d port %d: %d retransmitted segments left out", stream, src, retransmitted))
 	}
 	if d.markers {
-		v.judgeMarkedDirection(segs, d.start, problem)
+		v.judgeMarkedDirection(stream, src, d, segs, problem)
 		return
 	}
 
@@ -333,12 +333,7 @@ func (v *perfVerdict) judgeDirection(stream, src int, d *direction) {
 	// backlog), and the overtaken one is resent. Wireshark 4.0's
 	// out-of-order reassembly then at times loses its place in the FPDU
 	// stream; judge the direction up to there if it was in step.
-	reorder, rk, rpos, rend, maxFPDU := uint64(math.MaxUint64), 0, d.start, d.start, uint64(0)
-	for _, s := range d.segs {
-		if s.retransmitted || s.outOfOrder {
-			reorder = min(reorder, s.seq)
-		}
-	}
+	reorder, rk, rpos, rend, maxFPDU := firstReordered(d), 0, d.start, d.start, uint64(0)
 	for _, s := range segs {
 		for _, u := range s.ulpdus {
 			maxFPDU = max(maxFPDU, framing(u))
@@ -385,11 +380,33 @@ func (v *perfVerdict) judgeDirection(stream, src int, d *direction) {
 	}
 }
 
+// firstReordered returns the stream offset of the first octets TCP did not
+// deliver in order: a segment Wireshark flags as a retransmission or out of
+// order, or one captured after a segment with later octets (a hole it
+// fills, whatever Wireshark called it); MaxUint64 if none.
+func firstReordered(d *direction) uint64 {
+	reorder, maxEnd := uint64(math.MaxUint64), uint64(0)
+	for _, s := range d.segs { // in capture order
+		if s.retransmitted || s.outOfOrder || s.seq < maxEnd {
+			reorder = min(reorder, s.seq)
+		}
+		maxEnd = max(maxEnd, s.seq+s.len)
+	}
+	return reorder
+}
+
 // judgeMarkedDirection judges a direction that carries markers, with one
 // FPDU in each segment (--fpdu-per-segment) and a marker every 512 octets
-// from d.start.
-func (v *perfVerdict) judgeMarkedDirection(segs []*segment, start uint64, problem func(*segment, string, ...any)) {
+// from d.start. As without markers (judgeDirection), Wireshark 4.0's
+// reassembly may lose its place where TCP delivered octets out of order:
+// the segments from there on are not judged, those before are.
+func (v *perfVerdict) judgeMarkedDirection(stream, src int, d *direction, segs []*segment, problem func(*segment, string, ...any)) {
+	start, reorder, unjudged := d.start, firstReordered(d), uint64(0)
 	for _, s := range segs {
+		if s.seq+s.len > reorder {
+			unjudged += s.len
+			continue
+		}
 		if s.malformed {
 			problem(s, "malformed")
 		}
@@ -407,5 +424,11 @@ func (v *perfVerdict) judgeMarkedDirection(segs []*segment, start uint64, proble
 		default:
 			problem(s, "%d FPDUs decoded (ULPDU lengths %v), %d markers due", len(s.ulpdus), s.ulpdus, markers)
 		}
+	}
+	if unjudged > 0 {
+		v.unjudgedOctets += unjudged
+		v.notes = append(v.notes, fmt.Sprintf("stream %d port %d: octets from %d arrived out of order and were resent, "+
+			"where Wireshark 4.0's reassembly may lose its place; the %d octets after it are not judged",
+			stream, src, reorder-start, unjudged))
 	}
 }
