@@ -72,8 +72,8 @@
 //
 // QP.Disconnect ends a connection in order: it waits for the posted sends,
 // the peer finishes what it owes us, and both sides flush what is left.
-// QP.Close ends it at once but still in order at the TCP level (a FIN, as
-// net.Conn's Close); QP.Abort resets it. A failure ends it too: a protocol
+// QP.Close ends it at once but still in order at the TCP level (what was
+// queued, then a FIN, as net.Conn's Close); QP.Abort resets it. A failure ends it too: a protocol
 // error detected on either side travels as a Terminate message (RFC 5040),
 // and QP.Err returns a *TerminateError with the decoded cause, Remote true
 // for one the peer sent; a lost connection is ErrConnLost, an orderly end

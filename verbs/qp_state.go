@@ -255,11 +255,13 @@ func (qp *QP) retireLocked(rx bool) {
 }
 
 // Close closes the QP: if it is connected, the connection ends in order
-// (FIN, as net.Conn's Close: octets already handed to TCP still go out), work
-// requests not yet written and posted receives complete with WRFlushErr,
-// and the QP's goroutines are gone when Close returns; the QP's slot goes
-// back to the device. It does not wait for the peer: Disconnect does, and
-// for the send queue to drain. Safe to call more than once.
+// (FIN, as net.Conn's Close: octets already handed to TCP still go out, and
+// so do those the stack holds of WRs that completed from its copy, which
+// the transmit loop writes first, for 2 s at most), work requests not yet
+// written and posted receives complete with WRFlushErr, and the QP's
+// goroutines are gone when Close returns; the QP's slot goes back to the
+// device. It does not wait for the peer: Disconnect does, and for the send
+// queue to drain. Safe to call more than once.
 func (qp *QP) Close() error { return qp.close(false) }
 
 // Abort is Close with a reset (RST) instead of a FIN, as ibverbs users
