@@ -596,7 +596,7 @@ func (qp *QP) txImmediate(e *sqe, imm uint64) error {
 // write follows at once, so that waking its waiter does not delay it on
 // the wire, and large messages, whose queue holds more than a batch, so
 // that the poster is woken once a write rather than once a message (64 KiB
-// Sends cost 5-7 % more CPU completing early). Silent WRs retire with the
+// Sends cost 7 % more CPU completing early). Silent WRs retire with the
 // next completion or at the write.
 func (qp *QP) txQueued() {
 	t := &qp.tx
