@@ -578,8 +578,8 @@ func (qp *QP) txImmediate(e *sqe, imm uint64) error {
 }
 
 // txQueued records that the WR in progress is queued whole: it completes
-// once the flush that carries its last octets succeeds, or at once if the
-// Writer holds its own copy of everything queued.
+// once the flush that carries its last octets succeeds, or, when the Writer
+// holds its own copy of everything queued, possibly at once (below).
 //
 // A Send or Write completion means that the application's buffer is free
 // again, nothing about the peer (iWARP, as siw: data handed to TCP is not
