@@ -98,10 +98,11 @@
 // write side, the MPA Writer and the send-side MSNs; it sends a pending
 // Terminate first, then Read Responses owed to the peer, then the send queue,
 // many FPDUs per writev, and completes Sends and Writes when their bytes are
-// handed to TCP (iWARP semantics, as siw), or, when more WRs wait behind
-// them, as soon as the Writer holds its own copy of their payload (up to
-// 4 KiB an FPDU, and inline data), so that the application refills the
-// queue while the write runs; what it holds still goes out before a FIN.
+// handed to TCP (iWARP semantics, as siw); a small one (under 16 KiB, while
+// the loop is gathering and more WRs wait behind it) completes as soon as
+// the Writer holds its own copy of its payload (up to 4 KiB an FPDU, and
+// inline data), so that the application refills the queue while the write
+// runs; what the Writer holds still goes out before a FIN.
 // The receive loop owns the read
 // side, the MPA Reader and the receive contexts; it checks each tagged segment
 // against the memory region in siw's order (STag, PD, rights, bounds) and

@@ -173,8 +173,8 @@ func (qp *QP) rxSegment(n int) error {
 	if err := x.r.ReadFull(x.hdr[:k]); err != nil {
 		return err
 	}
-	if k > 0 {
-		hl := min(n, ddp.HdrLen(x.hdr[0]&ddp.FlagTagged != 0))
+	if hl := min(n, ddp.HdrLen(x.hdr[0]&ddp.FlagTagged != 0)); k > 0 && hl > k {
+		// The first octet was not buffered: the rest of the header now.
 		if err := x.r.ReadFull(x.hdr[k:hl]); err != nil {
 			return err
 		}
