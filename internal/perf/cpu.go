@@ -11,29 +11,41 @@ import (
 // the demo's comparison line.
 var lastCPU atomic.Pointer[cpuCost]
 
-// cpuTime is the user+sys CPU time this process has used (getrusage).
-func cpuTime() time.Duration {
+// cpuUse is CPU time this process has used (getrusage), user and system
+// apart: what the stack adds to TCP's cost is in user space, while the
+// kernel's part is TCP's own work.
+type cpuUse struct{ user, sys time.Duration }
+
+// cpuTime returns the CPU time this process has used so far.
+func cpuTime() cpuUse {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return cpuUse{}
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cpuUse{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
 }
+
+func (u cpuUse) sub(v cpuUse) cpuUse { return cpuUse{u.user - v.user, u.sys - v.sys} }
+
+func (u cpuUse) total() time.Duration { return u.user + u.sys }
 
 // cpuCost is the CPU a bandwidth measurement took in this process and the
 // octets it moved (each direction of a bidirectional test counts).
 type cpuCost struct {
-	start time.Duration // cpuTime when the measurement began
-	cpu   time.Duration
+	start cpuUse // cpuTime when the measurement began
+	cpu   cpuUse
 	bytes float64
 }
 
-// perGiB is CPU seconds per GiB moved.
-func (c cpuCost) perGiB() float64 {
+// perGiB is CPU seconds (user+sys) per GiB moved.
+func (c cpuCost) perGiB() float64 { return c.perGiBOf(c.cpu.total()) }
+
+// perGiBOf is d in seconds per GiB moved.
+func (c cpuCost) perGiBOf(d time.Duration) float64 {
 	if c.bytes <= 0 {
 		return 0
 	}
-	return c.cpu.Seconds() / (c.bytes / (1 << 30))
+	return d.Seconds() / (c.bytes / (1 << 30))
 }
 
 // measureCPU runs fn, a bandwidth measurement, and returns its report
@@ -41,7 +53,7 @@ func (c cpuCost) perGiB() float64 {
 func measureCPU(fn func() (Report, error)) (Report, cpuCost, error) {
 	t0 := cpuTime()
 	r, err := fn()
-	c := cpuCost{start: t0, cpu: cpuTime() - t0, bytes: float64(r.Iters) * float64(r.Size)}
+	c := cpuCost{start: t0, cpu: cpuTime().sub(t0), bytes: float64(r.Iters) * float64(r.Size)}
 	return r, c, err
 }
 
@@ -51,5 +63,6 @@ func cpuLine(c cpuCost, loopback bool) string {
 	if loopback {
 		who = "both sides, in this process"
 	}
-	return fmt.Sprintf(" CPU       : %.2f s user+sys for %.2f GiB = %.3f s/GiB (%s)", c.cpu.Seconds(), c.bytes/(1<<30), c.perGiB(), who)
+	return fmt.Sprintf(" CPU       : %.2f s user+sys for %.2f GiB = %.3f s/GiB (%s): user %.3f, sys %.3f s/GiB",
+		c.cpu.total().Seconds(), c.bytes/(1<<30), c.perGiB(), who, c.perGiBOf(c.cpu.user), c.perGiBOf(c.cpu.sys))
 }

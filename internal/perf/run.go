@@ -340,7 +340,7 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		if r.Kind == kindBW {
 			// Until the peer's report: a receiver of Writes or a responder
 			// to Reads does its work while it waits for it, not in runBW.
-			cost.cpu = cpuTime() - cost.start
+			cost.cpu = cpuTime().sub(cost.start)
 			cost.bytes = float64(r.Iters) * float64(r.Size) // what the table reports moved, seen from either side
 		}
 		if r.Kind == "" {
@@ -503,7 +503,8 @@ func Demo(ctx context.Context, p *Params, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "RDMA Write %s: %.1f %s = %.2f × raw TCP (%.1f %s)\n", sizeName(p.Size), rb, unit, ratio, tb, unit)
 	if rc, tc := rdmaCPU, lastCPU.Load(); rc != nil && tc != nil && tc.perGiB() > 0 {
-		fmt.Fprintf(w, "CPU per GiB, both sides: %.3f s = %.2f × raw TCP (%.3f s)\n", rc.perGiB(), rc.perGiB()/tc.perGiB(), tc.perGiB())
+		fmt.Fprintf(w, "CPU per GiB, both sides: %.3f s = %.2f × raw TCP (%.3f s); user %.3f s against %.3f, sys %.3f s against %.3f\n",
+			rc.perGiB(), rc.perGiB()/tc.perGiB(), tc.perGiB(), rc.perGiBOf(rc.cpu.user), tc.perGiBOf(tc.cpu.user), rc.perGiBOf(rc.cpu.sys), tc.perGiBOf(tc.cpu.sys))
 	}
 	return nil
 }

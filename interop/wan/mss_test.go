@@ -51,7 +51,9 @@ func TestMSS1448(t *testing.T) {
 // (user+sys per GiB, the CPU lines of server and client added); and
 // write_lat, send_lat and read_lat of 8 octets against tcp_lat (read_lat
 // against two of tcp_lat's round trips, since a Read is a request and a
-// response). It prints the table with medians and ratios.
+// response). It prints the table with medians and ratios, with the CPU
+// rows also split into user and system time: the kernel's part is TCP's
+// own work, so what the stack adds shows in user space.
 //
 //	sudo go test -tags netns -run '^$' -bench MSS1448 -benchtime 1x ./interop/wan/
 //
@@ -116,6 +118,10 @@ func BenchmarkMSS1448(b *testing.B) {
 				cpu[key+" client"] = append(cpu[key+" client"], c)
 				cpu[key+" server"] = append(cpu[key+" server"], s)
 			}
+			if u, s, ok := cpuSplit(cli, srv); ok {
+				cpu[key+" user"] = append(cpu[key+" user"], u)
+				cpu[key+" sys"] = append(cpu[key+" sys"], s)
+			}
 		}
 	}
 	for range b.N {
@@ -166,6 +172,16 @@ func BenchmarkMSS1448(b *testing.B) {
 			c := median(cpu[test])
 			b.ReportMetric(c/tc, test+"-cpu/tcp")
 			row("CPU per GiB, both sides, "+test, "s", 3, c, med(cpu, test+" base"), tc)
+		}
+		// Where the difference is: the kernel's part (sys) is TCP's own
+		// work, user space is what the stack adds (framing, CRC, copies).
+		for _, part := range []string{" user", " sys"} {
+			tp := med(cpu, "tcp_bw"+part)
+			for _, test := range bwTests[1:] {
+				if len(cpu[test+part]) > 0 && tp > 0 {
+					row(" "+strings.TrimSpace(part)+" CPU per GiB, "+test, "s", 3, median(cpu[test+part]), med(cpu, test+" base"+part), tp)
+				}
+			}
 		}
 	}
 	for _, test := range latTests[1:] {
@@ -243,6 +259,21 @@ func cpuSides(cli, srv string) (client, server float64, ok bool) {
 		return 0, 0, false
 	}
 	return cs / gib, ss / gib, true
+}
+
+// cpuSplitRe is the user and system CPU per GiB at the end of the CPU line.
+var cpuSplitRe = regexp.MustCompile(`CPU\s*: .*: user ([\d.]+), sys ([\d.]+) s/GiB`)
+
+// cpuSplit returns the user and the system CPU seconds per GiB, both sides
+// added; ok is false for an iwarp-perf that prints user+sys only (an older
+// MSS_BASE).
+func cpuSplit(cli, srv string) (user, sys float64, ok bool) {
+	c, s := cpuSplitRe.FindStringSubmatch(cli), cpuSplitRe.FindStringSubmatch(srv)
+	if c == nil || s == nil {
+		return 0, 0, false
+	}
+	f := func(v string) float64 { x, _ := strconv.ParseFloat(v, 64); return x }
+	return f(c[1]) + f(s[1]), f(c[2]) + f(s[2]), true
 }
 
 func median(v []float64) float64 {
