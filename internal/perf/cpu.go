@@ -35,6 +35,37 @@ type cpuCost struct {
 	start cpuUse // cpuTime when the measurement began
 	cpu   cpuUse
 	bytes float64
+	win   *cpuWindow // duration mode: the sample window's CPU; nil otherwise
+}
+
+// cpuWindow takes the CPU time at the start and at the end of a duration
+// run's sample window, a margin (a quarter of -D, Params.margin) in from
+// each end: the report counts only the octets moved inside it, so the CPU
+// per GiB must count only the CPU spent there. Its timers fire once each
+// and hold nothing: a run that fails before the window closes leaves them
+// to fire into a window nobody reads.
+type cpuWindow struct{ from, to atomic.Pointer[cpuUse] }
+
+func newCPUWindow(p *Params) *cpuWindow {
+	m := p.margin()
+	if p.Duration <= 0 || m <= 0 {
+		return nil
+	}
+	w := &cpuWindow{}
+	time.AfterFunc(m, func() { u := cpuTime(); w.from.Store(&u) })
+	time.AfterFunc(p.Duration-m, func() { u := cpuTime(); w.to.Store(&u) })
+	return w
+}
+
+// finish sets c.cpu: the CPU of the sample window once it has closed, else
+// the CPU since the measurement began.
+func (c *cpuCost) finish() {
+	c.cpu = cpuTime().sub(c.start)
+	if c.win != nil {
+		if from, to := c.win.from.Load(), c.win.to.Load(); from != nil && to != nil {
+			c.cpu = to.sub(*from)
+		}
+	}
 }
 
 // perGiB is CPU seconds (user+sys) per GiB moved.
@@ -49,11 +80,14 @@ func (c cpuCost) perGiBOf(d time.Duration) float64 {
 }
 
 // measureCPU runs fn, a bandwidth measurement, and returns its report
-// with the CPU it cost this process: with --loopback both sides.
-func measureCPU(fn func() (Report, error)) (Report, cpuCost, error) {
-	t0 := cpuTime()
+// with the CPU it cost this process: with --loopback both sides. A side
+// whose work goes on after fn returns (the passive side of a one-sided
+// test) calls finish again when it is done.
+func measureCPU(p *Params, fn func() (Report, error)) (Report, cpuCost, error) {
+	c := cpuCost{start: cpuTime(), win: newCPUWindow(p)}
 	r, err := fn()
-	c := cpuCost{start: t0, cpu: cpuTime().sub(t0), bytes: float64(r.Iters) * float64(r.Size)}
+	c.finish()
+	c.bytes = float64(r.Iters) * float64(r.Size)
 	return r, c, err
 }
 

@@ -314,7 +314,7 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		prog := startProgress(pr, size)
 		var mine Report
 		if p.Test.BW() {
-			mine, cost, err = measureCPU(func() (Report, error) { return e.runBW(ctx, size, sender, receiver, prog) })
+			mine, cost, err = measureCPU(p, func() (Report, error) { return e.runBW(ctx, size, sender, receiver, prog) })
 		} else {
 			mine, err = e.runLat(ctx, size, client, latFirst(p, client), prog)
 		}
@@ -340,7 +340,7 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		if r.Kind == kindBW {
 			// Until the peer's report: a receiver of Writes or a responder
 			// to Reads does its work while it waits for it, not in runBW.
-			cost.cpu = cpuTime().sub(cost.start)
+			cost.finish()
 			cost.bytes = float64(r.Iters) * float64(r.Size) // what the table reports moved, seen from either side
 		}
 		if r.Kind == "" {
@@ -434,7 +434,7 @@ func (s *tcpSide) runSizes(ctx context.Context, cancel context.CancelCauseFunc, 
 			var r Report
 			var err error
 			if p.Test.BW() {
-				r, cost, err = measureCPU(func() (Report, error) { return s.runTCPBW(ctx, conns, size, sender, receiver, prog) })
+				r, cost, err = measureCPU(p, func() (Report, error) { return s.runTCPBW(ctx, conns, size, sender, receiver, prog) })
 			} else {
 				r, err = s.runTCPLat(ctx, conns, size, client, prog)
 			}
