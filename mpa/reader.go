@@ -47,6 +47,10 @@ type Reader struct {
 	// rest (the length field and a header cost one call, not three).
 	crcLazy bool
 	crcFrom int
+	// whole: the FPDU was in the buffer whole when it began, its CRC
+	// trailer too, with no marker in it: ReadFull and Finish take their
+	// octets straight from the buffer (readWhole, finishWhole).
+	whole bool
 
 	hdr [MaxHeader]byte
 
@@ -126,7 +130,7 @@ func (r *Reader) Next() (int, error) {
 	if r.in {
 		return 0, errors.New("mpa: Next called before Finish")
 	}
-	r.c, r.crcDone, r.crcLazy = 0, false, false
+	r.c, r.crcDone, r.crcLazy, r.whole = 0, false, false, false
 	if r.tail == r.head {
 		if err := r.fill(1); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
@@ -155,6 +159,7 @@ func (r *Reader) Next() (int, error) {
 	if n > r.max {
 		return 0, errorf(CodeMarker, "ULPDU length %d exceeds %d", n, r.max)
 	}
+	r.whole = !r.markers && r.tail-r.head >= n+PadLen(n)+CRCLen
 	if r.crc {
 		// Small FPDUs usually arrive whole: checksum them in one pass.
 		at := r.head - LenFieldLen
@@ -202,6 +207,10 @@ func (r *Reader) Header(n int) ([]byte, error) {
 func (r *Reader) ReadFull(dst []byte) error {
 	if len(dst) > r.left {
 		return ErrShortULPDU
+	}
+	if r.whole {
+		r.readWhole(dst)
+		return nil
 	}
 	for len(dst) > 0 {
 		n := len(dst)
@@ -256,6 +265,25 @@ func (r *Reader) ReadFull(dst []byte) error {
 	return nil
 }
 
+// readWhole is ReadFull within an FPDU the buffer holds whole (whole): no
+// fill and no marker, and the CRC, unless Next took it whole (crcDone) or
+// it is off, only where a fused copy takes it (crcLazy), with the octets
+// before the piece that the pass has not covered yet.
+func (r *Reader) readWhole(dst []byte) {
+	n := len(dst)
+	src := r.buf[r.head : r.head+n]
+	if r.crcLazy && n >= fuseMin {
+		r.c = crc32cUpdate(r.c, r.buf[r.crcFrom:r.head])
+		r.c = crc32cCopy(r.c, dst, src)
+		r.crcFrom = r.head + n
+	} else {
+		copy(dst, src)
+	}
+	r.head += n
+	r.pos += uint64(n)
+	r.left -= n
+}
+
 // Peek returns the next octets of the ULPDU that the Reader already holds,
 // at most n, without consuming them: fewer (or none) when the buffer holds
 // fewer or a marker comes first. The slice is valid until the next read.
@@ -290,6 +318,9 @@ func (r *Reader) Finish() error {
 	if r.left != 0 {
 		return fmt.Errorf("mpa: Finish with %d ULPDU octets unread", r.left)
 	}
+	if r.whole {
+		return r.finishWhole()
+	}
 	r.left = PadLen(r.ulen)
 	if err := r.ReadFull(r.hdr[:r.left]); err != nil { // pad octets are not checked: the CRC covers them
 		return err
@@ -307,6 +338,24 @@ func (r *Reader) Finish() error {
 	}
 	got := binary.LittleEndian.Uint32(r.take(CRCLen))
 	r.in = false
+	if r.crc && got != r.c {
+		return errorf(CodeCRC, "received %#08x, computed %#08x", got, r.c)
+	}
+	return nil
+}
+
+// finishWhole is Finish for an FPDU the buffer holds whole (whole): the
+// pad and the CRC are there, and no marker.
+func (r *Reader) finishWhole() error {
+	pad := PadLen(r.ulen)
+	end := r.head + pad
+	if r.crcLazy {
+		r.c = crc32cUpdate(r.c, r.buf[r.crcFrom:end])
+	}
+	got := binary.LittleEndian.Uint32(r.buf[end:])
+	r.head = end + CRCLen
+	r.pos += uint64(pad + CRCLen)
+	r.in, r.whole, r.crcLazy = false, false, false
 	if r.crc && got != r.c {
 		return errorf(CodeCRC, "received %#08x, computed %#08x", got, r.c)
 	}
