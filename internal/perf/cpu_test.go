@@ -32,7 +32,7 @@ func TestCPULineCountsTheSampleWindow(t *testing.T) {
 			require.NotNil(t, m, "no CPU line in:\n%s", out.String())
 			f := func(i int) float64 { v, err := strconv.ParseFloat(m[i], 64); require.NoError(t, err); return v }
 			cpu, gib, per, user, sys := f(1), f(2), f(3), f(4), f(5)
-			bound := 2 * float64(runtime.GOMAXPROCS(0)) * 1.05 // the 2 s window, a little slack for the timers
+			bound := 2 * float64(runtime.GOMAXPROCS(0)) * 1.15 // the 2 s window, with slack for timers that fire late
 			require.Positive(t, cpu)
 			require.LessOrEqual(t, cpu, bound, "CPU seconds of the 2 s sample window")
 			require.InDelta(t, cpu/gib, per, 0.002+per*0.01, "s/GiB is the CPU over the GiB")
