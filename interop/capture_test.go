@@ -84,6 +84,30 @@ func capture(t *testing.T, port int) (pcap string, stop func() (dropped int)) {
 	return pcap, stop
 }
 
+// keepCapture copies the capture of a failed test out of its temporary
+// directory (unless IWARP_PCAP_DIR keeps every capture anyway), so that
+// what went over the wire can be looked at after CI.
+func keepCapture(t *testing.T, pcap string) {
+	if os.Getenv("IWARP_PCAP_DIR") != "" {
+		t.Logf("capture: %s", pcap)
+		return
+	}
+	dir := filepath.Join(os.TempDir(), "goiwarp-failed-captures")
+	dst := filepath.Join(dir, time.Now().Format("20060102-150405-")+filepath.Base(pcap))
+	b, err := os.ReadFile(pcap)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(dst, b, 0o644)
+	}
+	if err != nil {
+		t.Logf("capture %s not kept: %v", pcap, err)
+		return
+	}
+	t.Logf("capture kept: %s", dst)
+}
+
 // verdict is what Wireshark's dissectors make of a capture (the same
 // questions shared/tools/tshark-check asks).
 type verdict struct {

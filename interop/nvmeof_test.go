@@ -151,7 +151,7 @@ func nvmeKernelHost(t *testing.T, crc bool) {
 	_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp))
 	require.NoError(t, err)
 	var pcap string
-	stop := func() {}
+	stop := func() int { return 0 }
 	if crc || os.Getenv("IWARP_PCAP_DIR") != "" {
 		pcap, stop = siwCapture(t, hp)
 		defer func() { stop(); t.Logf("capture: %s", pcap) }()

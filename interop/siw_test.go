@@ -90,17 +90,25 @@ func vmCtx(t *testing.T, vm *siw.VM, timeout time.Duration) context.Context {
 
 // siwCapture is capture with a stop that may run twice and runs when t
 // ends anyway, so that a failed case leaves no tcpdump behind.
-func siwCapture(t *testing.T, port int) (string, func()) {
+// stop returns the number of packets tcpdump dropped.
+func siwCapture(t *testing.T, port int) (string, func() int) {
 	pcap, stopCapture := capture(t, port)
 	var once sync.Once
-	stop := func() {
+	dropped := 0
+	stop := func() int {
 		once.Do(func() {
-			if n := stopCapture(); n > 0 {
-				t.Logf("tcpdump dropped %d packets: the capture is incomplete", n)
+			if dropped = stopCapture(); dropped > 0 {
+				t.Logf("tcpdump dropped %d packets: the capture is incomplete", dropped)
 			}
 		})
+		return dropped
 	}
-	t.Cleanup(stop)
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			keepCapture(t, pcap)
+		}
+	})
 	return pcap, stop
 }
 
@@ -160,17 +168,30 @@ func TestSiwRpingServer(t *testing.T) {
 	}
 	var fwds []siw.Forward
 	var script strings.Builder
-	for i, c := range cases {
-		gp := 7001 + i
+	// server starts an rping server in the guest that reports its end on a
+	// line "WHO I rc=… pings=…".
+	server := func(who string, i, gp int, size int, flags string) int {
 		fwds = append(fwds, siw.Forward{Host: freePort(t), Guest: gp})
+		out := fmt.Sprintf("/tmp/rping.%s.%d", who, i)
 		// Each server reports on its own, so that one that hangs delays no other.
-		fmt.Fprintf(&script, "( timeout 120 rping -s -a 10.0.2.15 -p %d -C %d -S %d -V -v %s > /tmp/rping.%d 2>&1; rc=$?\n"+
-			"  cut -c1-160 /tmp/rping.%d | sed 's/^/rping -s %d: /'\n"+
-			"  echo \"SERVER %d rc=$rc pings=$(grep -c 'server ping data' /tmp/rping.%d)\" ) &\n",
-			gp, siwPings, c.size, c.flags, i, i, i, i, i)
+		fmt.Fprintf(&script, "( timeout 120 rping -s -a 10.0.2.15 -p %d -C %d -S %d -V -v %s > %s 2>&1; rc=$?\n"+
+			"  cut -c1-160 %s | sed 's/^/rping -s %s %d: /'\n"+
+			"  echo \"%s %d rc=$rc pings=$(grep -c 'server ping data' %s)\" ) &\n",
+			gp, siwPings, size, flags, out, out, who, i, who, i, out)
+		fmt.Fprintf(&script, "waitport %d || exit 1\n", gp)
+		return fwds[len(fwds)-1].Host
 	}
-	for i := range cases {
-		fmt.Fprintf(&script, "waitport %d || exit 1\n", 7001+i)
+	ports := make([]int, len(cases))
+	for i, c := range cases {
+		ports[i] = server("SERVER", i, 7001+i, c.size, c.flags)
+	}
+	// A spare server for each bulk case, should siw send a bad CRC
+	// (siwBadCRC).
+	spares := make(map[int]int)
+	for i, c := range cases {
+		if c.size > 64 {
+			spares[i] = server("SPARE", i, 7101+i, c.size, c.flags)
+		}
 	}
 	script.WriteString("echo LISTENING\nwait\n")
 	vm := siwVM(t, script.String(), fwds...)
@@ -178,17 +199,23 @@ func TestSiwRpingServer(t *testing.T) {
 
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			pcap, stop := siwCapture(t, fwds[i].Host)
-			ctx := vmCtx(t, vm, time.Minute)
-			e, err := rping.NewEndpoint()
-			require.NoError(t, err)
-			defer e.QP.Close()
-			cfg := rping.ConnConfig(verbs.ConnConfig{MPA: c.cfg, FirstFPDUDelay: siwFirstFPDUDelay})
+			// dial connects to the rping server on port and checks what the
+			// MPA start-up negotiated.
+			dial := func(port int) (*rping.Endpoint, string, func() int, context.Context) {
+				pcap, stop := siwCapture(t, port)
+				ctx := vmCtx(t, vm, time.Minute)
+				e, err := rping.NewEndpoint()
+				require.NoError(t, err)
+				t.Cleanup(func() { e.QP.Close() })
+				cfg := rping.ConnConfig(verbs.ConnConfig{MPA: c.cfg, FirstFPDUDelay: siwFirstFPDUDelay})
+				err = e.QP.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port), cfg)
+				require.NoError(t, err, "MPA start-up")
+				p := e.QP.Params()
+				require.Equal(t, c.want, mpa.Params{Rev: p.Rev, CRC: p.CRC, P2P: p.P2P, RTR: p.RTR}, "negotiated")
+				return e, pcap, stop, ctx
+			}
 			start := time.Now()
-			err = e.QP.Dial(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", fwds[i].Host), cfg)
-			require.NoError(t, err, "MPA start-up")
-			p := e.QP.Params()
-			require.Equal(t, c.want, mpa.Params{Rev: p.Rev, CRC: p.CRC, P2P: p.P2P, RTR: p.RTR}, "negotiated")
+			e, pcap, stop, ctx := dial(ports[i])
 			if c.name == "rev1-ord0" {
 				err := e.Client(ctx, siwPings, c.size, true)
 				require.Error(t, err)
@@ -196,23 +223,38 @@ func TestSiwRpingServer(t *testing.T) {
 				require.ErrorIs(t, e.QP.Err(), verbs.ErrDisconnected, "siw's rping gives up after our first advertisement")
 				l := guestLine(t, vm, fmt.Sprintf("SERVER %d ", i), time.Minute)
 				require.Equal(t, fmt.Sprintf("SERVER %d rc=255 pings=0", i), l)
-				require.Contains(t, vm.Output(), fmt.Sprintf("rping -s %d: post send error", i), "its RDMA Read refused")
+				require.Contains(t, vm.Output(), fmt.Sprintf("rping -s SERVER %d: post send error", i), "its RDMA Read refused")
 				stop()
 				judgeSiw(t, pcap, false, 1, 0) // our Send; siw closes
 				return
 			}
-			require.NoError(t, e.Client(ctx, siwPings, c.size, true), "rping exchange (validated)")
+			who := "SERVER"
+			err := e.Client(ctx, siwPings, c.size, true)
+			if spare, ok := spares[i]; ok && err != nil && siwBadCRC(t, e.QP, pcap, stop, fmt.Sprintf("tcp.srcport == %d", ports[i])) {
+				// Our Terminate went out, and siw's rping gave up.
+				v := judge(t, pcap)
+				require.Equal(t, 1, v.Terminates, "our Terminate, on the wire")
+				l := guestLine(t, vm, fmt.Sprintf("SERVER %d ", i), time.Minute)
+				require.Regexp(t, fmt.Sprintf(`^SERVER %d rc=\d+ pings=\d+$`, i), l)
+				require.NotEqual(t, fmt.Sprintf("SERVER %d rc=0 pings=%d", i, siwPings), l, "siw's rping server did not finish")
+				t.Logf("siw sent a bad CRC (above) and we answered with a Terminate: once more, with the spare server")
+				start = time.Now()
+				who = "SPARE"
+				e, pcap, stop, ctx = dial(spare)
+				err = e.Client(ctx, siwPings, c.size, true)
+			}
+			require.NoError(t, err, "rping exchange (validated); QP: %v", e.QP.Err())
 			require.NoError(t, e.QP.Disconnect(ctx))
 			require.ErrorIs(t, e.QP.Err(), verbs.ErrDisconnected)
 			took := time.Since(start)
-			l := guestLine(t, vm, fmt.Sprintf("SERVER %d ", i), time.Minute)
-			require.Equal(t, fmt.Sprintf("SERVER %d rc=0 pings=%d", i, siwPings), l, "siw's rping server")
+			l := guestLine(t, vm, fmt.Sprintf("%s %d ", who, i), time.Minute)
+			require.Equal(t, fmt.Sprintf("%s %d rc=0 pings=%d", who, i, siwPings), l, "siw's rping server")
 			stop()
 			t.Logf("%d pings of %d octets validated in %v (first FPDU held back %v)", siwPings, c.size, took.Round(time.Millisecond), siwFirstFPDUDelay)
 			// Per ping 7 FPDUs: Send, Read Request, Read Response (more if
 			// segmented), Send, Send, Write, Send. Peer-to-peer adds the RTR
 			// (and for a Read RTR its empty Read Response).
-			judgeSiw(t, pcap, p.CRC, 7*siwPings, 0)
+			judgeSiw(t, pcap, c.want.CRC, 7*siwPings, 0)
 		})
 	}
 }
@@ -243,42 +285,76 @@ func TestSiwRpingClient(t *testing.T) {
 		require.NoError(t, err)
 		defer ln.Close()
 		lns[i] = ln
-		fmt.Fprintf(&script, "waitfile go.%d 300 || exit 1\n"+
-			"timeout 60 rping -c -a 10.0.2.2 -p %d -C %d -S %d -V -v > /tmp/rping.%d 2>&1; rc=$?\n"+
-			"cut -c1-160 /tmp/rping.%d | sed 's/^/rping -c %d: /'\n"+
-			"echo \"CLIENT %d rc=$rc pings=$(grep -c '^ping data' /tmp/rping.%d)\"\n", i, port(ln), siwPings, c.size, i, i, i, i, i)
+		// client runs siw's rping client once, reporting on a line "WHO I
+		// rc=… pings=…".
+		client := func(who string) {
+			out := fmt.Sprintf("/tmp/rping.%s.%d", who, i)
+			fmt.Fprintf(&script, "timeout 60 rping -c -a 10.0.2.2 -p %d -C %d -S %d -V -v > %s 2>&1; rc=$?\n"+
+				"cut -c1-160 %s | sed 's/^/rping -c %s %d: /'\n"+
+				"echo \"%s %d rc=$rc pings=$(grep -c '^ping data' %s)\"\n", port(ln), siwPings, c.size, out, out, who, i, who, i, out)
+		}
+		fmt.Fprintf(&script, "waitfile go.%d 300 || exit 1\n", i)
+		client("CLIENT")
+		if c.size > 64 {
+			// Should siw send a bad CRC (siwBadCRC), the host asks for
+			// another run.
+			fmt.Fprintf(&script, "waitfile after.%d 300 || exit 1\nif [ -e /host/retry.%d ]; then\n", i, i)
+			client("RETRY")
+			script.WriteString("fi\n")
+		}
 	}
 	vm := siwVM(t, "echo READY\n"+script.String())
 	guestLine(t, vm, "READY", 2*time.Minute)
 
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			pcap, stop := siwCapture(t, port(lns[i]))
+			bulk := c.size > 64
+			if bulk {
+				t.Cleanup(func() { vm.Signal(fmt.Sprintf("after.%d", i)) })
+			}
 			ctx := vmCtx(t, vm, 2*time.Minute)
-			require.NoError(t, vm.Signal(fmt.Sprintf("go.%d", i)))
-			req, err := lns[i].GetRequest(ctx)
-			require.NoError(t, err, "siw's MPA Request")
-			f := req.Request()
-			t.Logf("siw's MPA Request: rev %d, CRC %v, markers %v, IRD %d, ORD %d, P2P %v, %d octets of private data",
-				f.Rev, f.CRC, f.Markers, req.IRD, req.ORD, req.P2P, len(req.PrivateData))
-			assert.Equal(t, uint8(2), f.Rev)
-			assert.False(t, f.CRC, "siw asks for no CRCs")
-			assert.False(t, f.Markers)
-			e, err := rping.NewEndpoint()
-			require.NoError(t, err)
-			defer e.QP.Close()
-			start := time.Now()
-			require.NoError(t, req.Accept(ctx, e.QP, nil), "our MPA Reply")
-			n, srvErr := e.Server(ctx, 0, c.size)
-			took := time.Since(start)
-			l := guestLine(t, vm, fmt.Sprintf("CLIENT %d ", i), time.Minute)
+			// serve has the guest start siw's rping client (signals) once the
+			// capture runs, and serves its connection.
+			serve := func(signals ...string) (*rping.Endpoint, string, func() int, int, error, time.Duration) {
+				pcap, stop := siwCapture(t, port(lns[i]))
+				for _, s := range signals {
+					require.NoError(t, vm.Signal(s))
+				}
+				req, err := lns[i].GetRequest(ctx)
+				require.NoError(t, err, "siw's MPA Request")
+				f := req.Request()
+				t.Logf("siw's MPA Request: rev %d, CRC %v, markers %v, IRD %d, ORD %d, P2P %v, %d octets of private data",
+					f.Rev, f.CRC, f.Markers, req.IRD, req.ORD, req.P2P, len(req.PrivateData))
+				assert.Equal(t, uint8(2), f.Rev)
+				assert.False(t, f.CRC, "siw asks for no CRCs")
+				assert.False(t, f.Markers)
+				e, err := rping.NewEndpoint()
+				require.NoError(t, err)
+				t.Cleanup(func() { e.QP.Close() })
+				start := time.Now()
+				require.NoError(t, req.Accept(ctx, e.QP, nil), "our MPA Reply")
+				n, srvErr := e.Server(ctx, 0, c.size)
+				return e, pcap, stop, n, srvErr, time.Since(start)
+			}
+			who := "CLIENT"
+			e, pcap, stop, n, srvErr, took := serve(fmt.Sprintf("go.%d", i))
+			if bulk && srvErr != nil && siwBadCRC(t, e.QP, pcap, stop, fmt.Sprintf("tcp.dstport == %d", port(lns[i]))) {
+				v := judge(t, pcap)
+				require.Equal(t, 1, v.Terminates, "our Terminate, on the wire")
+				l := guestLine(t, vm, fmt.Sprintf("CLIENT %d ", i), time.Minute)
+				require.NotEqual(t, fmt.Sprintf("CLIENT %d rc=0 pings=%d", i, siwPings), l, "siw's rping client did not finish")
+				t.Logf("siw sent a bad CRC (above) and we answered with a Terminate: once more, with a new client")
+				who = "RETRY"
+				e, pcap, stop, n, srvErr, took = serve(fmt.Sprintf("retry.%d", i), fmt.Sprintf("after.%d", i))
+			}
+			l := guestLine(t, vm, fmt.Sprintf("%s %d ", who, i), time.Minute)
 			<-e.QP.Done()
 			stop()
 			if c.ok {
 				require.NoError(t, srvErr)
 				require.Equal(t, siwPings, n, "pings served")
 				require.ErrorIs(t, e.QP.Err(), verbs.ErrDisconnected)
-				require.Equal(t, fmt.Sprintf("CLIENT %d rc=0 pings=%d", i, siwPings), l, "siw's rping client")
+				require.Equal(t, fmt.Sprintf("%s %d rc=0 pings=%d", who, i, siwPings), l, "siw's rping client")
 				t.Logf("%d pings of %d octets validated by siw in %v", siwPings, c.size, took.Round(time.Millisecond))
 				judgeSiw(t, pcap, e.QP.Params().CRC, 7*siwPings, 0)
 				return
