@@ -5,6 +5,7 @@ package mpa
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -113,4 +114,98 @@ func TestReaderRawErrors(t *testing.T) {
 	require.True(t, errors.As(err, &oe), "%v", err)
 	require.Equal(t, "read", oe.Op)
 	require.ErrorIs(t, err, syscall.ECONNRESET)
+}
+
+// Readers on TCP connections, without markers, so that FPDUs buffered
+// whole take the fast path and the others the piece-by-piece one, read the
+// way verbs reads them (Peek, the header, the payload in pieces) while the
+// sender cuts its stream anywhere and pauses: every octet and every CRC
+// checks out. Several connections at once share the buffer pools, which
+// the Readers give back whenever their sockets run dry.
+func TestReaderTCPChopped(t *testing.T) {
+	conns, count := 4, 1500
+	if raceEnabled {
+		count = 300
+	}
+	errs := make(chan error, 2*conns)
+	for conn := range conns {
+		c, s := tcpPair(t)
+		require.NoError(t, c.SetNoDelay(true))
+		rng := rand.New(rand.NewPCG(uint64(conn), 77))
+		msgs := make([][2][]byte, count)
+		for i := range msgs {
+			// Small, an Ethernet MSS, around fuseRxMin, and up to 20000
+			// octets (read straight from the socket when not buffered).
+			n := [4]int{rng.IntN(64), 1400 + rng.IntN(60), 1000 + rng.IntN(100), rng.IntN(20000)}[rng.IntN(4)]
+			h, p := make([]byte, 14+4*rng.IntN(4)), make([]byte, n)
+			for j := range h {
+				h[j] = byte(rng.Uint32())
+			}
+			for j := range p {
+				p[j] = byte(rng.Uint32())
+			}
+			msgs[i] = [2][]byte{h, p}
+		}
+		var stream bytes.Buffer
+		w := NewWriter(&stream, true, false)
+		for _, m := range msgs {
+			require.NoError(t, w.Append(m[0], m[1]))
+		}
+		require.NoError(t, w.Flush())
+		go func() {
+			b := stream.Bytes()
+			for len(b) > 0 {
+				n := min(len(b), 1+rng.IntN(3000))
+				if _, err := c.Write(b[:n]); err != nil {
+					errs <- err
+					return
+				}
+				b = b[n:]
+				if rng.IntN(8) == 0 {
+					time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
+				}
+			}
+			errs <- nil
+		}()
+		go func() { errs <- readChopped(NewReader(s, true, false, DefaultReadBuffer, nil), msgs, uint64(conn)) }()
+	}
+	for range 2 * conns {
+		require.NoError(t, <-errs)
+	}
+}
+
+// readChopped reads msgs as verbs does: a Peek at the header's first
+// octet, the header, then the payload in random pieces.
+func readChopped(r *Reader, msgs [][2][]byte, seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 79))
+	var hdr [MaxHeader]byte
+	for i, m := range msgs {
+		n, err := r.Next()
+		if err != nil {
+			return fmt.Errorf("FPDU %d: %w", i, err)
+		}
+		k := len(m[0])
+		r.Peek(1)
+		if err := r.ReadFull(hdr[:k]); err != nil {
+			return fmt.Errorf("FPDU %d header: %w", i, err)
+		}
+		p := make([]byte, n-k)
+		for off := 0; off < len(p); {
+			q := len(p) - off
+			if rng.IntN(2) == 0 {
+				q = 1 + rng.IntN(q)
+			}
+			if err := r.ReadFull(p[off : off+q]); err != nil {
+				return fmt.Errorf("FPDU %d payload: %w", i, err)
+			}
+			off += q
+		}
+		if !bytes.Equal(hdr[:k], m[0]) || !bytes.Equal(p, m[1]) {
+			return fmt.Errorf("FPDU %d: octets differ", i)
+		}
+		if err := r.Finish(); err != nil {
+			return fmt.Errorf("FPDU %d (ULPDU %d octets): %w", i, n, err)
+		}
+	}
+	return nil
 }
