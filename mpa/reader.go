@@ -284,6 +284,28 @@ func (r *Reader) readWhole(dst []byte) {
 	r.left -= n
 }
 
+// Whole returns the unread octets of the current ULPDU when the Reader
+// holds its FPDU whole, CRC trailer included, with no marker in it, so that
+// a header can be checked where it lies; nil otherwise. The slice is valid
+// until the next call that reads. Consume takes what the caller used.
+func (r *Reader) Whole() []byte {
+	if !r.whole {
+		return nil
+	}
+	return r.buf[r.head : r.head+r.left]
+}
+
+// Consume consumes the first n octets of what Whole returned, as ReadFull
+// would, without copying them.
+func (r *Reader) Consume(n int) {
+	if !r.whole || n > r.left {
+		panic("mpa: Consume beyond what Whole returned")
+	}
+	r.head += n
+	r.pos += uint64(n)
+	r.left -= n
+}
+
 // Peek returns the next octets of the ULPDU that the Reader already holds,
 // at most n, without consuming them: fewer (or none) when the buffer holds
 // fewer or a marker comes first. The slice is valid until the next read.

@@ -23,7 +23,7 @@ var wholeSizes = []int{
 
 // wholeOp is one step of a read plan for an FPDU.
 type wholeOp struct {
-	kind int // 0 Header, 1 ReadFull, 2 Skip, 3 Finish early, 4 Peek
+	kind int // 0 Header, 1 ReadFull, 2 Skip, 3 Finish early, 4 Peek, 5 Whole and Consume
 	n    int
 }
 
@@ -55,7 +55,9 @@ func wholeNext(rng *rand.Rand, left int, first bool) (wholeOp, bool) {
 	default:
 		k = min(sizes[rng.IntN(len(sizes))], left)
 	}
-	switch rng.IntN(10) {
+	switch rng.IntN(11) {
+	case 10:
+		return wholeOp{5, k}, true
 	case 0:
 		return wholeOp{2, k}, true
 	case 1:
@@ -138,6 +140,30 @@ func wholeTrace(t *testing.T, rd io.Reader, crc, markers bool, size int, seed ui
 				}
 			case 3:
 				fmt.Fprintf(&b, "early finish %v\n", r.Finish())
+			case 5:
+				// A header checked in place (Whole, Consume) reads as
+				// ReadFull does.
+				k := min(op.n, r.Left())
+				off := n - r.Left()
+				var d []byte
+				var err error
+				if w := r.Whole(); w != nil {
+					if len(w) != r.Left() {
+						t.Fatalf("Whole gave %d octets with %d left", len(w), r.Left())
+					}
+					d = append(d, w[:k]...)
+					r.Consume(k)
+				} else {
+					d = make([]byte, k)
+					err = r.ReadFull(d)
+				}
+				if err == nil {
+					saw(off, d)
+				}
+				fmt.Fprintf(&b, "read1 %d %x %v\n", k, d, err)
+				if fatal(err) {
+					return b.String(), fast
+				}
 			case 4:
 				// What Peek shows depends on buffering: it is checked, not
 				// traced.

@@ -162,6 +162,19 @@ func (qp *QP) rxFatal(err error) {
 func (qp *QP) rxSegment(n int) error {
 	x := &qp.rx
 	x.hl = 0
+	if u := x.r.Whole(); len(u) >= ddp.TaggedHdrLen && x.expectRTR == mpa.RTRNone {
+		if op, ok := taggedFast(u[0], u[1]); ok {
+			// The header is copied for a Terminate to quote, but not read
+			// through the Reader.
+			x.hl = copy(x.hdr[:], u[:ddp.TaggedHdrLen])
+			x.r.Consume(ddp.TaggedHdrLen)
+			h := ddp.Tagged(x.hdr[:ddp.TaggedHdrLen])
+			if op == rdmap.OpWrite {
+				return qp.rxWrite(h, n-ddp.TaggedHdrLen)
+			}
+			return qp.rxReadResponse(h, n-ddp.TaggedHdrLen)
+		}
+	}
 	// The first octet's T flag says how long the DDP header is; a segment
 	// too short for its header is read whole, for ddp.Parse to judge. The
 	// Reader usually holds that octet already: then one read takes the
@@ -221,6 +234,23 @@ func (qp *QP) rxSegment(n int) error {
 		return qp.rxAtomicResponse(h, plen)
 	}
 	return qp.rxSend(h, op, plen) // the four Sends
+}
+
+// taggedFast says whether a DDP control octet ddpCtrl and the RDMAP control
+// octet after it are an RDMA Write's or a Read Response's, with the versions
+// we speak: what ddp.Parse and rdmap.CheckCtrl would accept for those two
+// opcodes (T set, DV 1, RV 1; the L flag and the reserved bits are not
+// checked on receive). A stream of them, the bulk of most traffic, then
+// skips the general checks; any other segment takes them.
+func taggedFast(ddpCtrl, rdmapCtrl byte) (rdmap.Opcode, bool) {
+	const (
+		ddpMask   = ddp.FlagTagged | ddp.VersionMask
+		ddpWant   = ddp.FlagTagged | ddp.Version
+		rdmapMask = rdmap.CtrlVersionMask | rdmap.CtrlOpcodeMask&^byte(rdmap.OpReadResponse)
+		rdmapWant = rdmap.Version << 6 // opcode 0 (Write) or 2 (Read Response)
+	)
+	op := rdmap.CtrlOpcode(rdmapCtrl)
+	return op, ddpCtrl&ddpMask == ddpWant && rdmapCtrl&rdmapMask == rdmapWant
 }
 
 // rxCommit carries out what the segment just checked asks for.
