@@ -163,9 +163,9 @@ func (qp *QP) rxSegment(n int) error {
 	x := &qp.rx
 	x.hl = 0
 	if u := x.r.Whole(); len(u) >= ddp.TaggedHdrLen && x.expectRTR == mpa.RTRNone {
+		// The header is copied for a Terminate to quote, but not read
+		// through the Reader.
 		if op, ok := taggedFast(u[0], u[1]); ok {
-			// The header is copied for a Terminate to quote, but not read
-			// through the Reader.
 			x.hl = copy(x.hdr[:], u[:ddp.TaggedHdrLen])
 			x.r.Consume(ddp.TaggedHdrLen)
 			h := ddp.Tagged(x.hdr[:ddp.TaggedHdrLen])
@@ -173,6 +173,13 @@ func (qp *QP) rxSegment(n int) error {
 				return qp.rxWrite(h, n-ddp.TaggedHdrLen)
 			}
 			return qp.rxReadResponse(h, n-ddp.TaggedHdrLen)
+		}
+		if len(u) >= ddp.UntaggedHdrLen {
+			if op, ok := sendFast(u[0], u[1], ddp.Untagged(u[:ddp.UntaggedHdrLen]).QN()); ok {
+				x.hl = copy(x.hdr[:], u[:ddp.UntaggedHdrLen])
+				x.r.Consume(ddp.UntaggedHdrLen)
+				return qp.rxSend(ddp.Untagged(x.hdr[:ddp.UntaggedHdrLen]), op, n-ddp.UntaggedHdrLen)
+			}
 		}
 	}
 	// The first octet's T flag says how long the DDP header is; a segment
@@ -251,6 +258,21 @@ func taggedFast(ddpCtrl, rdmapCtrl byte) (rdmap.Opcode, bool) {
 	)
 	op := rdmap.CtrlOpcode(rdmapCtrl)
 	return op, ddpCtrl&ddpMask == ddpWant && rdmapCtrl&rdmapMask == rdmapWant
+}
+
+// sendFast is taggedFast for the four Sends: an untagged DDP control octet
+// of version 1, an RDMAP control octet of version 1 with a Send's opcode,
+// and the Send queue (what ddp.Parse, rdmap.CheckCtrl and rdmap.CheckQN
+// accept for them).
+func sendFast(ddpCtrl, rdmapCtrl byte, qn uint32) (rdmap.Opcode, bool) {
+	const (
+		ddpMask   = ddp.FlagTagged | ddp.VersionMask
+		rdmapMask = rdmap.CtrlVersionMask
+		rdmapWant = rdmap.Version << 6
+	)
+	op := rdmap.CtrlOpcode(rdmapCtrl)
+	return op, ddpCtrl&ddpMask == ddp.Version && rdmapCtrl&rdmapMask == rdmapWant &&
+		op >= rdmap.OpSend && op <= rdmap.OpSendSEInvalidate && qn == rdmap.QNSend
 }
 
 // rxCommit carries out what the segment just checked asks for.
