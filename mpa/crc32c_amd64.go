@@ -106,6 +106,16 @@ func crc32cCopy(crc uint32, dst, src []byte) uint32 {
 //go:noescape
 func crc32cSingle(c uint32, p []byte) uint32
 
+// crc32cWords is crc32cSingle of the 16 octets w0 and w1 hold little-endian
+// (as an 8-octet load from memory gives them), taken from registers.
+func crc32cWords(c uint32, w0, w1 uint64) uint32
+
+// crc32cPrefix returns crc32cUpdate(crc, the 16 octets w0 and w1 hold
+// little-endian). Where a fused copy follows (crc32cCopyFused) it hashes
+// them from registers: octets just stored and loaded back as words of
+// another size stall the load until the stores retire.
+func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 { return ^crc32cWords(^crc, w0, w1) }
+
 //go:noescape
 func crc32cTriple(c uint32, p []byte) uint32
 

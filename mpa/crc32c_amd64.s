@@ -405,3 +405,13 @@ clanes:
 cshort:
 	MOVL AX, ret+56(FP)
 	RET
+
+// func crc32cWords(c uint32, w0, w1 uint64) uint32
+TEXT ·crc32cWords(SB), NOSPLIT, $0-28
+	MOVL   c+0(FP), AX
+	MOVQ   w0+8(FP), BX
+	MOVQ   w1+16(FP), CX
+	CRC32Q BX, AX
+	CRC32Q CX, AX
+	MOVL   AX, ret+24(FP)
+	RET

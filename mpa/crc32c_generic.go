@@ -2,7 +2,10 @@
 
 package mpa
 
-import "hash/crc32"
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
 
 func crc32cUpdate(crc uint32, p []byte) uint32 { return crc32.Update(crc, castagnoli, p) }
 
@@ -11,4 +14,13 @@ const crc32cCopyFused = false
 func crc32cCopy(crc uint32, dst, src []byte) uint32 {
 	copy(dst[:len(src)], src)
 	return crc32cUpdate(crc, src)
+}
+
+// crc32cPrefix returns crc32cUpdate(crc, the 16 octets w0 and w1 hold
+// little-endian).
+func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:], w0)
+	binary.LittleEndian.PutUint64(b[8:], w1)
+	return crc32cUpdate(crc, b[:])
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"sync"
 	"syscall"
@@ -194,13 +195,26 @@ func (w *Writer) appendCopied(hdr []byte, payload [][]byte, n, total int) {
 	a := len(w.arena)
 	w.arena = w.arena[:a+total]
 	f := w.arena[a:]
-	binary.BigEndian.PutUint16(f, uint16(n))
-	k := LenFieldLen + copy(f[LenFieldLen:], hdr)
 	var c uint32
-	from := 0 // f[from:k] is not in c yet
+	var k, from int // f[from:k] is not in c yet
+	if len(hdr) == prefixHdr && w.crc && crc32cCopyFused && len(payload) > 0 && len(payload[0]) >= fuseMin {
+		// A tagged header (length field and header: two words) ahead of a
+		// payload the fused copy takes: its CRC from registers, not from
+		// the octets just stored.
+		w0 := uint64(bits.ReverseBytes16(uint16(n))) | binary.LittleEndian.Uint64(hdr)<<16
+		w1 := binary.LittleEndian.Uint64(hdr[prefixHdr-8:])
+		binary.LittleEndian.PutUint64(f, w0)
+		binary.LittleEndian.PutUint64(f[8:], w1)
+		c, k, from = crc32cPrefix(0, w0, w1), LenFieldLen+prefixHdr, LenFieldLen+prefixHdr
+	} else {
+		binary.BigEndian.PutUint16(f, uint16(n))
+		k = LenFieldLen + copy(f[LenFieldLen:], hdr)
+	}
 	for _, p := range payload {
 		if w.crc && crc32cCopyFused && len(p) >= fuseMin {
-			c = crc32cUpdate(c, f[from:k])
+			if from < k {
+				c = crc32cUpdate(c, f[from:k])
+			}
 			c = crc32cCopy(c, f[k:], p)
 			k += len(p)
 			from = k
@@ -218,6 +232,10 @@ func (w *Writer) appendCopied(hdr []byte, payload [][]byte, n, total int) {
 	w.pos += uint64(total)
 	w.queued += total
 }
+
+// prefixHdr is the header length whose FPDU prefix (length field and
+// header) is two 8-octet words: DDP's tagged header.
+const prefixHdr = 14
 
 // EndsAtMarker reports whether an FPDU with a ULPDU of n octets, appended
 // next, would end exactly where a marker is due. RFC 5044 section 4.3 puts
