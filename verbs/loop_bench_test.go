@@ -13,14 +13,18 @@ import (
 	"github.com/goiwarp/iwarp/rdmap"
 )
 
+// A QP's receive loop and transmit side alone, each on a connection in
+// memory, so that their cost per FPDU shows without the kernel's: compare
+// BenchmarkDecode and BenchmarkEncode at 1448 octets, the MPA layer's share.
+
 // replayConn is a net.Conn whose reads give a recorded stream of FPDUs
 // over and over, n FPDUs in all, and then end of stream; writes vanish.
 type replayConn struct {
-	net.Conn // nil: the methods below are all a QP's receive loop calls
-	stream   []byte
-	per      int // FPDUs in stream
-	left     int // FPDUs still to give
-	off      int
+	memConn
+	stream []byte
+	per    int // FPDUs in stream
+	left   int // FPDUs still to give
+	off    int
 }
 
 func (c *replayConn) Read(p []byte) (int, error) {
@@ -39,13 +43,33 @@ func (c *replayConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *replayConn) Write(p []byte) (int, error)      { return len(p), nil }
-func (c *replayConn) Close() error                     { return nil }
-func (c *replayConn) SetReadDeadline(time.Time) error  { return nil }
-func (c *replayConn) SetWriteDeadline(time.Time) error { return nil }
-func (c *replayConn) SetDeadline(time.Time) error      { return nil }
-func (c *replayConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
-func (c *replayConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c *replayConn) Write(p []byte) (int, error) { return len(p), nil }
+func (c *replayConn) Close() error                { return nil }
+
+// memConn has the net.Conn methods a QP calls besides Read, Write and
+// Close, for connections in memory.
+type memConn struct{ net.Conn }
+
+func (memConn) SetReadDeadline(time.Time) error  { return nil }
+func (memConn) SetWriteDeadline(time.Time) error { return nil }
+func (memConn) SetDeadline(time.Time) error      { return nil }
+func (memConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (memConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+
+// benchQP returns a QP of a new device, not connected, with room for
+// sendWRs send WRs.
+func benchQP(b *testing.B, sendWRs int) (*PD, *CQ, *QP) {
+	d := openDev(DeviceAttr{})
+	pd := d.AllocPD()
+	scq, _ := d.CreateCQ(sendWRs)
+	rcq, _ := d.CreateCQ(64)
+	qp, err := pd.CreateQP(QPConfig{SendCQ: scq, RecvCQ: rcq, IRD: 4, ORD: 4,
+		Cap: QPCap{MaxSendWR: sendWRs, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return pd, scq, qp
+}
 
 // BenchmarkRxWrite measures a QP's receive loop alone on RDMA Write FPDUs
 // as iwarp-perf's write_bw sends them at an Ethernet MSS (1442-octet
@@ -53,15 +77,7 @@ func (c *replayConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 // and placing it, CRC included. BenchmarkDecode's 1448 case is the MPA
 // layer's share of it.
 func BenchmarkRxWrite(b *testing.B) {
-	d := openDev(DeviceAttr{})
-	pd := d.AllocPD()
-	scq, _ := d.CreateCQ(64)
-	rcq, _ := d.CreateCQ(64)
-	qp, err := pd.CreateQP(QPConfig{SendCQ: scq, RecvCQ: rcq, IRD: 4, ORD: 4,
-		Cap: QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	pd, _, qp := benchQP(b, 8)
 	const msg = 64 << 10
 	mr, _ := pd.RegMR(make([]byte, msg), LocalWrite|RemoteWrite)
 	const payload = 1442 - ddp.TaggedHdrLen
@@ -95,7 +111,7 @@ func BenchmarkRxWrite(b *testing.B) {
 // sinkConn is a net.Conn that takes every write and has nothing to read
 // until it is closed.
 type sinkConn struct {
-	net.Conn
+	memConn
 	closed  chan struct{}
 	written int
 }
@@ -114,26 +130,13 @@ func (c *sinkConn) Close() error {
 	}
 	return nil
 }
-func (c *sinkConn) SetReadDeadline(time.Time) error  { return nil }
-func (c *sinkConn) SetWriteDeadline(time.Time) error { return nil }
-func (c *sinkConn) SetDeadline(time.Time) error      { return nil }
-func (c *sinkConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
-func (c *sinkConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 
 // BenchmarkTxWrite measures a QP's transmit side alone: 64 KiB RDMA
 // Writes, 128 outstanding, framed into FPDUs of an Ethernet MSS (1442-octet
 // ULPDUs) and written to memory. ns/op is per FPDU, posting and completion
 // included.
 func BenchmarkTxWrite(b *testing.B) {
-	d := openDev(DeviceAttr{})
-	pd := d.AllocPD()
-	scq, _ := d.CreateCQ(256)
-	rcq, _ := d.CreateCQ(64)
-	qp, err := pd.CreateQP(QPConfig{SendCQ: scq, RecvCQ: rcq, IRD: 4, ORD: 4,
-		Cap: QPCap{MaxSendWR: 256, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	pd, scq, qp := benchQP(b, 256)
 	const msg = 64 << 10
 	const payload = 1442 - ddp.TaggedHdrLen
 	const per = (msg + payload - 1) / payload
