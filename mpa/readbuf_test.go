@@ -51,19 +51,7 @@ func TestReaderIdleBuffer(t *testing.T) {
 	require.NoError(t, sw.Flush())
 	done := make(chan error, 1)
 	go func() {
-		b := stream.Bytes()
-		for len(b) > 0 {
-			n := min(len(b), 1+rng.IntN(8000))
-			if _, err := c.Write(b[:n]); err != nil {
-				done <- err
-				return
-			}
-			b = b[n:]
-			if rng.IntN(4) == 0 {
-				time.Sleep(time.Millisecond)
-			}
-		}
-		done <- nil
+		done <- writeChopped(c, stream.Bytes(), rng, 8000, 4, func() time.Duration { return time.Millisecond })
 	}()
 	readMsgs(t, r, msgs)
 	require.NoError(t, <-done)
@@ -153,25 +141,29 @@ func TestReaderTCPChopped(t *testing.T) {
 		}
 		require.NoError(t, w.Flush())
 		go func() {
-			b := stream.Bytes()
-			for len(b) > 0 {
-				n := min(len(b), 1+rng.IntN(3000))
-				if _, err := c.Write(b[:n]); err != nil {
-					errs <- err
-					return
-				}
-				b = b[n:]
-				if rng.IntN(8) == 0 {
-					time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
-				}
-			}
-			errs <- nil
+			errs <- writeChopped(c, stream.Bytes(), rng, 3000, 8, func() time.Duration { return time.Duration(rng.IntN(200)) * time.Microsecond })
 		}()
 		go func() { errs <- readChopped(NewReader(s, true, false, DefaultReadBuffer, nil), msgs, uint64(conn)) }()
 	}
 	for range 2 * conns {
 		require.NoError(t, <-errs)
 	}
+}
+
+// writeChopped writes b to c in pieces of 1 to most octets, pausing for
+// pause() after one piece in every (at random).
+func writeChopped(c net.Conn, b []byte, rng *rand.Rand, most, every int, pause func() time.Duration) error {
+	for len(b) > 0 {
+		n := min(len(b), 1+rng.IntN(most))
+		if _, err := c.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+		if rng.IntN(every) == 0 {
+			time.Sleep(pause())
+		}
+	}
+	return nil
 }
 
 // readChopped reads msgs as verbs does: a Peek at the header's first
