@@ -111,10 +111,16 @@ func crc32cSingle(c uint32, p []byte) uint32
 func crc32cWords(c uint32, w0, w1 uint64) uint32
 
 // crc32cPrefix returns crc32cUpdate(crc, the 16 octets w0 and w1 hold
-// little-endian). Where a fused copy follows (crc32cCopyFused) it hashes
-// them from registers: octets just stored and loaded back as words of
-// another size stall the load until the stores retire.
-func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 { return ^crc32cWords(^crc, w0, w1) }
+// little-endian), from registers where the CPU has the crc32 instruction: a
+// caller that has just stored those octets would otherwise load them back
+// as words of another size, and the loads would stall until the stores
+// retire.
+func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 {
+	if !haveCRC32c {
+		return crc32cPrefixMem(crc, w0, w1)
+	}
+	return ^crc32cWords(^crc, w0, w1)
+}
 
 //go:noescape
 func crc32cTriple(c uint32, p []byte) uint32

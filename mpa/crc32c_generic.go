@@ -2,10 +2,7 @@
 
 package mpa
 
-import (
-	"encoding/binary"
-	"hash/crc32"
-)
+import "hash/crc32"
 
 func crc32cUpdate(crc uint32, p []byte) uint32 { return crc32.Update(crc, castagnoli, p) }
 
@@ -18,9 +15,4 @@ func crc32cCopy(crc uint32, dst, src []byte) uint32 {
 
 // crc32cPrefix returns crc32cUpdate(crc, the 16 octets w0 and w1 hold
 // little-endian).
-func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:], w0)
-	binary.LittleEndian.PutUint64(b[8:], w1)
-	return crc32cUpdate(crc, b[:])
-}
+func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 { return crc32cPrefixMem(crc, w0, w1) }
