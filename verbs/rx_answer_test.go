@@ -59,6 +59,14 @@ func TestRxAnswer(t *testing.T) {
 	require.Equal(t, answered, s.qp.txStats.answered.Load(), "a large Read is the transmit loop's")
 }
 
+// smallSendBuffers fills send queues: 8 KiB send buffers. The receive
+// buffers stay at 64 KiB: with 8 KiB ones, Linux on loopback offered a
+// window (a multiple of the 6060-octet receive MSS it had seen) below the
+// sender's 7070-octet segments, so the sender moved one window-sized
+// zero-window probe every 200 ms and a test of 16 MiB each way stalled for
+// its 20 s (1 run in 20-40 under the race detector).
+var smallSendBuffers = tcpx.Config{SendBuffer: 8 << 10, RecvBuffer: 64 << 10}
+
 // TestRxAnswerNeverBlocks: both ends Read small pieces of each other at
 // depth while each floods the other with large Writes through small socket
 // buffers, so that send queues are full most of the time. A receive loop
@@ -66,7 +74,7 @@ func TestRxAnswer(t *testing.T) {
 // it; everything must complete.
 func TestRxAnswerNeverBlocks(t *testing.T) {
 	checkRoutines(t)
-	small := ConnConfig{TCP: tcpx.Config{SendBuffer: 8 << 10, RecvBuffer: 8 << 10}}
+	small := ConnConfig{TCP: smallSendBuffers}
 	c, s := connect(t, pairOpts{client: small, server: small, cap: QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}, ird: 16, ord: 16})
 	defer c.qp.Close()
 	defer s.qp.Close()

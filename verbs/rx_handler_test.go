@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/goiwarp/iwarp/tcpx"
 )
 
 // The receive handler runs after each FPDU, sees what it placed, and can
@@ -60,14 +58,14 @@ func TestRxHandler(t *testing.T) {
 }
 
 // TestRxHandlerPostNeverBlocks: both ends post Writes from their receive
-// handlers, two for every FPDU that arrives, through 8 KiB socket buffers,
+// handlers, two for every FPDU that arrives, through 8 KiB send buffers,
 // so that both send queues fill while both receive goroutines run
 // handlers. A handler's post written on its receive goroutine into a full
 // send queue would wait for a peer whose receive goroutine waits the same
 // way; every Write must arrive.
 func TestRxHandlerPostNeverBlocks(t *testing.T) {
 	checkRoutines(t)
-	small := ConnConfig{TCP: tcpx.Config{SendBuffer: 8 << 10, RecvBuffer: 8 << 10}}
+	small := ConnConfig{TCP: smallSendBuffers}
 	c, s := connect(t, pairOpts{client: small, server: small, cap: QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	const writes, size = 600, 16 << 10
 	var got [2]atomic.Int32
