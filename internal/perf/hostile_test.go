@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,7 +128,9 @@ type attacker struct {
 	cfg verbs.ConnConfig
 	dev *verbs.Device
 
-	last *net.TCPConn // the socket of the last QP it dialled
+	// last is the socket of the last QP it dialled; TestServerBusy dials
+	// two at once.
+	last atomic.Pointer[net.TCPConn]
 }
 
 // newAttacker returns an attacker whose QPs dial through it, so that it
@@ -142,8 +145,8 @@ func newAttacker(t *testing.T, ctx context.Context, s *hostileServer, p *Params)
 		if err != nil {
 			return nil, err
 		}
-		a.last = c.(*net.TCPConn)
-		return a.last, nil
+		a.last.Store(c.(*net.TCPConn))
+		return c.(*net.TCPConn), nil
 	}
 	return a
 }
@@ -325,7 +328,7 @@ var hostileAttacks = []hostileAttack{
 	{"bad CRC after the hello", func(a *attacker) string {
 		c := a.native(7)
 		crc := c.qp.Params().CRC
-		_, err := a.last.Write(badFPDU())
+		_, err := a.last.Load().Write(badFPDU())
 		require.NoError(a.t, err)
 		switch {
 		case !crc:
@@ -347,7 +350,7 @@ var hostileAttacks = []hostileAttack{
 		a.xchg(c, perftest.Int(perftest.CacheLine))
 		a.xchg(c, perftest.MTU(perftest.MTUEnum1024))
 		a.xchg(c, make([]byte, perftest.DestLen))
-		_, err := a.last.Write(badFPDU())
+		_, err := a.last.Load().Write(badFPDU())
 		require.NoError(a.t, err)
 		return "control QP"
 	}},
