@@ -36,6 +36,12 @@ type Config struct {
 	// connecting, and Listen sets them on the listening socket, from which
 	// accepted sockets inherit them. Apply on an established connection
 	// cannot change the window scale.
+	//
+	// A receive buffer of a few segments can stall a stream: Linux offers a
+	// window rounded down to whole segments of the size it has received,
+	// and a sender whose next segment is larger then sends one window-sized
+	// probe per retransmission timeout (200 ms or more). On loopback, where
+	// segments reach 64 KiB, 8 KiB receive buffers did this; 64 KiB did not.
 	SendBuffer int
 	RecvBuffer int
 
