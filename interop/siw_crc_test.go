@@ -42,15 +42,19 @@ func siwBadCRC(t *testing.T, qp *verbs.QP, pcap string, stop func() int, fromSiw
 	return len(theirs) > 0 && len(ours) == 0
 }
 
-// badCRCRe picks the CRC check's verdict out of Wireshark's PDML.
-var badCRCRe = regexp.MustCompile(`showname="(CRC[^"]*Bad CRC32[^"]*)"`)
+// badCRCRe picks the CRC check's verdict out of Wireshark's PDML, frameRe
+// the packet's frame number.
+var (
+	badCRCRe = regexp.MustCompile(`showname="(CRC[^"]*Bad CRC32[^"]*)"`)
+	frameRe  = regexp.MustCompile(`name="frame.number"[^>]*show="(\d+)"`)
+)
 
 // badCRCs returns Wireshark's verdict on every FPDU matching filter whose
 // CRC is bad, with its frame number.
 func badCRCs(t *testing.T, pcap, filter string) []string {
 	var bad []string
 	for _, pkt := range strings.Split(tshark(t, pcap, "-Y", "iwarp_mpa.fpdu && ("+filter+")", "-T", "pdml"), "<packet>") {
-		frame := regexp.MustCompile(`name="frame.number"[^>]*show="(\d+)"`).FindStringSubmatch(pkt)
+		frame := frameRe.FindStringSubmatch(pkt)
 		for _, m := range badCRCRe.FindAllStringSubmatch(pkt, -1) {
 			if frame != nil {
 				bad = append(bad, "frame "+frame[1]+": "+m[1])

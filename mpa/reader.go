@@ -279,9 +279,7 @@ func (r *Reader) readWhole(dst []byte) {
 	} else {
 		copy(dst, src)
 	}
-	r.head += n
-	r.pos += uint64(n)
-	r.left -= n
+	r.advance(n)
 }
 
 // Whole returns the unread octets of the current ULPDU when the Reader
@@ -301,6 +299,11 @@ func (r *Reader) Consume(n int) {
 	if !r.whole || n > r.left {
 		panic("mpa: Consume beyond what Whole returned")
 	}
+	r.advance(n)
+}
+
+// advance consumes n buffered ULPDU octets.
+func (r *Reader) advance(n int) {
 	r.head += n
 	r.pos += uint64(n)
 	r.left -= n
