@@ -93,8 +93,13 @@ type QP struct {
 	sqExt          []sqeExt // allocated on first use (sqExtOf)
 	sqHead, sqTail uint64
 	sqNext         atomic.Uint64
-	sqFlushed      bool          // ERROR reached: new WRs flush at once
-	sqIdle         chan struct{} // closed when the SQ drains (Disconnect)
+	// sqPub is sqTail as the transmit loop reads it without sqMu, stored
+	// by posters (enqueue: every sqPubEvery WRs and when a post ends), so
+	// that the loop takes WRs while a poster is still filling a batch
+	// instead of waiting on sqMu for it (and then behind the poster).
+	sqPub     atomic.Uint64
+	sqFlushed bool          // ERROR reached: new WRs flush at once
+	sqIdle    chan struct{} // closed when the SQ drains (Disconnect)
 	// sqWritten: SQ entries below it were handed to TCP in full by a
 	// successful write; flushAll completes those that a write completes
 	// (txCompleted runs only when the transmit loop runs dry).

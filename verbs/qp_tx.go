@@ -32,7 +32,7 @@ type txState struct {
 	readMSN   uint32 // MSN of the last Read or Atomic Request (QN 1)
 	atomicMSN uint32 // MSN of the last Atomic Response (QN 3)
 
-	sqSeen uint64 // the SQ's sqTail when nextSQ last looked: entries below it are posted
+	sqSeen uint64 // the SQ's sqPub when nextSQ last looked: entries below it are posted
 
 	cur    *sqe   // SQ WR in progress
 	curIdx uint64 // its SQ index
@@ -357,9 +357,9 @@ func (qp *QP) txFill() (worked bool, err error) {
 }
 
 // nextSQ hands the transmit loop the next SQ entry, unless a fence or the
-// ORD holds it back. It takes sqMu only to see how far the posters have
-// got (sqTail) and for the entries that may be held back: a stream of
-// Writes or Sends costs one lock per batch of posts, not one per WR.
+// ORD holds it back. It sees how far the posters have got in sqPub and
+// takes sqMu only for the entries that may be held back: a stream of
+// Writes or Sends takes no lock here.
 func (qp *QP) nextSQ() (*sqe, uint64) {
 	if qp.peerFIN.Load() || qp.holdSQ.Load() {
 		return nil, 0 // the peer has closed (peerClosed), or we may not send first (holdFirst)
@@ -367,15 +367,12 @@ func (qp *QP) nextSQ() (*sqe, uint64) {
 	t := &qp.tx
 	idx := qp.sqNext.Load()
 	if idx >= t.sqSeen {
-		qp.sqMu.Lock()
-		t.sqSeen = qp.sqTail
-		qp.sqMu.Unlock()
-		if idx >= t.sqSeen {
+		if t.sqSeen = qp.sqPub.Load(); idx >= t.sqSeen {
 			return nil, 0
 		}
 	}
-	// The entry was filled before the poster unlocked sqMu, and we locked it
-	// after: its fields are ours to read.
+	// The entry was filled before the poster stored sqPub past it, and we
+	// loaded that after: its fields are ours to read.
 	e := &qp.sq[idx%uint64(len(qp.sq))]
 	if e.fence || e.op.responded() {
 		// Under sqMu, so that wakeHeld, which a completing Read calls after
