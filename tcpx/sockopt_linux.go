@@ -135,6 +135,7 @@ func statsFromInfo(ti *unix.TCPInfo) Stats {
 		Unacked:     ti.Unacked,
 		Lost:        ti.Lost,
 		Retransmits: ti.Total_retrans,
+		DataSegsOut: ti.Data_segs_out,
 
 		BytesSent:     ti.Bytes_sent,
 		BytesRetrans:  ti.Bytes_retrans,

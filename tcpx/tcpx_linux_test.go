@@ -323,6 +323,8 @@ func TestInfo(t *testing.T) {
 	require.Equal(t, uint64(1), ds.BytesReceived)
 	require.Equal(t, uint64(n), as.BytesReceived)
 	require.Equal(t, uint64(1), as.BytesSent)
+	require.Equal(t, uint32(1), as.DataSegsOut, "one write of one octet")
+	require.GreaterOrEqual(t, ds.DataSegsOut, uint32(n/65536), "1 MiB in segments of at most 64 KiB")
 	require.Contains(t, ds.String(), "rtt ")
 }
 
