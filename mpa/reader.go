@@ -293,6 +293,23 @@ func (r *Reader) Whole() []byte {
 	return r.buf[r.head : r.head+r.left]
 }
 
+// NextBuffered reports, between Finish and Next, whether the next FPDU is
+// in the buffer whole, CRC trailer included, so that Next and the reads of
+// its ULPDU will not wait for the stream. Always false with markers. A
+// receive loop uses it to hold back a reply while more requests are
+// already waiting (verbs' Read Responses).
+func (r *Reader) NextBuffered() bool {
+	if r.in || r.markers {
+		return false
+	}
+	k := r.tail - r.head
+	if k < LenFieldLen {
+		return false
+	}
+	n := int(binary.BigEndian.Uint16(r.buf[r.head:]))
+	return k >= LenFieldLen+n+PadLen(n)+CRCLen
+}
+
 // Consume consumes the first n octets of what Whole returned, as ReadFull
 // would, without copying them.
 func (r *Reader) Consume(n int) {
