@@ -34,6 +34,10 @@ type rxState struct {
 	readJob *readJob // that Read's ORD queue slot, from its response's first segment to its pop
 
 	sinceKick int // octets read since the loop last woke CQ waiters it held back (cq_mod.go)
+	// answerDue: Read or Atomic Responses were queued while more requests
+	// were buffered; rxAnswer sends them when the buffer runs out of whole
+	// FPDUs (rxAnswerDue), in one write.
+	answerDue bool
 
 	expectRTR    mpa.RTR // peer-to-peer responder: the RTR the first FPDU must be
 	rtrSeen      bool    // the current FPDU is that RTR: close rtrDone once it checked out
@@ -84,6 +88,10 @@ func (qp *QP) rxLoop() {
 		}
 		if err == nil {
 			err = qp.rxCommit()
+		}
+		if err == nil && x.answerDue && !x.r.NextBuffered() {
+			x.answerDue = false
+			qp.rxAnswer()
 		}
 		if err == nil {
 			if fn := qp.rxFn.Load(); fn != nil {
@@ -296,7 +304,7 @@ func (qp *QP) rxCommit() error {
 		x.readMSN++
 		qp.irdq.push(x.actJob)
 		x.actJob = readJob{}
-		qp.rxAnswer()
+		x.answerDue = true
 	case actRecvDone:
 		wc := x.actWC
 		x.recvOn = false
@@ -322,7 +330,7 @@ func (qp *QP) rxCommit() error {
 		x.actJob, x.actMem = readJob{}, nil
 		x.readMSN++
 		qp.irdq.push(j)
-		qp.rxAnswer()
+		x.answerDue = true
 	case actAtomicDone:
 		j := qp.ordq.front()
 		putOriginal(j.buf, rdmap.AtomicResponse(x.hdr[ddp.UntaggedHdrLen:x.hl]).Original())

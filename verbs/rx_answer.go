@@ -1,16 +1,19 @@
 package verbs
 
-// rxAnswer sends the Read or Atomic Response just queued from the receive
+// rxAnswer sends the Read and Atomic Responses queued from the receive
 // goroutine, when the transmit side is idle, instead of waking the
 // transmit goroutine: that hand-off is the half of a Read's round trip a
 // Write's does not have, and on a busy or virtual machine a goroutine
 // woken on another thread costs more than the rest of the round trip.
+// The receive loop calls it once the requests it has buffered are taken
+// (rxLoop, answerDue), so that a burst of small Reads is answered in one
+// write rather than one write each.
 //
 // A receive loop must never block on a write (two peers that each wait to
-// write until the other reads would wait forever), so it answers only a
-// Read of up to inlineTxMax octets, with a write that takes what the
-// socket has room for (tryFlush); the transmit loop sends the rest, and
-// answers anything larger.
+// write until the other reads would wait forever), so it answers only up
+// to inlineTxMax octets of Reads, with a write that takes what the socket
+// has room for (tryFlush); the transmit loop sends the rest, and answers
+// anything larger.
 func (qp *QP) rxAnswer() {
 	if !qp.rxAnswered() {
 		wake(qp.wake)
@@ -18,28 +21,37 @@ func (qp *QP) rxAnswer() {
 }
 
 func (qp *QP) rxAnswered() bool {
-	if qp.irdq.len() != 1 || !qp.txMu.TryLock() {
+	if qp.irdq.len() == 0 || !qp.txMu.TryLock() {
 		return false
 	}
 	defer qp.txMu.Unlock()
 	t := &qp.tx
-	j := qp.irdq.front() // nil if the transmit loop answered it since len
-	if j == nil || t.cur != nil || t.rr != nil || t.w.Buffered() > 0 || len(j.buf) > inlineTxMax ||
-		t.align != nil || qp.State() != StateRTS || qp.termPending() {
+	if t.cur != nil || t.rr != nil || t.w.Buffered() > 0 || t.align != nil || qp.State() != StateRTS || qp.termPending() {
 		return false
 	}
-	t.rr, t.rrOff = j, 0
-	err := qp.txReadResponse()
-	if err == nil {
+	n := 0
+	for {
+		j := qp.irdq.front() // nil once the queue is empty
+		if j == nil || n+len(j.buf) > inlineTxMax {
+			break
+		}
+		n += len(j.buf)
+		t.rr, t.rrOff = j, 0
+		if err := qp.txReadResponse(); err != nil {
+			qp.connLost(err) // before txMu is released, as in txLoop
+			return true
+		}
 		qp.txStats.answered.Add(1) // before the peer can see it
-		_, err = t.tryFlush()
 	}
-	if err != nil {
-		qp.connLost(err) // before txMu is released, as in txLoop
+	if t.w.Buffered() == 0 {
+		return false // the first was too large: the loop's
+	}
+	if _, err := t.tryFlush(); err != nil {
+		qp.connLost(err)
 		return true
 	}
 	if qp.txPending() {
-		return false // more to send (the SQ, or what the socket did not take): the loop's
+		return false // more to send (the SQ, a large Read, what the socket did not take): the loop's
 	}
 	t.w.Idle()
 	return true

@@ -130,3 +130,62 @@ func TestRxAnswerNeverBlocks(t *testing.T) {
 	require.Positive(t, ca+sa)
 	require.Less(t, ca+sa, uint64(4000))
 }
+
+// TestRxAnswerBurst: a burst of small Reads that reaches the responder in
+// one piece is answered by its receive loop in one write once the burst is
+// read, not in one write per Read (TCP's data segments tell). A large Read
+// in the middle of a second burst goes to the transmit loop, and the
+// responses keep their order: every Read lands whole and completes in order.
+func TestRxAnswerBurst(t *testing.T) {
+	checkRoutines(t)
+	const burst = 64
+	c, s := connect(t, pairOpts{ird: 2 * burst, ord: 2 * burst})
+	defer c.qp.Close()
+	defer s.qp.Close()
+	const size = 64
+	big := inlineTxMax + 1
+	src := s.regFilled(t, 2*burst*size+big, RemoteRead, 11)
+	dst := c.regMR(t, 2*burst*size+big, LocalWrite)
+	read := func(id uint64, off, n int) SendWR {
+		return SendWR{ID: id, Opcode: OpRDMARead, Flags: Signaled, SGL: []SGE{dst.SGE(off, n)},
+			RemoteAddr: src.Addr() + uint64(off), RKey: src.RKey()}
+	}
+	run := func(wrs []SendWR) {
+		t.Helper()
+		n, err := c.qp.PostSend(wrs...)
+		require.NoError(t, err)
+		require.Equal(t, len(wrs), n)
+		for _, w := range wrs {
+			wc := waitOK(t, c.scq, WCRDMARead)
+			require.Equal(t, w.ID, wc.ID, "Reads complete in order")
+		}
+	}
+
+	// The client's first Read goes out alone (its send queue was idle); the
+	// rest of the burst follows in one write, as the transmit loop takes it.
+	var wrs []SendWR
+	for i := range burst {
+		wrs = append(wrs, read(uint64(i), i*size, size))
+	}
+	before, err := s.qp.TCPInfo()
+	require.NoError(t, err)
+	run(wrs)
+	after, err := s.qp.TCPInfo()
+	require.NoError(t, err)
+	segs := after.DataSegsOut - before.DataSegsOut
+	t.Logf("%d small Reads answered in %d TCP segments", burst, segs)
+	require.LessOrEqual(t, segs, uint32(burst/8), "about one write per Read")
+
+	// Small, large, small: the large one is the transmit loop's, and the
+	// small ones after it wait for it.
+	wrs = wrs[:0]
+	for i := range burst {
+		off := burst*size + i*size
+		wrs = append(wrs, read(uint64(burst+i), off, size))
+		if i == burst/2 {
+			wrs = append(wrs, read(1<<20, 2*burst*size, big))
+		}
+	}
+	run(wrs)
+	requireSame(t, src.Buf(), dst.Buf())
+}
