@@ -126,23 +126,24 @@ func (qp *QP) PostSend(wrs ...SendWR) (int, error) {
 	if st == StateIdle {
 		return 0, fmt.Errorf("%w: PostSend on a QP in %s", ErrQPState, st)
 	}
-	n, wire, err := qp.enqueue(wrs)
+	n, wire, idle, err := qp.enqueue(wrs)
 	if n > 0 || err == ErrQueueFull {
-		qp.txInline(wire)
+		qp.txInline(wire, idle)
 	}
 	return n, err
 }
 
 // enqueue copies wrs into the SQ. wire is how many payload octets they put
-// on the wire (a Read or an atomic only its request) if the queue was idle,
-// for PostSend to judge whether it may transmit them itself; -1 if not.
-func (qp *QP) enqueue(wrs []SendWR) (n, wire int, err error) {
+// on the wire (a Read or an atomic only its request), and idle whether the
+// queue was idle, for PostSend to judge whether it may transmit them
+// itself.
+func (qp *QP) enqueue(wrs []SendWR) (n, wire int, idle bool, err error) {
 	qp.sqMu.Lock()
 	defer func() {
 		qp.sqPub.Store(qp.sqTail)
 		qp.sqMu.Unlock()
 	}()
-	idle := qp.sqNext.Load() == qp.sqTail
+	idle = qp.sqNext.Load() == qp.sqTail
 	for i := range wrs {
 		wr := &wrs[i]
 		if qp.sqFlushed {
@@ -150,10 +151,10 @@ func (qp *QP) enqueue(wrs []SendWR) (n, wire int, err error) {
 			continue
 		}
 		if qp.sqTail-qp.sqHead == uint64(len(qp.sq)) {
-			return i, -1, ErrQueueFull
+			return i, wire, false, ErrQueueFull
 		}
 		if err := qp.fill(qp.sqTail, wr); err != nil {
-			return i, -1, err
+			return i, wire, false, err
 		}
 		if e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]; !e.op.responded() {
 			wire += int(e.length)
@@ -163,10 +164,7 @@ func (qp *QP) enqueue(wrs []SendWR) (n, wire int, err error) {
 			qp.sqPub.Store(qp.sqTail)
 		}
 	}
-	if !idle || qp.sqFlushed {
-		wire = -1
-	}
-	return len(wrs), wire, nil
+	return len(wrs), wire, idle && !qp.sqFlushed, nil
 }
 
 // PostRegMR posts a fast registration (IBV_WR_REG_MR): when the WRs before

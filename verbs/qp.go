@@ -128,7 +128,12 @@ type QP struct {
 	finReq     atomic.Pointer[chan struct{}] // Disconnect asks for the FIN, closed once sent (txFIN)
 	rx         rxState                       // owned by the receive loop
 	rxFn       atomic.Pointer[func()]        // SetRxHandler's handler
-	rxHandling atomic.Bool                   // the receive goroutine is in rxFn: its posts must not wait (txInline)
+	rxHandling atomic.Uint32                 // the receive goroutine is in rxFn (rxInHandler, rxInBurst): its posts must not wait (txInline)
+	// Posts held while a handler ran in a burst (txInline), and their wire
+	// octets: the receive loop sends them when the burst is taken
+	// (rxSendHeld).
+	txHeld     atomic.Bool
+	txHeldWire atomic.Int64
 
 	// Queues between the loops.
 	irdq readQueue // peer's Read Requests: rx pushes, tx serves

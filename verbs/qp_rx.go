@@ -95,9 +95,16 @@ func (qp *QP) rxLoop() {
 		}
 		if err == nil {
 			if fn := qp.rxFn.Load(); fn != nil {
-				qp.rxHandling.Store(true)
+				in := uint32(rxInHandler)
+				if x.r.NextBuffered() {
+					in = rxInBurst
+				}
+				qp.rxHandling.Store(in)
 				(*fn)()
-				qp.rxHandling.Store(false)
+				qp.rxHandling.Store(0)
+			}
+			if qp.txHeld.Load() && !x.r.NextBuffered() {
+				qp.rxSendHeld()
 			}
 		}
 		if err == nil && x.rtrSeen {

@@ -246,7 +246,7 @@ const inlineTxMax = 16 << 10
 
 // txInline sends the WRs just posted to an idle SQ, wire payload octets,
 // from the caller's goroutine if the transmit loop is idle; otherwise it
-// wakes the loop (wire < 0: the queue was not idle).
+// wakes the loop (as when the queue was not idle).
 //
 // Only request/response traffic goes inline: when something arrived from the
 // peer since we last transmitted. A stream of posts is better left to the
@@ -259,14 +259,50 @@ const inlineTxMax = 16 << 10
 // other to read (TestRxHandlerPostNeverBlocks). A handler's post goes
 // inline only when nothing else is owed, so that framing it cannot fill
 // the Writer (whose Append would then wait to make room).
-func (qp *QP) txInline(wire int) {
+//
+// A handler's post while more FPDUs wait in the read buffer whole (a burst
+// of requests, each answered by the handler) is held: the receive loop
+// sends what was held once it has taken the burst (rxSendHeld), in one
+// write instead of one per request.
+func (qp *QP) txInline(wire int, idle bool) {
+	rx := qp.rxHandling.Load()
+	if rx == rxInBurst {
+		qp.txHeldWire.Add(int64(wire))
+		qp.txHeld.Store(true)
+		if qp.rxHandling.Load() == rxInBurst {
+			return // the receive loop sees txHeld after the handler
+		}
+		// The handler has returned since (a post from another
+		// goroutine): go on as if not held.
+		rx = 0
+	}
+	qp.txSend(wire, idle, rx != 0)
+}
+
+// Values of rxHandling: the receive goroutine runs the handler, with more
+// FPDUs buffered whole (rxInBurst) or not.
+const (
+	rxInHandler = 1
+	rxInBurst   = 2
+)
+
+// rxSendHeld sends the posts txInline held during a burst, from the
+// receive goroutine, as a handler's post would be.
+func (qp *QP) rxSendHeld() {
+	qp.txHeld.Store(false)
+	qp.txSend(int(qp.txHeldWire.Swap(0)), true, true)
+}
+
+// txSend is txInline's write: wire payload octets were posted, the SQ was
+// idle before them, and rx says the caller is the receive goroutine.
+func (qp *QP) txSend(wire int, idle, rx bool) {
 	// (tx.align is set before the loops start and never changes; its
 	// flushes may wait for TCP, which a poster should not.)
-	if wire < 0 || wire > inlineTxMax || qp.tx.align != nil || qp.rxSeen.Load() == qp.txRxSeen.Load() || !qp.txMu.TryLock() {
+	if !idle || wire > inlineTxMax || qp.tx.align != nil || qp.rxSeen.Load() == qp.txRxSeen.Load() || !qp.txMu.TryLock() {
 		wake(qp.wake)
 		return
 	}
-	if qp.rxHandling.Load() && !qp.rxMayWrite(wire) {
+	if rx && !qp.rxMayWrite(wire) {
 		qp.txMu.Unlock()
 		wake(qp.wake)
 		return
@@ -274,7 +310,18 @@ func (qp *QP) txInline(wire int) {
 	var err error
 	more := false
 	if qp.State() == StateRTS && !qp.termPending() {
-		_, err = qp.txRun(false)
+		if rx {
+			// The receive goroutine frames no more than about
+			// inlineTxMax, whatever else the SQ holds (another
+			// goroutine's post next to the held ones): the rest,
+			// a message half framed included, is the loop's.
+			batch := qp.tx.batch
+			qp.tx.batch = inlineTxMax
+			_, err = qp.txRun(false)
+			qp.tx.batch = batch
+		} else {
+			_, err = qp.txRun(false)
+		}
 		more = qp.txPending()
 	} else {
 		more = true

@@ -13,6 +13,10 @@ package verbs
 // out at once, on the same goroutine, with a write that never waits: what
 // the socket does not take, and anything else that could make the receive
 // goroutine wait for the socket, is handed to the transmit goroutine).
+// While more FPDUs are already buffered whole behind the one just handled
+// (a burst of requests), what the handler posts is held and goes out when
+// the burst is taken, in one write rather than one per request, as the
+// responses to a burst of RDMA Reads do.
 //
 // fn must not block or wait for the peer: nothing more arrives on this QP
 // while it runs. Nor may it Close or Disconnect the QP, which wait for this

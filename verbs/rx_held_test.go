@@ -1,0 +1,117 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRxHandlerBurst: a handler that answers each of a burst of Sends
+// which reached it in one piece has its answers held while more of the
+// burst is buffered, and sent in one write once the burst is taken (TCP's
+// data segments tell), not one write per answer. Every answer arrives, in
+// order.
+func TestRxHandlerBurst(t *testing.T) {
+	checkRoutines(t)
+	const burst = 64
+	c, s := connect(t, pairOpts{})
+	defer c.qp.Close()
+	defer s.qp.Close()
+	cb := c.regMR(t, burst*8, LocalWrite)
+	sb := s.regMR(t, burst*8, LocalWrite)
+	for i := range burst {
+		_, err := s.qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{sb.SGE(i*8, 8)}})
+		require.NoError(t, err)
+		_, err = c.qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{cb.SGE(i*8, 8)}})
+		require.NoError(t, err)
+	}
+	var wc [8]WC
+	var answer [8]byte
+	s.qp.SetRxHandler(func() {
+		for k := s.rcq.Poll(wc[:]); k > 0; k = s.rcq.Poll(wc[:]) {
+			for _, w := range wc[:k] {
+				// The answer: the request's 8 octets, plus one.
+				binary.LittleEndian.PutUint64(answer[:], binary.LittleEndian.Uint64(sb.Buf()[w.ID*8:])+1)
+				if _, err := s.qp.PostSend(SendWR{ID: w.ID, Opcode: OpSend, Flags: Inline, InlineData: answer[:]}); err != nil {
+					panic(err)
+				}
+			}
+		}
+	})
+	var wrs []SendWR
+	for i := range burst {
+		wrs = append(wrs, SendWR{Opcode: OpSend, Flags: Inline, InlineData: binary.LittleEndian.AppendUint64(nil, uint64(1000*i))})
+	}
+	before, err := s.qp.TCPInfo()
+	require.NoError(t, err)
+	_, err = c.qp.PostSend(wrs...)
+	require.NoError(t, err)
+	for i := range burst {
+		require.Equal(t, uint64(i), waitOK(t, c.rcq, WCRecv).ID)
+		require.Equal(t, uint64(1000*i+1), binary.LittleEndian.Uint64(cb.Buf()[i*8:]), "answer %d", i)
+	}
+	after, err := s.qp.TCPInfo()
+	require.NoError(t, err)
+	segs := after.DataSegsOut - before.DataSegsOut
+	t.Logf("%d answers in %d TCP segments", burst, segs)
+	require.LessOrEqual(t, segs, uint32(burst/8), "about one write per answer")
+}
+
+// TestRxSendCapped: what the receive goroutine sends of its held posts
+// (txSend for the receive goroutine) it frames up to about inlineTxMax,
+// whatever else the SQ holds: here a 1 MiB Write in FPDUs of 1448 octets,
+// which it copies, to a peer that does not read, through an 8 KiB send
+// buffer. Framing all of it would fill the Writer, whose next Append waits
+// for the socket, and the receive goroutine would wait for a peer that
+// may be waiting for it. It must return at once; the transmit loop sends
+// the rest once the peer reads again.
+func TestRxSendCapped(t *testing.T) {
+	checkRoutines(t)
+	cfg := ConnConfig{MaxFPDU: 1448, TCP: smallSendBuffers}
+	c, s := connect(t, pairOpts{client: cfg, server: cfg})
+	defer c.qp.Close()
+	defer s.qp.Close()
+	// Something arrives at the client (it answers only traffic from its
+	// peer), then the server's receive goroutine stops at its next FPDU.
+	rb := c.regMR(t, 8, LocalWrite)
+	_, err := c.qp.PostRecv(RecvWR{SGL: []SGE{rb.SGE(0, 8)}})
+	require.NoError(t, err)
+	_, err = s.qp.PostSend(SendWR{Opcode: OpSend, Flags: Inline, InlineData: []byte("go")})
+	require.NoError(t, err)
+	waitOK(t, c.rcq, WCRecv)
+	release := make(chan struct{})
+	s.qp.SetRxHandler(func() { <-release })
+
+	const n = 1 << 20
+	src := c.regFilled(t, n, 0, 9)
+	dst := s.regMR(t, n, LocalWrite|RemoteWrite)
+	// Queued without PostSend's own attempt, as another goroutine's post
+	// sits in the SQ next to held ones.
+	_, _, _, err = c.qp.enqueue([]SendWR{{Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, n)},
+		RemoteAddr: dst.Addr(), RKey: dst.RKey()}})
+	require.NoError(t, err)
+	returned := make(chan struct{})
+	go func() {
+		c.qp.txSend(0, true, true)
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("the receive goroutine's send waited for the socket")
+	}
+	s.qp.SetRxHandler(nil)
+	close(release) // the server reads again
+	waitOK(t, c.scq, WCRDMAWrite)
+	// A Send behind the Write: once it is in, the Write has landed.
+	sr := s.regMR(t, 8, LocalWrite)
+	_, err = s.qp.PostRecv(RecvWR{SGL: []SGE{sr.SGE(0, 8)}})
+	require.NoError(t, err)
+	_, err = c.qp.PostSend(SendWR{Opcode: OpSend, Flags: Inline, InlineData: []byte("done")})
+	require.NoError(t, err)
+	waitOK(t, s.rcq, WCRecv)
+	requireSame(t, src.Buf(), dst.Buf())
+}
