@@ -162,3 +162,16 @@ func withPD(cfg ConnConfig, pd []byte) ConnConfig {
 	cfg.PrivateData = pd
 	return cfg
 }
+
+// barrier sends a Send from one side to the other and waits for it to
+// arrive: what the sender posted before it (Writes) has landed, since it
+// arrived later on the same stream.
+func barrier(t *testing.T, from, to *side) {
+	t.Helper()
+	rb := to.regMR(t, 8, LocalWrite)
+	_, err := to.qp.PostRecv(RecvWR{SGL: []SGE{rb.SGE(0, 8)}})
+	require.NoError(t, err)
+	_, err = from.qp.PostSend(SendWR{Opcode: OpSend, Flags: Inline, InlineData: []byte("barrier")})
+	require.NoError(t, err)
+	waitOK(t, to.rcq, WCRecv)
+}
