@@ -75,12 +75,7 @@ func TestRxSendCapped(t *testing.T) {
 	defer s.qp.Close()
 	// Something arrives at the client (it answers only traffic from its
 	// peer), then the server's receive goroutine stops at its next FPDU.
-	rb := c.regMR(t, 8, LocalWrite)
-	_, err := c.qp.PostRecv(RecvWR{SGL: []SGE{rb.SGE(0, 8)}})
-	require.NoError(t, err)
-	_, err = s.qp.PostSend(SendWR{Opcode: OpSend, Flags: Inline, InlineData: []byte("go")})
-	require.NoError(t, err)
-	waitOK(t, c.rcq, WCRecv)
+	barrier(t, s, c)
 	release := make(chan struct{})
 	s.qp.SetRxHandler(func() { <-release })
 
@@ -89,7 +84,7 @@ func TestRxSendCapped(t *testing.T) {
 	dst := s.regMR(t, n, LocalWrite|RemoteWrite)
 	// Queued without PostSend's own attempt, as another goroutine's post
 	// sits in the SQ next to held ones.
-	_, _, _, err = c.qp.enqueue([]SendWR{{Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, n)},
+	_, _, _, err := c.qp.enqueue([]SendWR{{Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, n)},
 		RemoteAddr: dst.Addr(), RKey: dst.RKey()}})
 	require.NoError(t, err)
 	returned := make(chan struct{})
