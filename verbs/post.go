@@ -52,8 +52,9 @@ func (qp *QP) sqSlot(idx uint64) [][]byte {
 func (qp *QP) payload(e *sqe, idx uint64) [][]byte { return qp.sqSlot(idx)[:e.nseg] }
 
 // sqExtOf returns the sqeExt of SQ index idx, allocating the array on first
-// use. Called with sqMu held by the poster; the transmit loop, which takes
-// the entry later through nextSQ (under sqMu), sees the array.
+// use. Called with sqMu held by the poster, before it publishes the entry
+// (sqPub); the transmit loop, which takes the entry later through nextSQ,
+// sees the array.
 func (qp *QP) sqExtOf(idx uint64) *sqeExt {
 	if qp.sqExt == nil {
 		qp.sqExt = make([]sqeExt, len(qp.sq))

@@ -256,9 +256,9 @@ const inlineTxMax = 16 << 10
 // at once is left to the loop, as ibv_post_send never blocks. That matters
 // most for a receive handler's post, on the receive goroutine: two peers
 // whose handlers each waited on a full send queue would wait for each
-// other to read (TestRxHandlerPostNeverBlocks). A handler's post goes
-// inline only when nothing else is owed, so that framing it cannot fill
-// the Writer (whose Append would then wait to make room).
+// other to read (TestRxHandlerPostNeverBlocks). A post goes inline only
+// when nothing else is owed, half framed or queued, so that framing it
+// cannot fill the Writer (whose Append would then wait to make room).
 //
 // A handler's post while more FPDUs wait in the read buffer whole (a burst
 // of requests, each answered by the handler) is held: the receive loop
@@ -302,7 +302,10 @@ func (qp *QP) txSend(wire int, idle, rx bool) {
 		wake(qp.wake)
 		return
 	}
-	if rx && !qp.rxMayWrite(wire) {
+	// Nothing may be owed, half framed or queued in the Writer: carrying
+	// on with it could fill the Writer, whose Append then waits for the
+	// socket (a receive goroutine's send leaves a message half framed).
+	if qp.txOwed() || qp.tx.w.Buffered() > 0 {
 		qp.txMu.Unlock()
 		wake(qp.wake)
 		return
@@ -316,7 +319,7 @@ func (qp *QP) txSend(wire int, idle, rx bool) {
 			// goroutine's post next to the held ones): the rest,
 			// a message half framed included, is the loop's.
 			batch := qp.tx.batch
-			qp.tx.batch = inlineTxMax
+			qp.tx.batch = min(batch, inlineTxMax)
 			_, err = qp.txRun(false)
 			qp.tx.batch = batch
 		} else {
@@ -336,12 +339,6 @@ func (qp *QP) txSend(wire int, idle, rx bool) {
 	if more {
 		wake(qp.wake)
 	}
-}
-
-// rxMayWrite reports whether the receive goroutine may write wire payload
-// octets now without waiting (txMu held): see txInline.
-func (qp *QP) rxMayWrite(wire int) bool {
-	return wire <= inlineTxMax && !qp.txOwed() && qp.tx.w.Buffered() == 0
 }
 
 // txOwed reports whether a message is half written or a Read or Atomic

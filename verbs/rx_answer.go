@@ -29,17 +29,27 @@ func (qp *QP) rxAnswered() bool {
 	if t.cur != nil || t.rr != nil || t.w.Buffered() > 0 || t.align != nil || qp.State() != StateRTS || qp.termPending() {
 		return false
 	}
+	// Responses up to inlineTxMax octets of payload and of FPDUs (atomics
+	// and empty Reads have no payload), so that their framing can never
+	// fill the Writer, whose Append would then wait for the socket.
 	n := 0
-	for {
+	for t.w.Buffered() < inlineTxMax {
 		j := qp.irdq.front() // nil once the queue is empty
 		if j == nil || n+len(j.buf) > inlineTxMax {
 			break
 		}
 		n += len(j.buf)
 		t.rr, t.rrOff = j, 0
-		if err := qp.txReadResponse(); err != nil {
+		batch := t.batch
+		t.batch = max(batch, inlineTxMax) // the Response whole (batch is 1 with SegmentPerFPDU)
+		err := qp.txReadResponse()
+		t.batch = batch
+		if err != nil {
 			qp.connLost(err) // before txMu is released, as in txLoop
 			return true
+		}
+		if t.rr != nil {
+			break // not framed whole: the loop goes on with it
 		}
 		qp.txStats.answered.Add(1) // before the peer can see it
 	}

@@ -66,7 +66,8 @@ func TestRxHandlerBurst(t *testing.T) {
 // buffer. Framing all of it would fill the Writer, whose next Append waits
 // for the socket, and the receive goroutine would wait for a peer that
 // may be waiting for it. It must return at once; the transmit loop sends
-// the rest once the peer reads again.
+// the rest once the peer reads again. So must a poster's inline send that
+// finds the Write half framed.
 func TestRxSendCapped(t *testing.T) {
 	checkRoutines(t)
 	cfg := ConnConfig{MaxFPDU: 1448, TCP: smallSendBuffers}
@@ -87,17 +88,30 @@ func TestRxSendCapped(t *testing.T) {
 	_, _, _, err := c.qp.enqueue([]SendWR{{Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, n)},
 		RemoteAddr: dst.Addr(), RKey: dst.RKey()}})
 	require.NoError(t, err)
-	returned := make(chan struct{})
-	go func() {
-		c.qp.txSend(0, true, true)
-		close(returned)
-	}()
-	select {
-	case <-returned:
-	case <-time.After(5 * time.Second):
-		close(release)
-		t.Fatal("the receive goroutine's send waited for the socket")
+	returns := func(rx bool, what string) {
+		t.Helper()
+		returned := make(chan struct{})
+		go func() {
+			c.qp.txSend(0, true, rx)
+			close(returned)
+		}()
+		select {
+		case <-returned:
+		case <-time.After(5 * time.Second):
+			close(release)
+			t.Fatal(what + " waited for the socket")
+		}
 	}
+	// News from the peer (as if an FPDU had arrived): a send that answers
+	// traffic may go inline (the barrier's Send may already be answered
+	// by a round of the transmit loop).
+	c.qp.rxSeen.Add(1)
+	returns(true, "the receive goroutine's send")
+	// The Write is left half framed, and the transmit loop woken. A
+	// poster's inline send in the meantime, on news from the peer, must
+	// leave it to the loop too: carrying on with it would fill the Writer.
+	c.qp.rxSeen.Add(1)
+	returns(false, "a poster's inline send")
 	s.qp.SetRxHandler(nil)
 	close(release) // the server reads again
 	waitOK(t, c.scq, WCRDMAWrite)
