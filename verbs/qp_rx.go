@@ -35,8 +35,8 @@ type rxState struct {
 
 	sinceKick int // octets read since the loop last woke CQ waiters it held back (cq_mod.go)
 	// answerDue: Read or Atomic Responses were queued while more requests
-	// were buffered; rxAnswer sends them when the buffer runs out of whole
-	// FPDUs (rxAnswerDue), in one write.
+	// were buffered; rxLoop has rxAnswer send them when the buffer runs
+	// out of whole FPDUs, in one write.
 	answerDue bool
 
 	expectRTR    mpa.RTR // peer-to-peer responder: the RTR the first FPDU must be
