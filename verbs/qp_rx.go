@@ -89,21 +89,25 @@ func (qp *QP) rxLoop() {
 		if err == nil {
 			err = qp.rxCommit()
 		}
-		if err == nil && x.answerDue && !x.r.NextBuffered() {
-			x.answerDue = false
-			qp.rxAnswer()
-		}
 		if err == nil {
-			if fn := qp.rxFn.Load(); fn != nil {
+			// burst: more requests wait in the buffer whole, so answers
+			// wait for them (nothing below reads the stream: it holds).
+			fn := qp.rxFn.Load()
+			burst := (x.answerDue || fn != nil || qp.txHeld.Load()) && x.r.NextBuffered()
+			if x.answerDue && !burst {
+				x.answerDue = false
+				qp.rxAnswer()
+			}
+			if fn != nil {
 				in := uint32(rxInHandler)
-				if x.r.NextBuffered() {
+				if burst {
 					in = rxInBurst
 				}
 				qp.rxHandling.Store(in)
 				(*fn)()
 				qp.rxHandling.Store(0)
 			}
-			if qp.txHeld.Load() && !x.r.NextBuffered() {
+			if !burst && qp.txHeld.Load() {
 				qp.rxSendHeld()
 			}
 		}
