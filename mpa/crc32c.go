@@ -24,3 +24,12 @@ func crc32cPrefixMem(crc uint32, w0, w1 uint64) uint32 {
 	binary.LittleEndian.PutUint64(b[8:], w1)
 	return crc32cUpdate(crc, b[:])
 }
+
+// crc32cPrefix20Mem is crc32cPrefix20 through memory.
+func crc32cPrefix20Mem(crc uint32, w0, w1 uint64, w2 uint32) uint32 {
+	var b [20]byte
+	binary.LittleEndian.PutUint64(b[:], w0)
+	binary.LittleEndian.PutUint64(b[8:], w1)
+	binary.LittleEndian.PutUint32(b[16:], w2)
+	return crc32cUpdate(crc, b[:])
+}

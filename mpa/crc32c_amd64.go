@@ -122,6 +122,19 @@ func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 {
 	return ^crc32cWords(^crc, w0, w1)
 }
 
+// crc32cWords20 is crc32cSingle of the 20 octets w0, w1 and w2 hold
+// little-endian.
+func crc32cWords20(c uint32, w0, w1 uint64, w2 uint32) uint32
+
+// crc32cPrefix20 is crc32cPrefix of 20 octets: an untagged header's FPDU
+// prefix.
+func crc32cPrefix20(crc uint32, w0, w1 uint64, w2 uint32) uint32 {
+	if !haveCRC32c {
+		return crc32cPrefix20Mem(crc, w0, w1, w2)
+	}
+	return ^crc32cWords20(^crc, w0, w1, w2)
+}
+
 //go:noescape
 func crc32cTriple(c uint32, p []byte) uint32
 

@@ -415,3 +415,15 @@ TEXT ·crc32cWords(SB), NOSPLIT, $0-28
 	CRC32Q CX, AX
 	MOVL   AX, ret+24(FP)
 	RET
+
+// func crc32cWords20(c uint32, w0, w1 uint64, w2 uint32) uint32
+TEXT ·crc32cWords20(SB), NOSPLIT, $0-36
+	MOVL   c+0(FP), AX
+	MOVQ   w0+8(FP), BX
+	MOVQ   w1+16(FP), CX
+	MOVL   w2+24(FP), DX
+	CRC32Q BX, AX
+	CRC32Q CX, AX
+	CRC32L DX, AX
+	MOVL   AX, ret+32(FP)
+	RET

@@ -10,15 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// FPDUs written with every header length around the tagged one (whose
-// length field and header the Writer hashes from registers ahead of a fused
+// FPDUs written with every header length around the tagged and untagged
+// ones (whose length field and header the Writer hashes from registers ahead of a fused
 // payload) and payloads in one to three pieces around fuseMin come out as
 // RFC 5044 has them, checked against hash/crc32 octet by octet.
 func TestWriterPrefixFPDUs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	for round := range 400 {
-		hdr := make([]byte, []int{0, 13, 14, 15, 18, 28}[round%6])
+		hdr := make([]byte, []int{0, 13, 14, 15, 17, 18, 19, 28}[round%8])
 		for i := range hdr {
 			hdr[i] = byte(rng.Uint32())
 		}
@@ -49,8 +49,9 @@ func TestWriterPrefixFPDUs(t *testing.T) {
 	}
 }
 
-// crc32cPrefix, from registers, and crc32cPrefixMem, through memory, give
-// hash/crc32's CRC of the 16 octets the two words hold, from any CRC.
+// crc32cPrefix and crc32cPrefix20, from registers, and their Mem forms,
+// through memory, give hash/crc32's CRC of the 16 or 20 octets the words
+// hold, from any CRC.
 func TestCRC32cPrefix(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
@@ -60,5 +61,11 @@ func TestCRC32cPrefix(t *testing.T) {
 		want := crc32.Update(crc, castagnoli, b)
 		require.Equal(t, want, crc32cPrefix(crc, w0, w1))
 		require.Equal(t, want, crc32cPrefixMem(crc, w0, w1))
+
+		w2 := rng.Uint32()
+		b = binary.LittleEndian.AppendUint32(b, w2)
+		want = crc32.Update(crc, castagnoli, b)
+		require.Equal(t, want, crc32cPrefix20(crc, w0, w1, w2))
+		require.Equal(t, want, crc32cPrefix20Mem(crc, w0, w1, w2))
 	}
 }

@@ -197,7 +197,9 @@ func (w *Writer) appendCopied(hdr []byte, payload [][]byte, n, total int) {
 	f := w.arena[a:]
 	var c uint32
 	var k, from int // f[from:k] is not in c yet
-	if len(hdr) == prefixHdr && w.crc && crc32cCopyFused && len(payload) > 0 && len(payload[0]) >= fuseMin {
+	fused := w.crc && crc32cCopyFused && len(payload) > 0 && len(payload[0]) >= fuseMin
+	switch {
+	case fused && len(hdr) == prefixHdr:
 		// A tagged header (length field and header: two words) ahead of a
 		// payload the fused copy takes: its CRC from registers, not from
 		// the octets just stored.
@@ -206,7 +208,16 @@ func (w *Writer) appendCopied(hdr []byte, payload [][]byte, n, total int) {
 		binary.LittleEndian.PutUint64(f, w0)
 		binary.LittleEndian.PutUint64(f[8:], w1)
 		c, k, from = crc32cPrefix(0, w0, w1), LenFieldLen+prefixHdr, LenFieldLen+prefixHdr
-	} else {
+	case fused && len(hdr) == prefixHdr20:
+		// An untagged header (a Send's): two words and a half.
+		w0 := uint64(bits.ReverseBytes16(uint16(n))) | binary.LittleEndian.Uint64(hdr)<<16
+		w1 := binary.LittleEndian.Uint64(hdr[6:])
+		w2 := binary.LittleEndian.Uint32(hdr[14:])
+		binary.LittleEndian.PutUint64(f, w0)
+		binary.LittleEndian.PutUint64(f[8:], w1)
+		binary.LittleEndian.PutUint32(f[16:], w2)
+		c, k, from = crc32cPrefix20(0, w0, w1, w2), LenFieldLen+prefixHdr20, LenFieldLen+prefixHdr20
+	default:
 		binary.BigEndian.PutUint16(f, uint16(n))
 		k = LenFieldLen + copy(f[LenFieldLen:], hdr)
 	}
@@ -234,8 +245,12 @@ func (w *Writer) appendCopied(hdr []byte, payload [][]byte, n, total int) {
 }
 
 // prefixHdr is the header length whose FPDU prefix (length field and
-// header) is two 8-octet words: DDP's tagged header.
-const prefixHdr = 14
+// header) is two 8-octet words: DDP's tagged header. prefixHdr20's prefix
+// is two words and a 4-octet one: DDP's untagged header.
+const (
+	prefixHdr   = 14
+	prefixHdr20 = 18
+)
 
 // EndsAtMarker reports whether an FPDU with a ULPDU of n octets, appended
 // next, would end exactly where a marker is due. RFC 5044 section 4.3 puts
