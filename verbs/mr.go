@@ -310,6 +310,11 @@ func (d *Device) check(stag uint32, pd *PD, need Access, to uint64, n int) ([]by
 	if mr == nil {
 		return nil, nil, accessSTag
 	}
+	return checkBinding(mr, b, pd, need, to, n)
+}
+
+// checkBinding is check's rest for the region and binding an STag named.
+func checkBinding(mr *MR, b *binding, pd *PD, need Access, to uint64, n int) ([]byte, *MR, accessErr) {
 	if mr.pd != pd {
 		return nil, mr, accessPD
 	}
@@ -334,4 +339,28 @@ func (pd *PD) localSlice(sge SGE, need Access) ([]byte, error) {
 		return nil, fmt.Errorf("%w: lkey %#x addr %#x len %d", ErrLocalProt, sge.LKey, sge.Addr, sge.Length)
 	}
 	return b, nil
+}
+
+// stagCache is a receive loop's memory of the last STag a tagged segment
+// named, so that a stream of Writes into one region skips the table: three
+// dependent loads, often from outside the L1 cache, which the kernel's
+// copies keep clearing. The binding is current while the region still
+// holds it: every change (invalidation, fast registration,
+// deregistration) stores a new one.
+type stagCache struct {
+	stag uint32
+	mr   *MR
+	b    *binding
+}
+
+// check is Device.check through the cache.
+func (c *stagCache) check(d *Device, stag uint32, pd *PD, need Access, to uint64, n int) ([]byte, *MR, accessErr) {
+	mr, b := c.mr, c.b
+	if mr == nil || c.stag != stag || mr.b.Load() != b {
+		if mr, b = d.lookup(stag); mr == nil {
+			return nil, nil, accessSTag
+		}
+		c.stag, c.mr, c.b = stag, mr, b
+	}
+	return checkBinding(mr, b, pd, need, to, n)
 }

@@ -33,6 +33,8 @@ type rxState struct {
 	readOff uint32   // octets of the oldest outstanding Read placed so far
 	readJob *readJob // that Read's ORD queue slot, from its response's first segment to its pop
 
+	stags stagCache // the region of the last RDMA Write
+
 	sinceKick int // octets read since the loop last woke CQ waiters it held back (cq_mod.go)
 	// answerDue: Read or Atomic Responses were queued while more requests
 	// were buffered; rxLoop has rxAnswer send them when the buffer runs

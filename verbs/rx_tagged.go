@@ -34,7 +34,7 @@ func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
 		// placed: siw's zero-length RTR Write carries a dummy STag.
 		return nil
 	}
-	dst, mr, e := qp.dev.check(h.STag(), qp.pd, RemoteWrite, h.TO(), n)
+	dst, mr, e := qp.rx.stags.check(qp.dev, h.STag(), qp.pd, RemoteWrite, h.TO(), n)
 	if e != accessOK {
 		return taggedErr(e, h.STag(), h.TO(), n)
 	}

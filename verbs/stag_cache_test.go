@@ -1,0 +1,88 @@
+package verbs
+
+import (
+	"time"
+
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The receive loop remembers the region of the last RDMA Write (stagCache).
+// A change to that region after a Write through it must be seen by the
+// next Write: re-registered under a new key, the old key is refused; a
+// second Write with the new key lands in the new buffer; deregistered, its
+// STag is refused with the Terminate RFC 5041 prescribes.
+func TestSTagCacheFollowsBinding(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{})
+	src := c.regFilled(t, 64, 0, 9)
+	write := func(id uint64, addr uint64, rkey uint32) {
+		t.Helper()
+		_, err := c.qp.PostSend(SendWR{ID: id, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 64)}, RemoteAddr: addr, RKey: rkey})
+		require.NoError(t, err)
+		waitOK(t, c.scq, WCRDMAWrite)
+	}
+
+	// A fast-registered region, written twice (the second through the
+	// cache), then bound to another buffer under a new key.
+	fmr, err := s.pd.AllocMR()
+	require.NoError(t, err)
+	buf1, buf2 := make([]byte, 64), make([]byte, 64)
+	k1, err := s.qp.PostRegMR(1, Signaled, fmr, buf1, LocalWrite|RemoteWrite)
+	require.NoError(t, err)
+	waitOK(t, s.scq, WCRegMR)
+	write(1, fmr.Addr(), k1)
+	write(2, fmr.Addr(), k1)
+	barrier(t, c, s)
+	requireSame(t, src.Buf(), buf1)
+
+	k2, err := s.qp.PostRegMR(2, Signaled, fmr, buf2, LocalWrite|RemoteWrite)
+	require.NoError(t, err)
+	waitOK(t, s.scq, WCRegMR)
+	write(3, fmr.Addr(), k2)
+	barrier(t, c, s)
+	requireSame(t, src.Buf(), buf2)
+
+	// A plain region the cache holds, deregistered: its STag is dead.
+	mr := s.regMR(t, 64, LocalWrite|RemoteWrite)
+	write(4, mr.Addr(), mr.RKey())
+	barrier(t, c, s)
+	requireSame(t, src.Buf(), mr.Buf())
+	require.NoError(t, mr.Dereg())
+	write(5, mr.Addr(), mr.RKey()) // completes when handed to TCP
+	waitDone(t, s.qp, 10*time.Second)
+	var te *TerminateError
+	require.ErrorAs(t, s.qp.Err(), &te)
+	require.Equal(t, "DDP tagged buffer error: invalid STag", te.Terminate.Cause().String())
+	waitDone(t, c.qp, 10*time.Second)
+	require.ErrorAs(t, c.qp.Err(), &te)
+	require.True(t, te.Remote)
+}
+
+// The old key of a re-registered region is refused although the cache
+// last saw it: the region's binding changed under it.
+func TestSTagCacheOldKeyRefused(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{})
+	src := c.regFilled(t, 64, 0, 3)
+	fmr, err := s.pd.AllocMR()
+	require.NoError(t, err)
+	k1, err := s.qp.PostRegMR(1, Signaled, fmr, make([]byte, 64), LocalWrite|RemoteWrite)
+	require.NoError(t, err)
+	waitOK(t, s.scq, WCRegMR)
+	_, err = c.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 64)}, RemoteAddr: fmr.Addr(), RKey: k1})
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCRDMAWrite)
+	barrier(t, c, s)
+	k2, err := s.qp.PostRegMR(2, Signaled, fmr, make([]byte, 64), LocalWrite|RemoteWrite)
+	require.NoError(t, err)
+	require.NotEqual(t, k1, k2)
+	waitOK(t, s.scq, WCRegMR)
+	_, err = c.qp.PostSend(SendWR{ID: 2, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 64)}, RemoteAddr: fmr.Addr(), RKey: k1})
+	require.NoError(t, err)
+	waitDone(t, s.qp, 10*time.Second)
+	var te *TerminateError
+	require.ErrorAs(t, s.qp.Err(), &te)
+	require.Equal(t, "DDP tagged buffer error: invalid STag", te.Terminate.Cause().String())
+}
