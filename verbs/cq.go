@@ -19,6 +19,7 @@ type CQ struct {
 	err     error
 	solSeq  uint64        // counts solicited and error completions
 	notify  chan struct{} // capacity 1: something was added
+	waiters atomic.Int32  // goroutines in Wait: add wakes notify only for them
 	solWait chan struct{} // capacity 1: a solicited or error completion was added
 
 	// Moderation (cq_mod.go), under mu but for owed.
@@ -76,12 +77,18 @@ func (cq *CQ) Err() error {
 // completions are queued; which of them Polls them is theirs to settle (a
 // completion is polled once). PollWait is the usual way to use it.
 func (cq *CQ) Wait(ctx context.Context) error {
+	// Counted before n is read: an add after that read sees the count
+	// (its load follows our increment, through mu) and wakes us.
+	cq.waiters.Add(1)
+	defer cq.waiters.Add(-1)
 	for {
 		cq.mu.Lock()
 		n, err := cq.n, cq.err
 		cq.mu.Unlock()
 		if n > 0 {
-			wake(cq.notify) // pass the news on to the next waiter
+			if cq.waiters.Load() > 1 {
+				wake(cq.notify) // pass the news on to the next waiter
+			}
 			return nil
 		}
 		if err != nil {
@@ -181,7 +188,11 @@ func (cq *CQ) add(wc WC, mayHold bool) bool {
 		cq.owed.Store(false)
 	}
 	cq.mu.Unlock()
-	wake(cq.notify)
+	if cq.waiters.Load() > 0 {
+		// A channel send locks the channel: a CQ that is polled, never
+		// waited on (a latency loop, a busy poller), skips it.
+		wake(cq.notify)
+	}
 	if sol {
 		wake(cq.solWait)
 	}

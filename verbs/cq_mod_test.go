@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ func TestCQModerationRule(t *testing.T) {
 	require.ErrorIs(t, cq.SetModeration(0), ErrInvalidArg)
 	require.ErrorIs(t, cq.SetModeration(65), ErrInvalidArg)
 	require.NoError(t, cq.SetModeration(4))
+	cq.waiters.Add(1) // as if a goroutine were in Wait
 
 	for i := range 3 {
 		require.True(t, cq.add(WC{ID: uint64(i)}, true))
@@ -69,6 +71,37 @@ func TestCQModerationRule(t *testing.T) {
 	require.NoError(t, cq.SetModeration(1))
 	require.True(t, cq.add(WC{ID: 10}, true))
 	require.True(t, woken(cq), "count 1: every completion wakes")
+	drainWake(cq)
+
+	cq.waiters.Add(-1)
+	require.True(t, cq.add(WC{ID: 11}, false))
+	require.False(t, woken(cq), "nobody waits: no wake-up to send")
+}
+
+// A completion added while a goroutine is about to wait, or waits, ends
+// its Wait; one added before it waits is found by it. Many rounds, with
+// the adds racing the waits, so that a wake-up lost between Wait's look at
+// the ring and its sleep would hang a round.
+func TestCQWaitNeverMissesAdd(t *testing.T) {
+	d := openDev(DeviceAttr{})
+	cq, err := d.CreateCQ(4)
+	require.NoError(t, err)
+	wcs := make([]WC, 4)
+	for i := range 20000 {
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := cq.PollWait(ctx, wcs)
+			done <- err
+		}()
+		if i%2 == 0 {
+			runtime.Gosched()
+		}
+		require.True(t, cq.add(WC{ID: uint64(i)}, false))
+		require.NoError(t, <-done, "round %d", i)
+	}
+	require.Zero(t, cq.waiters.Load())
 }
 
 // Over TCP, a moderated CQ never keeps a waiter from a completion its

@@ -335,16 +335,28 @@ func checkBinding(mr *MR, b *binding, pd *PD, need Access, to uint64, n int) ([]
 // localSlice resolves an SGE against the local STag table.
 func (pd *PD) localSlice(sge SGE, need Access) ([]byte, error) {
 	b, _, e := pd.dev.check(sge.LKey, pd, need, sge.Addr, int(sge.Length))
+	return localResult(b, e, sge)
+}
+
+// localSlice is PD.localSlice through the cache (a queue's, under the
+// queue's lock).
+func (c *stagCache) localSlice(pd *PD, sge SGE, need Access) ([]byte, error) {
+	b, _, e := c.check(pd.dev, sge.LKey, pd, need, sge.Addr, int(sge.Length))
+	return localResult(b, e, sge)
+}
+
+func localResult(b []byte, e accessErr, sge SGE) ([]byte, error) {
 	if e != accessOK {
 		return nil, fmt.Errorf("%w: lkey %#x addr %#x len %d", ErrLocalProt, sge.LKey, sge.Addr, sge.Length)
 	}
 	return b, nil
 }
 
-// stagCache is a receive loop's memory of the last STag a tagged segment
-// named, so that a stream of Writes into one region skips the table: three
-// dependent loads, often from outside the L1 cache, which the kernel's
-// copies keep clearing. The binding is current while the region still
+// stagCache is a memory of the last STag looked up, so that a stream of
+// Writes into one region (the receive loop's), or of WRs from one region
+// (a send or receive queue's), skips the table: three dependent loads,
+// often from outside the L1 cache, which the kernel's copies keep
+// clearing. The binding is current while the region still
 // holds it: every change (invalidation, fast registration,
 // deregistration) stores a new one.
 type stagCache struct {

@@ -241,7 +241,7 @@ func (qp *QP) fill(idx uint64, wr *SendWR) error {
 		if wr.RemoteAddr%8 != 0 {
 			return fmt.Errorf("%w: atomic target %#x not 64-bit aligned", ErrInvalidArg, wr.RemoteAddr)
 		}
-		b, err := qp.pd.localSlice(wr.SGL[0], LocalWrite)
+		b, err := qp.sqStags.localSlice(qp.pd, wr.SGL[0], LocalWrite)
 		if err != nil {
 			return err
 		}
@@ -263,7 +263,7 @@ func (qp *QP) fill(idx uint64, wr *SendWR) error {
 		}
 		total := 0
 		for _, sge := range wr.SGL {
-			b, err := qp.pd.localSlice(sge, 0)
+			b, err := qp.sqStags.localSlice(qp.pd, sge, 0)
 			if err != nil {
 				return err
 			}
@@ -285,7 +285,7 @@ func (qp *QP) fill(idx uint64, wr *SendWR) error {
 		if len(wr.SGL) != 1 {
 			return fmt.Errorf("%w: RDMA Read takes exactly 1 sink SGE, got %d", ErrTooManySGE, len(wr.SGL))
 		}
-		b, err := qp.pd.localSlice(wr.SGL[0], LocalWrite)
+		b, err := qp.sqStags.localSlice(qp.pd, wr.SGL[0], LocalWrite)
 		if err != nil {
 			return err
 		}
@@ -326,6 +326,7 @@ type recvQueue struct {
 	head, tail uint64
 	maxSGE     int
 	flushed    bool
+	stags      stagCache // under mu
 }
 
 func (q *recvQueue) init(n, maxSGE int) {
@@ -360,7 +361,7 @@ func (q *recvQueue) post(pd *PD, wrs []RecvWR, flushCQ *CQ, qp *QP) (int, error)
 		segs := q.slot(q.tail)
 		n := 0
 		for _, sge := range wr.SGL {
-			b, err := pd.localSlice(sge, LocalWrite)
+			b, err := q.stags.localSlice(pd, sge, LocalWrite)
 			if err != nil {
 				clear(segs)
 				return i, err

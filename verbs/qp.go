@@ -99,6 +99,7 @@ type QP struct {
 	// instead of waiting on sqMu for it (and then behind the poster).
 	sqPub     atomic.Uint64
 	sqFlushed bool          // ERROR reached: new WRs flush at once
+	sqStags   stagCache     // the posters' last local region, under sqMu
 	sqIdle    chan struct{} // closed when the SQ drains (Disconnect)
 	// sqWritten: SQ entries below it were handed to TCP in full by a
 	// successful write; flushAll completes those that a write completes

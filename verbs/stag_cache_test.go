@@ -86,3 +86,49 @@ func TestSTagCacheOldKeyRefused(t *testing.T) {
 	require.ErrorAs(t, s.qp.Err(), &te)
 	require.Equal(t, "DDP tagged buffer error: invalid STag", te.Terminate.Cause().String())
 }
+
+// The send and receive queues remember the last local region posted from
+// (stagCache) too: a deregistered region's key is refused at the next post
+// from that queue, as are rights the region lacks, and a region
+// re-registered under a new key is reached by the new key only.
+func TestSTagCacheLocalKeys(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{ird: 4, ord: 4})
+	src := s.regFilled(t, 64, RemoteRead, 1)
+	dst := s.regMR(t, 64, LocalWrite|RemoteWrite)
+	ro := c.regMR(t, 64, 0) // no local write: a send source, never a sink
+	_, err := c.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{ro.SGE(0, 64)},
+		RemoteAddr: dst.Addr(), RKey: dst.RKey()}) // the SQ's cache now holds ro
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCRDMAWrite)
+	_, err = c.qp.PostSend(SendWR{ID: 2, Opcode: OpRDMARead, Flags: Signaled, SGL: []SGE{ro.SGE(0, 64)}, RemoteAddr: src.Addr(), RKey: src.RKey()})
+	require.ErrorIs(t, err, ErrLocalProt, "a Read into a region without local write")
+	_, err = c.qp.PostRecv(RecvWR{ID: 3, SGL: []SGE{ro.SGE(0, 64)}})
+	require.ErrorIs(t, err, ErrLocalProt, "a receive into a region without local write")
+
+	rb := c.regMR(t, 64, LocalWrite)
+	_, err = c.qp.PostRecv(RecvWR{ID: 4, SGL: []SGE{rb.SGE(0, 32)}}) // the RQ's cache now holds rb
+	require.NoError(t, err)
+	key := rb.LKey()
+	require.NoError(t, rb.Dereg())
+	_, err = c.qp.PostRecv(RecvWR{ID: 5, SGL: []SGE{{Addr: rb.Addr(), Length: 32, LKey: key}}})
+	require.ErrorIs(t, err, ErrLocalProt, "a receive into a deregistered region")
+	_, err = c.qp.PostSend(SendWR{ID: 6, Opcode: OpSend, SGL: []SGE{{Addr: rb.Addr(), Length: 32, LKey: key}}})
+	require.ErrorIs(t, err, ErrLocalProt, "a Send from a deregistered region")
+
+	fmr, err := c.pd.AllocMR()
+	require.NoError(t, err)
+	buf := make([]byte, 64)
+	k1, err := c.qp.PostRegMR(7, Signaled, fmr, buf, LocalWrite)
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCRegMR)
+	_, err = c.qp.PostRecv(RecvWR{ID: 8, SGL: []SGE{{Addr: fmr.Addr(), Length: 64, LKey: k1}}})
+	require.NoError(t, err)
+	k2, err := c.qp.PostRegMR(9, Signaled, fmr, buf, LocalWrite)
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCRegMR)
+	_, err = c.qp.PostRecv(RecvWR{ID: 10, SGL: []SGE{{Addr: fmr.Addr(), Length: 64, LKey: k1}}})
+	require.ErrorIs(t, err, ErrLocalProt, "the key of the registration before")
+	_, err = c.qp.PostRecv(RecvWR{ID: 11, SGL: []SGE{{Addr: fmr.Addr(), Length: 64, LKey: k2}}})
+	require.NoError(t, err)
+}
