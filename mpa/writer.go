@@ -43,6 +43,7 @@ type Writer struct {
 	written   uint64  // octets written by successful Flushes
 	scratch   [8]byte // length field, marker and trailer octets on their way into the arena
 	one       [1][]byte
+	hdrWords  [24]byte // AppendWords' header, when it takes AppendV's path
 
 	raw      syscall.RawConn // the socket, for TryFlush; nil on other streams
 	rawFn    func(uintptr) bool

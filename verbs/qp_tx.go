@@ -446,6 +446,25 @@ func (t *txState) append(hdr, payload []byte) error {
 	return err
 }
 
+// appendWords is append with the header as words (mpa.Writer.AppendWords).
+func (t *txState) appendWords(hdrLen int, w0, w1, w2 uint64, payload []byte) error {
+	q, w := t.flushTo, t.w.Written()
+	t.fpdus++
+	err := t.w.AppendWords(hdrLen, w0, w1, w2, payload)
+	if t.w.Written() != w {
+		t.writtenTo = q
+	}
+	return err
+}
+
+// onePiece returns a gather list of at most one piece as that piece.
+func onePiece(p [][]byte) []byte {
+	if len(p) == 0 {
+		return nil
+	}
+	return p[0]
+}
+
 // appendV is append with a gather list.
 func (t *txState) appendV(hdr []byte, payload [][]byte) error {
 	q, w := t.flushTo, t.w.Written()
@@ -525,8 +544,15 @@ func (qp *QP) txSQ() error {
 		for t.w.Buffered() < t.batch {
 			p, n := t.segment(qp.payload(e, t.curIdx), t.curOff, qp.mulpdu, ddp.UntaggedHdrLen)
 			last := t.curOff+n == int(e.length)
-			h := ddp.AppendUntagged(t.hdr[:0], last, rdmap.Ctrl(op), e.invKey, rdmap.QNSend, t.curMSN, uint32(t.curOff))
-			if err := t.appendV(h, p); err != nil {
+			var err error
+			if len(p) <= 1 {
+				w0, w1, w2 := ddp.UntaggedWords(last, rdmap.Ctrl(op), e.invKey, rdmap.QNSend, t.curMSN, uint32(t.curOff))
+				err = t.appendWords(ddp.UntaggedHdrLen, w0, w1, w2, onePiece(p))
+			} else {
+				h := ddp.AppendUntagged(t.hdr[:0], last, rdmap.Ctrl(op), e.invKey, rdmap.QNSend, t.curMSN, uint32(t.curOff))
+				err = t.appendV(h, p)
+			}
+			if err != nil {
 				return err
 			}
 			t.curOff += n
@@ -539,8 +565,15 @@ func (qp *QP) txSQ() error {
 		for t.w.Buffered() < t.batch {
 			p, n := t.segment(qp.payload(e, t.curIdx), t.curOff, qp.mulpdu, ddp.TaggedHdrLen)
 			last := t.curOff+n == int(e.length)
-			h := ddp.AppendTagged(t.hdr[:0], last, rdmap.Ctrl(rdmap.OpWrite), e.rkey, e.raddr+uint64(t.curOff))
-			if err := t.appendV(h, p); err != nil {
+			var err error
+			if len(p) <= 1 {
+				w0, w1 := ddp.TaggedWords(last, rdmap.Ctrl(rdmap.OpWrite), e.rkey, e.raddr+uint64(t.curOff))
+				err = t.appendWords(ddp.TaggedHdrLen, w0, w1, 0, onePiece(p))
+			} else {
+				h := ddp.AppendTagged(t.hdr[:0], last, rdmap.Ctrl(rdmap.OpWrite), e.rkey, e.raddr+uint64(t.curOff))
+				err = t.appendV(h, p)
+			}
+			if err != nil {
 				return err
 			}
 			t.curOff += n
@@ -697,8 +730,8 @@ func (qp *QP) txReadResponse() error {
 	for t.w.Buffered() < t.batch {
 		n := t.fit(min(len(j.buf)-t.rrOff, qp.mulpdu-ddp.TaggedHdrLen), ddp.TaggedHdrLen)
 		last := t.rrOff+n == len(j.buf)
-		h := ddp.AppendTagged(t.hdr[:0], last, rdmap.Ctrl(rdmap.OpReadResponse), j.stag, j.to+uint64(t.rrOff))
-		if err := t.append(h, j.buf[t.rrOff:t.rrOff+n]); err != nil {
+		w0, w1 := ddp.TaggedWords(last, rdmap.Ctrl(rdmap.OpReadResponse), j.stag, j.to+uint64(t.rrOff))
+		if err := t.appendWords(ddp.TaggedHdrLen, w0, w1, 0, j.buf[t.rrOff:t.rrOff+n]); err != nil {
 			return err
 		}
 		t.rrOff += n
