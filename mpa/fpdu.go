@@ -25,7 +25,7 @@ const (
 )
 
 // PadLen returns the number of pad octets after a ULPDU of n octets.
-func PadLen(n int) int { return (4 - (n+LenFieldLen)%4) % 4 }
+func PadLen(n int) int { return -(n + LenFieldLen) & 3 } // (4 - (n+2)%4) % 4 for n >= 0, without signed division
 
 // FPDULen returns the length of an FPDU carrying n ULPDU octets, without
 // markers.

@@ -97,6 +97,11 @@ func TestPadLen(t *testing.T) {
 		require.Equal(t, want, PadLen(n), "n=%d", n)
 		require.Zero(t, (LenFieldLen+n+PadLen(n))%4)
 	}
+	for n := 0; n <= MaxULPDU; n++ {
+		if p := PadLen(n); p < 0 || p > 3 || (LenFieldLen+n+p)%4 != 0 {
+			t.Fatalf("PadLen(%d) = %d", n, p)
+		}
+	}
 }
 
 func TestMULPDU(t *testing.T) {
@@ -162,3 +167,4 @@ func TestRFC5044MarkerFigures(t *testing.T) {
 		require.Equal(t, want, got)
 	}
 }
+

@@ -480,6 +480,13 @@ func (t *txState) appendV(hdr []byte, payload [][]byte) error {
 // segs, starting at off: as much as an FPDU of mulpdu octets with a header
 // of hdrLen holds, less what fit takes off.
 func (t *txState) segment(segs [][]byte, off, mulpdu, hdrLen int) ([][]byte, int) {
+	if len(segs) == 1 && t.align == nil {
+		// One SGE, the usual WR: a slice of it.
+		s := segs[0][off:]
+		s = s[:min(len(s), mulpdu-hdrLen)]
+		t.pieces[0] = s
+		return t.pieces[:1], len(s)
+	}
 	p, n := t.segPayload(segs, off, mulpdu-hdrLen)
 	if m := t.fit(n, hdrLen); m != n {
 		p, n = t.segPayload(segs, off, m)
