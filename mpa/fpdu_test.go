@@ -167,4 +167,3 @@ func TestRFC5044MarkerFigures(t *testing.T) {
 		require.Equal(t, want, got)
 	}
 }
-

@@ -88,3 +88,28 @@ func TestAppendWordsReadBack(t *testing.T) {
 		require.Equal(t, append(append([]byte{}, c.hdr...), c.p...), got)
 	}
 }
+
+// sizeLog records the size of each write.
+type sizeLog struct{ sizes []int }
+
+func (l *sizeLog) Write(p []byte) (int, error) { l.sizes = append(l.sizes, len(p)); return len(p), nil }
+
+// AppendWords flushes its arena where AppendV would, write for write: a
+// bulk sender's write size decides how TCP packs it (see room), and the
+// two must not differ.
+func TestAppendWordsFlushesAsAppend(t *testing.T) {
+	for _, payload := range []int{1428, 1424, 64, 4000} {
+		var a, b sizeLog
+		wa, wb := NewWriter(&a, true, false), NewWriter(&b, true, false)
+		p := make([]byte, payload)
+		var h [24]byte
+		for range 10000 {
+			require.NoError(t, wa.Append(h[:14], p))
+			require.NoError(t, wb.AppendWords(14, 0, 0, 0, p))
+		}
+		require.NoError(t, wa.Flush())
+		require.NoError(t, wb.Flush())
+		require.Equal(t, a.sizes, b.sizes, "payload %d", payload)
+		require.Greater(t, len(a.sizes), 2, "the arena filled, payload %d", payload)
+	}
+}
