@@ -12,7 +12,7 @@ import (
 // state (ErrCQOverrun) and the QPs that fill it move to ERROR, as a CQ
 // overrun does in ibverbs: completions are never dropped silently.
 type CQ struct {
-	avail   atomic.Int64 // mirrors n, so that polling an empty CQ takes no lock
+	avail   atomic.Int64 // 0 exactly when n is, so that polling an empty CQ takes no lock
 	mu      sync.Mutex
 	ring    []WC
 	head, n int
@@ -53,7 +53,9 @@ func (cq *CQ) Poll(wcs []WC) int {
 		}
 	}
 	cq.n -= k
-	cq.avail.Store(int64(cq.n))
+	if cq.n == 0 && k > 0 {
+		cq.avail.Store(0) // a store is a locked instruction: only when it changes
+	}
 	cq.mu.Unlock()
 	return k
 }
@@ -169,7 +171,9 @@ func (cq *CQ) add(wc WC, mayHold bool) bool {
 	}
 	cq.ring[i] = wc
 	cq.n++
-	cq.avail.Store(int64(cq.n))
+	if cq.n == 1 {
+		cq.avail.Store(1)
+	}
 	sol := wc.Flags&SolicitedEvent != 0 || wc.Status != Success
 	if sol {
 		cq.solSeq++

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -200,5 +201,28 @@ func BenchmarkCQAddPoll(b *testing.B) {
 		if cq.Poll(wc[:]) != 1 {
 			b.Fatal("no completion")
 		}
+	}
+}
+
+// avail, which Poll reads without the lock, is zero exactly when the CQ is
+// empty, through any mix of adds and polls of any size.
+func TestCQAvailFollowsN(t *testing.T) {
+	d := openDev(DeviceAttr{})
+	cq, err := d.CreateCQ(8)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(1, 2))
+	wcs := make([]WC, 8)
+	next, want := uint64(0), uint64(0)
+	for range 10000 {
+		if rng.IntN(2) == 0 && cq.Len() < 8 {
+			require.True(t, cq.add(WC{ID: next}, rng.IntN(2) == 0))
+			next++
+		} else {
+			for _, wc := range wcs[:cq.Poll(wcs[:rng.IntN(4)])] {
+				require.Equal(t, want, wc.ID)
+				want++
+			}
+		}
+		require.Equal(t, cq.Len() == 0, cq.avail.Load() == 0)
 	}
 }

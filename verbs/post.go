@@ -311,11 +311,18 @@ type rqe struct {
 
 // recvBuf is a receive the receive loop has taken off its queue: a copy of
 // the gather list, since the ring slot is reused as soon as it is popped.
+// Only segs[:nseg] is the receive's; release clears them.
 type recvBuf struct {
 	id    uint64
 	segs  [maxSGE][]byte
 	nseg  int
 	total int
+}
+
+// release drops the receive's references to its buffers.
+func (b *recvBuf) release() {
+	clear(b.segs[:b.nseg])
+	b.nseg, b.total = 0, 0
 }
 
 // recvQueue is a ring of posted receives, for a QP's RQ or an SRQ.
@@ -385,9 +392,9 @@ func (q *recvQueue) pop(dst *recvBuf) bool {
 		return false
 	}
 	e := q.ring[q.head%uint64(len(q.ring))]
-	segs := q.slot(q.head)
-	*dst = recvBuf{id: e.id, nseg: e.nseg}
-	for i, s := range segs[:e.nseg] {
+	segs := q.slot(q.head)[:e.nseg] // the slot's other elements are nil
+	dst.id, dst.nseg, dst.total = e.id, e.nseg, 0
+	for i, s := range segs {
 		dst.segs[i] = s
 		dst.total += len(s)
 	}

@@ -321,7 +321,7 @@ func (qp *QP) rxCommit() error {
 	case actRecvDone:
 		wc := x.actWC
 		x.recvOn = false
-		x.recv = recvBuf{}
+		x.recv.release()
 		x.sendMSN++
 		if x.actInv {
 			stag := wc.InvalidatedRKey
