@@ -199,7 +199,11 @@ func (qp *QP) rxSegment(n int) error {
 			if op, ok := sendFast(u[0], u[1], ddp.Untagged(u[:ddp.UntaggedHdrLen]).QN()); ok {
 				x.hl = copy(x.hdr[:], u[:ddp.UntaggedHdrLen])
 				x.r.Consume(ddp.UntaggedHdrLen)
-				return qp.rxSend(ddp.Untagged(x.hdr[:ddp.UntaggedHdrLen]), op, n-ddp.UntaggedHdrLen)
+				// Its fields are read where the kernel put them, not from
+				// the copy just stored: 4-octet loads from the two
+				// overlapping 16-octet stores of an 18-octet copy are not
+				// forwarded from them, and wait for them to retire.
+				return qp.rxSend(ddp.Untagged(u[:ddp.UntaggedHdrLen]), op, n-ddp.UntaggedHdrLen)
 			}
 		}
 	}

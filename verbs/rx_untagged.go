@@ -16,25 +16,28 @@ import (
 // section 7.1 that remain go in package ddp's order: MSN, MO, buffer, length.
 func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	x := &qp.rx
-	if err := ddp.CheckMSN(h.MSN(), x.sendMSN); err != nil {
+	// The fields are read before the payload: h may lie in the Reader's
+	// buffer (rxSegment).
+	msn, mo32, last, ulp := h.MSN(), h.MO(), h.Last(), h.ULPWord()
+	if err := ddp.CheckMSN(msn, x.sendMSN); err != nil {
 		return err
 	}
 	var want uint32 // a message's first segment is at MO 0
 	if x.recvOn {
 		want = uint32(x.recvOff)
 	}
-	if err := ddp.CheckMO(h.MO(), want); err != nil {
+	if err := ddp.CheckMO(mo32, want); err != nil {
 		return err
 	}
 	if !x.recvOn {
 		// iWARP has no receiver-not-ready retry: no receive is fatal.
-		if err := ddp.CheckBuffer(rdmap.QNSend, h.MSN(), qp.popRecv(&x.recv)); err != nil {
+		if err := ddp.CheckBuffer(rdmap.QNSend, msn, qp.popRecv(&x.recv)); err != nil {
 			return err
 		}
 		x.recvOn, x.recvOff = true, 0
 	}
-	mo := int(h.MO())
-	if err := ddp.CheckMsgLen(h.MO(), uint32(n), clampU32(x.recv.total)); err != nil {
+	mo := int(mo32)
+	if err := ddp.CheckMsgLen(mo32, uint32(n), clampU32(x.recv.total)); err != nil {
 		x.recvOn = false
 		qp.rxFatal(err)
 		qp.recvCQ.push(WC{ID: x.recv.id, Status: LocLenErr, Opcode: WCRecv, QP: qp})
@@ -57,7 +60,7 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 		off, left = 0, left-k
 	}
 	x.recvOff += n
-	if !h.Last() {
+	if !last {
 		return nil
 	}
 	wc := WC{ID: x.recv.id, Opcode: WCRecv, ByteLen: uint32(x.recvOff), QP: qp}
@@ -67,7 +70,7 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	x.actInv = op == rdmap.OpSendInvalidate || op == rdmap.OpSendSEInvalidate
 	if x.actInv {
 		wc.Flags |= WithInv
-		wc.InvalidatedRKey = h.ULPWord()
+		wc.InvalidatedRKey = ulp
 	}
 	x.actWC, x.act = wc, actRecvDone
 	return nil
