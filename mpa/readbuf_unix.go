@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"syscall"
-	"unsafe"
 )
 
 // rawConnOf returns r as a net.Conn with its syscall.RawConn, or nils.
@@ -31,12 +30,7 @@ func rawConnOf(r io.Reader) (net.Conn, syscall.RawConn) {
 func (r *Reader) rawRead(fd uintptr) bool {
 	r.acquire()
 	for {
-		// syscall.Syscall rather than syscall.Read, whose error interface
-		// costs an interface comparison per errno checked (25 ns a
-		// message in write_lat's profile).
-		p := r.buf[r.tail:]
-		k, _, err := syscall.Syscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-		n := int(k)
+		n, err := sysRead(fd, r.buf[r.tail:])
 		switch {
 		case err == syscall.EINTR:
 			continue

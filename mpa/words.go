@@ -25,7 +25,7 @@ func (w *Writer) AppendWords(hdrLen int, h0, h1, h2 uint64, payload []byte) erro
 		w.arenaRef = arenaPool.Get().(*[]byte)
 		w.arena = (*w.arenaRef)[:0]
 	}
-	if cap(w.arena)-len(w.arena) < room(1, total) || len(w.vecs)+4 > maxVecs { // AppendV's bound (see room)
+	if cap(w.arena)-len(w.arena) < room(1, total) || len(w.vecs)+2+4 > maxVecs { // AppendV's bounds (see room)
 		if err := w.Flush(); err != nil {
 			return err
 		}

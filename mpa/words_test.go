@@ -112,4 +112,20 @@ func TestAppendWordsFlushesAsAppend(t *testing.T) {
 		require.Equal(t, a.sizes, b.sizes, "payload %d", payload)
 		require.Greater(t, len(a.sizes), 2, "the arena filled, payload %d", payload)
 	}
+
+	// Referenced payloads (over copyMax) in between use up iovecs, not
+	// the arena: the iovec bound must be the same too.
+	var a, b sizeLog
+	wa, wb := NewWriter(&a, true, false), NewWriter(&b, true, false)
+	big, small := make([]byte, copyMax+1), make([]byte, 100)
+	var h [24]byte
+	for range 3000 {
+		require.NoError(t, wa.Append(h[:14], big))
+		require.NoError(t, wb.Append(h[:14], big))
+		require.NoError(t, wa.Append(h[:14], small))
+		require.NoError(t, wb.AppendWords(14, 0, 0, 0, small))
+	}
+	require.NoError(t, wa.Flush())
+	require.NoError(t, wb.Flush())
+	require.Equal(t, a.sizes, b.sizes)
 }

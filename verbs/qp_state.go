@@ -183,6 +183,7 @@ func (qp *QP) flushAll() {
 	if qp.rx.recvOn {
 		flushRecv(qp.rx.recv.id)
 		qp.rx.recvOn = false
+		qp.rx.recv.release()
 	}
 	if qp.srq == nil {
 		qp.rq.drain(flushRecv)

@@ -41,6 +41,7 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 		x.recvOn = false
 		qp.rxFatal(err)
 		qp.recvCQ.push(WC{ID: x.recv.id, Status: LocLenErr, Opcode: WCRecv, QP: qp})
+		x.recv.release()
 		return err
 	}
 	// Scatter into the receive buffer's elements.
