@@ -33,23 +33,8 @@ func (w *Writer) AppendWords(hdrLen int, h0, h1, h2 uint64, payload []byte) erro
 	a := len(w.arena)
 	w.arena = w.arena[:a+total]
 	f := w.arena[a:]
-	p0 := uint64(bits.ReverseBytes16(uint16(n))) | h0<<16
-	p1 := h0>>48 | h1<<16
-	binary.LittleEndian.PutUint64(f, p0)
-	binary.LittleEndian.PutUint64(f[8:], p1)
+	c := w.putPrefix(f, n, hdrLen, h0, h1, h2)
 	k := LenFieldLen + hdrLen
-	var c uint32
-	if hdrLen == 14 {
-		if w.crc {
-			c = crc32cPrefix(0, p0, p1)
-		}
-	} else {
-		p2 := uint32(h1>>48 | h2<<16)
-		binary.LittleEndian.PutUint32(f[16:], p2)
-		if w.crc {
-			c = crc32cPrefix20(0, p0, p1, p2)
-		}
-	}
 	end := total - CRCLen
 	from := k
 	if w.crc && crc32cCopyFused && len(payload) >= fuseMin {
@@ -71,6 +56,37 @@ func (w *Writer) AppendWords(hdrLen int, h0, h1, h2 uint64, payload []byte) erro
 	w.pos += uint64(total)
 	w.queued += total
 	return nil
+}
+
+// putPrefix stores the length field of an FPDU with an n-octet ULPDU and
+// its 14- or 18-octet header, given as AppendWords takes it, at the start
+// of f, and returns their CRC (0 without CRCs), taken from registers.
+func (w *Writer) putPrefix(f []byte, n, hdrLen int, h0, h1, h2 uint64) uint32 {
+	p0 := uint64(bits.ReverseBytes16(uint16(n))) | h0<<16
+	p1 := h0>>48 | h1<<16
+	binary.LittleEndian.PutUint64(f, p0)
+	binary.LittleEndian.PutUint64(f[8:], p1)
+	if hdrLen == 14 {
+		if !w.crc {
+			return 0
+		}
+		return crc32cPrefix(0, p0, p1)
+	}
+	p2 := uint32(h1>>48 | h2<<16)
+	binary.LittleEndian.PutUint32(f[16:], p2)
+	if !w.crc {
+		return 0
+	}
+	return crc32cPrefix20(0, p0, p1, p2)
+}
+
+// hdrWords loads a 14- or 18-octet header as AppendWords takes it.
+func hdrWords(hdr []byte) (h0, h1, h2 uint64) {
+	h0 = binary.LittleEndian.Uint64(hdr)
+	if len(hdr) == 14 {
+		return h0, binary.LittleEndian.Uint64(hdr[6:]) >> 16, 0
+	}
+	return h0, binary.LittleEndian.Uint64(hdr[8:]), uint64(binary.LittleEndian.Uint16(hdr[16:]))
 }
 
 // appendWordsV is AppendWords through AppendV: with markers, a payload

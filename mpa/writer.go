@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/bits"
 	"net"
 	"sync"
 	"syscall"
@@ -213,27 +212,14 @@ func (w *Writer) appendCopied(hdr []byte, payload [][]byte, n, total int) {
 	f := w.arena[a:]
 	var c uint32
 	var k, from int // f[from:k] is not in c yet
-	fused := w.crc && crc32cCopyFused && len(payload) > 0 && len(payload[0]) >= fuseMin
-	switch {
-	case fused && len(hdr) == prefixHdr:
-		// A tagged header (length field and header: two words) ahead of a
-		// payload the fused copy takes: its CRC from registers, not from
-		// the octets just stored.
-		w0 := uint64(bits.ReverseBytes16(uint16(n))) | binary.LittleEndian.Uint64(hdr)<<16
-		w1 := binary.LittleEndian.Uint64(hdr[prefixHdr-8:])
-		binary.LittleEndian.PutUint64(f, w0)
-		binary.LittleEndian.PutUint64(f[8:], w1)
-		c, k, from = crc32cPrefix(0, w0, w1), LenFieldLen+prefixHdr, LenFieldLen+prefixHdr
-	case fused && len(hdr) == prefixHdr20:
-		// An untagged header (a Send's): two words and a half.
-		w0 := uint64(bits.ReverseBytes16(uint16(n))) | binary.LittleEndian.Uint64(hdr)<<16
-		w1 := binary.LittleEndian.Uint64(hdr[6:])
-		w2 := binary.LittleEndian.Uint32(hdr[14:])
-		binary.LittleEndian.PutUint64(f, w0)
-		binary.LittleEndian.PutUint64(f[8:], w1)
-		binary.LittleEndian.PutUint32(f[16:], w2)
-		c, k, from = crc32cPrefix20(0, w0, w1, w2), LenFieldLen+prefixHdr20, LenFieldLen+prefixHdr20
-	default:
+	if (len(hdr) == prefixHdr || len(hdr) == prefixHdr20) && w.crc && crc32cCopyFused && len(payload) > 0 && len(payload[0]) >= fuseMin {
+		// A DDP header ahead of a payload the fused copy takes: the CRC of
+		// the length field and header from registers, not from the
+		// octets just stored.
+		h0, h1, h2 := hdrWords(hdr)
+		c = w.putPrefix(f, n, len(hdr), h0, h1, h2)
+		k, from = LenFieldLen+len(hdr), LenFieldLen+len(hdr)
+	} else {
 		binary.BigEndian.PutUint16(f, uint16(n))
 		k = LenFieldLen + copy(f[LenFieldLen:], hdr)
 	}
