@@ -16,20 +16,18 @@ import (
 // octets is copied (Copied stays true), with its CRC taken as it is
 // copied where the CPU can; anything else takes AppendV's path.
 func (w *Writer) AppendWords(hdrLen int, h0, h1, h2 uint64, payload []byte) error {
-	if (hdrLen != 14 && hdrLen != 18) || w.markers || len(payload) > copyMax {
+	if (hdrLen != prefixHdr && hdrLen != prefixHdr20) || w.markers || len(payload) > copyMax {
 		return w.appendWordsV(hdrLen, h0, h1, h2, payload)
 	}
 	n := hdrLen + len(payload)
 	total := FPDULen(n)
-	if w.arena == nil {
-		w.arenaRef = arenaPool.Get().(*[]byte)
-		w.arena = (*w.arenaRef)[:0]
-	}
-	if cap(w.arena)-len(w.arena) < room(1, total) || len(w.vecs)+2+4 > maxVecs { // AppendV's bounds (see room)
-		if err := w.Flush(); err != nil {
+	if !w.hasRoom(1, total) { // where AppendV flushes (see room)
+		if err := w.makeRoom(1, total); err != nil {
 			return err
 		}
 	}
+	// The rest is putCopied for one piece, written out: through putCopied
+	// it measured 3 ns more per FPDU (BenchmarkTxWrite 57 against 60).
 	a := len(w.arena)
 	w.arena = w.arena[:a+total]
 	f := w.arena[a:]
@@ -44,14 +42,10 @@ func (w *Writer) AppendWords(hdrLen int, h0, h1, h2 uint64, payload []byte) erro
 		copy(f[k:], payload)
 	}
 	clear(f[k+len(payload) : end]) // pad
-	if w.crc {
-		if from < end {
-			c = crc32cUpdate(c, f[from:end])
-		}
-		binary.LittleEndian.PutUint32(f[end:], c)
-	} else {
-		binary.LittleEndian.PutUint32(f[end:], 0)
+	if w.crc && from < end {
+		c = crc32cUpdate(c, f[from:end])
 	}
+	binary.LittleEndian.PutUint32(f[end:], c) // 0 without CRCs
 	w.grew(a)
 	w.pos += uint64(total)
 	w.queued += total
@@ -66,7 +60,7 @@ func (w *Writer) putPrefix(f []byte, n, hdrLen int, h0, h1, h2 uint64) uint32 {
 	p1 := h0>>48 | h1<<16
 	binary.LittleEndian.PutUint64(f, p0)
 	binary.LittleEndian.PutUint64(f[8:], p1)
-	if hdrLen == 14 {
+	if hdrLen == prefixHdr {
 		if !w.crc {
 			return 0
 		}
@@ -83,7 +77,7 @@ func (w *Writer) putPrefix(f []byte, n, hdrLen int, h0, h1, h2 uint64) uint32 {
 // hdrWords loads a 14- or 18-octet header as AppendWords takes it.
 func hdrWords(hdr []byte) (h0, h1, h2 uint64) {
 	h0 = binary.LittleEndian.Uint64(hdr)
-	if len(hdr) == 14 {
+	if len(hdr) == prefixHdr {
 		return h0, binary.LittleEndian.Uint64(hdr[6:]) >> 16, 0
 	}
 	return h0, binary.LittleEndian.Uint64(hdr[8:]), uint64(binary.LittleEndian.Uint16(hdr[16:]))

@@ -116,13 +116,8 @@ func (w *Writer) AppendV(hdr []byte, payload [][]byte) error {
 	if n > MaxULPDU || (w.markers && total > 0xffff) {
 		return ErrTooLong
 	}
-	need := room(len(payload), total)
-	if w.arena == nil {
-		w.arenaRef = arenaPool.Get().(*[]byte) // a QP that does not send holds none
-		w.arena = (*w.arenaRef)[:0]
-	}
-	if cap(w.arena)-len(w.arena) < need || len(w.vecs)+2*len(payload)+4 > maxVecs {
-		if err := w.Flush(); err != nil {
+	if !w.hasRoom(len(payload), total) {
+		if err := w.makeRoom(len(payload), total); err != nil {
 			return err
 		}
 	}
@@ -171,6 +166,26 @@ func (w *Writer) AppendV(hdr []byte, payload [][]byte) error {
 	w.copyIn(t)
 	w.pos += CRCLen
 	w.queued += int(w.pos - p0)
+	return nil
+}
+
+// hasRoom reports whether the arena and the iovecs take an FPDU of total
+// octets with its payload in pieces without a flush (room).
+func (w *Writer) hasRoom(pieces, total int) bool {
+	return w.arena != nil && cap(w.arena)-len(w.arena) >= room(pieces, total) && len(w.vecs)+2*pieces+4 <= maxVecs
+}
+
+// makeRoom makes what hasRoom looks for: it takes an arena if the Writer
+// has none (a QP that does not send holds none), and flushes if there is
+// not room.
+func (w *Writer) makeRoom(pieces, total int) error {
+	if w.arena == nil {
+		w.arenaRef = arenaPool.Get().(*[]byte)
+		w.arena = (*w.arenaRef)[:0]
+	}
+	if !w.hasRoom(pieces, total) {
+		return w.Flush()
+	}
 	return nil
 }
 
@@ -223,6 +238,16 @@ func (w *Writer) appendCopied(hdr []byte, payload [][]byte, n, total int) {
 		binary.BigEndian.PutUint16(f, uint16(n))
 		k = LenFieldLen + copy(f[LenFieldLen:], hdr)
 	}
+	w.putCopied(a, c, k, from, payload)
+}
+
+// putCopied finishes an FPDU in the arena from offset a, whose length
+// field and header end at a+k, with c the CRC of its octets before a+from:
+// it copies the payload after the header (a piece of fuseMin octets or
+// more with its CRC taken as it is copied where the CPU can), then the pad
+// and the CRC, and queues the FPDU.
+func (w *Writer) putCopied(a int, c uint32, k, from int, payload [][]byte) {
+	f := w.arena[a:]
 	for _, p := range payload {
 		if w.crc && crc32cCopyFused && len(p) >= fuseMin {
 			if from < k {
@@ -235,15 +260,15 @@ func (w *Writer) appendCopied(hdr []byte, payload [][]byte, n, total int) {
 		}
 		k += copy(f[k:], p)
 	}
-	end := total - CRCLen
+	end := len(f) - CRCLen
 	clear(f[k:end]) // pad
-	if w.crc {
+	if w.crc && from < end {
 		c = crc32cUpdate(c, f[from:end])
 	}
-	binary.LittleEndian.PutUint32(f[end:], c)
+	binary.LittleEndian.PutUint32(f[end:], c) // 0 without CRCs
 	w.grew(a)
-	w.pos += uint64(total)
-	w.queued += total
+	w.pos += uint64(len(f))
+	w.queued += len(f)
 }
 
 // prefixHdr is the header length whose FPDU prefix (length field and
