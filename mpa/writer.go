@@ -238,16 +238,6 @@ func (w *Writer) appendCopied(hdr []byte, payload [][]byte, n, total int) {
 		binary.BigEndian.PutUint16(f, uint16(n))
 		k = LenFieldLen + copy(f[LenFieldLen:], hdr)
 	}
-	w.putCopied(a, c, k, from, payload)
-}
-
-// putCopied finishes an FPDU in the arena from offset a, whose length
-// field and header end at a+k, with c the CRC of its octets before a+from:
-// it copies the payload after the header (a piece of fuseMin octets or
-// more with its CRC taken as it is copied where the CPU can), then the pad
-// and the CRC, and queues the FPDU.
-func (w *Writer) putCopied(a int, c uint32, k, from int, payload [][]byte) {
-	f := w.arena[a:]
 	for _, p := range payload {
 		if w.crc && crc32cCopyFused && len(p) >= fuseMin {
 			if from < k {
@@ -260,15 +250,15 @@ func (w *Writer) putCopied(a int, c uint32, k, from int, payload [][]byte) {
 		}
 		k += copy(f[k:], p)
 	}
-	end := len(f) - CRCLen
+	end := total - CRCLen
 	clear(f[k:end]) // pad
 	if w.crc && from < end {
 		c = crc32cUpdate(c, f[from:end])
 	}
 	binary.LittleEndian.PutUint32(f[end:], c) // 0 without CRCs
 	w.grew(a)
-	w.pos += uint64(len(f))
-	w.queued += len(f)
+	w.pos += uint64(total)
+	w.queued += total
 }
 
 // prefixHdr is the header length whose FPDU prefix (length field and
