@@ -265,6 +265,51 @@ func (r *Reader) ReadFull(dst []byte) error {
 	return nil
 }
 
+// ReadLast reads the rest of the ULPDU into dst, which must be as long
+// as Left, and then finishes the FPDU as Finish does (CRC checked). When
+// the Reader holds the FPDU whole it is one step: the payload's copy, the
+// CRC of the octets around it and the trailer's check, with the Reader's
+// state stored once. A receive loop places the last piece of every FPDU
+// with it, and calls Finish only for an FPDU still open (InFPDU).
+func (r *Reader) ReadLast(dst []byte) error {
+	if !r.whole || len(dst) != r.left {
+		if err := r.ReadFull(dst); err != nil {
+			return err
+		}
+		return r.Finish()
+	}
+	h, n := r.head, len(dst)
+	pad := PadLen(r.ulen)
+	end := h + n + pad
+	c := r.c
+	switch {
+	case r.crcLazy && n >= fuseMin:
+		c = r.crcPrefix(c, r.buf[r.crcFrom:h])
+		c = crc32cCopy(c, dst, r.buf[h:h+n])
+		if pad > 0 {
+			c = crc32cUpdate(c, r.buf[h+n:end])
+		}
+	case r.crcLazy:
+		copy(dst, r.buf[h:h+n])
+		c = crc32cUpdate(c, r.buf[r.crcFrom:end])
+	default: // the CRC was taken whole (crcDone), or is off
+		copy(dst, r.buf[h:h+n])
+	}
+	got := binary.LittleEndian.Uint32(r.buf[end:])
+	r.head = end + CRCLen
+	r.pos += uint64(n + pad + CRCLen)
+	r.left, r.c = 0, c
+	r.in, r.whole, r.crcLazy = false, false, false
+	if r.crc && got != c {
+		return errorf(CodeCRC, "received %#08x, computed %#08x", got, c)
+	}
+	return nil
+}
+
+// InFPDU reports whether an FPDU is open: Next started it, and neither
+// Finish nor ReadLast has finished it.
+func (r *Reader) InFPDU() bool { return r.in }
+
 // readWhole is ReadFull within an FPDU the buffer holds whole (whole): no
 // fill and no marker, and the CRC, unless Next took it whole (crcDone) or
 // it is off, only where a fused copy takes it (crcLazy), with the octets

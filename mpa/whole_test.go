@@ -23,7 +23,7 @@ var wholeSizes = []int{
 
 // wholeOp is one step of a read plan for an FPDU.
 type wholeOp struct {
-	kind int // 0 Header, 1 ReadFull, 2 Skip, 3 Finish early, 4 Peek, 5 Whole and Consume
+	kind int // 0 Header, 1 ReadFull, 2 Skip, 3 Finish early, 4 Peek, 5 Whole and Consume, 6 ReadLast
 	n    int
 }
 
@@ -55,7 +55,9 @@ func wholeNext(rng *rand.Rand, left int, first bool) (wholeOp, bool) {
 	default:
 		k = min(sizes[rng.IntN(len(sizes))], left)
 	}
-	switch rng.IntN(11) {
+	switch rng.IntN(13) {
+	case 11, 12:
+		return wholeOp{6, k}, true
 	case 10:
 		return wholeOp{5, k}, true
 	case 0:
@@ -108,12 +110,30 @@ func wholeTrace(t *testing.T, rd io.Reader, crc, markers bool, size int, seed ui
 				}
 			}
 		}
-		for i := 0; i < 10000; i++ {
+		finished := false // by ReadLast
+		for i := 0; i < 10000 && !finished; i++ {
 			op, ok := wholeNext(rng, r.Left(), i == 0)
 			if !ok {
 				break
 			}
 			switch op.kind {
+			case 6:
+				// The rest and Finish in one call; with a length other
+				// than Left's, what ReadFull and Finish would say.
+				off := n - r.Left()
+				d := make([]byte, op.n)
+				err := r.ReadLast(d)
+				if err == nil || errors.Is(err, ErrCRC) {
+					saw(off, d)
+				}
+				finished = !r.InFPDU()
+				fmt.Fprintf(&b, "last %d %x %v %v\n", op.n, d, err, finished)
+				if finished && err == nil && r.Left() != 0 {
+					t.Fatalf("ReadLast finished with %d left", r.Left())
+				}
+				if finished && err != nil && !errors.Is(err, ErrCRC) || !finished && fatal(err) {
+					return b.String(), fast
+				}
 			case 0:
 				off := n - r.Left()
 				h, err := r.Header(op.n)
@@ -173,6 +193,12 @@ func wholeTrace(t *testing.T, rd io.Reader, crc, markers bool, size int, seed ui
 				}
 			}
 			fmt.Fprintf(&b, "left %d\n", r.Left())
+		}
+		if finished {
+			if r.whole {
+				t.Fatal("whole still set after ReadLast")
+			}
+			continue
 		}
 		err = r.Finish()
 		fmt.Fprintf(&b, "finish %v\n", err)

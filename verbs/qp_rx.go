@@ -85,7 +85,7 @@ func (qp *QP) rxLoop() {
 			}
 			err = qp.rxSegment(n)
 		}
-		if err == nil {
+		if err == nil && x.r.InFPDU() { // (the data paths finish with ReadLast)
 			err = x.r.Finish()
 		}
 		if err == nil {

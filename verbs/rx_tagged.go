@@ -39,7 +39,7 @@ func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
 		return taggedErr(e, h.STag(), h.TO(), n)
 	}
 	mr.placed.Load() // acquires what a poller did before (MR.Placed)
-	if err := qp.rx.r.ReadFull(dst); err != nil {
+	if err := qp.rx.r.ReadLast(dst); err != nil {
 		return err
 	}
 	if h.Last() {
@@ -68,7 +68,7 @@ func (qp *QP) rxReadResponse(h ddp.Tagged, n int) error {
 	if err := rdmap.CheckReadResponse(h, uint32(n), j.stag, j.to, j.size, x.readOff); err != nil {
 		return err
 	}
-	if err := x.r.ReadFull(j.buf[x.readOff : x.readOff+uint32(n)]); err != nil {
+	if err := x.r.ReadLast(j.buf[x.readOff : x.readOff+uint32(n)]); err != nil {
 		return err
 	}
 	x.readOff += uint32(n)

@@ -55,7 +55,11 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 			continue
 		}
 		k := min(len(s)-off, left)
-		if err := x.r.ReadFull(s[off : off+k]); err != nil {
+		read := x.r.ReadFull
+		if k == left {
+			read = x.r.ReadLast // the segment's last piece
+		}
+		if err := read(s[off : off+k]); err != nil {
 			return err
 		}
 		off, left = 0, left-k
