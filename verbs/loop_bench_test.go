@@ -3,7 +3,10 @@ package verbs
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"hash/crc32"
 	"io"
+	"math/bits"
 	"net"
 	"testing"
 	"time"
@@ -107,6 +110,177 @@ func BenchmarkRxWrite(b *testing.B) {
 	}
 	qp.Close()
 }
+
+// BenchmarkRxSend is BenchmarkRxWrite with 64 KiB Sends (1424 octets of
+// payload a FPDU behind the untagged header) into posted receives, which
+// the benchmark's goroutine posts again as they complete, as send_bw's
+// receiver does: the cost per FPDU, with each message's pop, completion,
+// poll and repost shared among its 47 FPDUs.
+func BenchmarkRxSend(b *testing.B) {
+	d := openDev(DeviceAttr{})
+	pd := d.AllocPD()
+	const depth, msg = 64, 64 << 10
+	scq, _ := d.CreateCQ(8)
+	rcq, _ := d.CreateCQ(depth)
+	qp, err := pd.CreateQP(QPConfig{SendCQ: scq, RecvCQ: rcq, IRD: 4, ORD: 4,
+		Cap: QPCap{MaxSendWR: 8, MaxRecvWR: depth, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mr, _ := pd.RegMR(make([]byte, msg), LocalWrite)
+	const payload = 1442 - ddp.UntaggedHdrLen
+	var stream bytes.Buffer
+	w := mpa.NewWriter(&stream, true, false)
+	var at []int // each FPDU's offset in the stream
+	for off := 0; off < msg; off += payload {
+		n := min(payload, msg-off)
+		at = append(at, stream.Len()+w.Buffered())
+		h := ddp.AppendUntagged(nil, off+n == msg, rdmap.Ctrl(rdmap.OpSend), 0, rdmap.QNSend, 1, uint32(off))
+		if err := w.Append(h, make([]byte, n)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	w.Flush()
+	msgs := (b.N + len(at) - 1) / len(at)
+	conn := newSendReplay(stream.Bytes(), at, msgs)
+	conn.posted = make(chan struct{}, depth)
+	for i := range depth {
+		if _, err := qp.PostRecv(RecvWR{ID: uint64(i), SGL: []SGE{mr.SGE(0, msg)}}); err != nil {
+			b.Fatal(err)
+		}
+		conn.posted <- struct{}{}
+	}
+	b.SetBytes(int64(payload))
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := qp.start(conn, mpa.Params{Rev: 2, CRC: true, IRD: 4, ORD: 4}, ConnConfig{ReadBuffer: mpa.DefaultReadBuffer}, false); err != nil {
+		b.Fatal(err)
+	}
+	wcs := make([]WC, 16)
+	for done := 0; done < msgs; {
+		n := rcq.Poll(wcs)
+		if n == 0 {
+			if err := rcq.Wait(context.Background()); err != nil {
+				b.Fatalf("%v (%v)", err, qp.Err())
+			}
+			continue
+		}
+		for _, wc := range wcs[:n] {
+			if done == msgs {
+				break // the receives left are flushed at the end of the stream
+			}
+			if wc.Status != Success || wc.ByteLen != msg {
+				b.Fatalf("%v: %v", wc, qp.Err())
+			}
+			if _, err := qp.PostRecv(RecvWR{ID: wc.ID, SGL: []SGE{mr.SGE(0, msg)}}); err != nil {
+				b.Fatal(err)
+			}
+			conn.posted <- struct{}{}
+			done++
+		}
+	}
+	<-qp.Done()
+	b.StopTimer()
+	if st := qp.Stats(); st.FPDUsReceived != uint64(msgs*len(at)) || st.CRCErrors != 0 {
+		b.Fatalf("%+v, want %d FPDUs (%v)", st, msgs*len(at), qp.Err())
+	}
+	qp.Close()
+}
+
+// sendReplay is a net.Conn whose reads give one Send message msgs times,
+// with MSNs 1, 2, ..., and then end of stream; a message starts only with
+// a receive posted for it (a token in posted), as a sender with credits
+// sends, and a read with nothing to give waits for one, as on a socket. Before each message goes out
+// its MSNs are rewritten and each CRC corrected for the change: a CRC is
+// linear in the octets it covers, so flipping a bit of an FPDU flips a
+// fixed set of its CRC's bits (basis), found once per FPDU and bit.
+type sendReplay struct {
+	memConn
+	msg    []byte
+	at     []int         // each FPDU's offset in msg
+	basis  [][32]uint32  // per FPDU, what flipping bit k of its MSN flips in the CRC
+	msn    uint32        // the MSN msg carries
+	posted chan struct{} // a token per receive posted
+	msgs   int
+	sent   int // messages given whole
+	off    int // octets of the next message given
+}
+
+func newSendReplay(msg []byte, at []int, msgs int) *sendReplay {
+	c := &sendReplay{msg: msg, at: at, msn: 1, msgs: msgs, basis: make([][32]uint32, len(at))}
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	for i, a := range at {
+		f := bytes.Clone(msg[a:c.end(i)])
+		covered := f[:len(f)-mpa.CRCLen]
+		base := crc32.Checksum(covered, castagnoli)
+		for k := range 32 {
+			covered[c.msnAt()+3-k/8] ^= 1 << (k % 8)
+			c.basis[i][k] = crc32.Checksum(covered, castagnoli) ^ base
+			covered[c.msnAt()+3-k/8] ^= 1 << (k % 8)
+		}
+	}
+	return c
+}
+
+// end is the end of FPDU i in msg.
+func (c *sendReplay) end(i int) int {
+	if i+1 < len(c.at) {
+		return c.at[i+1]
+	}
+	return len(c.msg)
+}
+
+// msnAt is the MSN's offset in an FPDU: the length field, then the
+// untagged header's MSN.
+func (c *sendReplay) msnAt() int { return mpa.LenFieldLen + 10 }
+
+// renumber sets every FPDU's MSN to msn and corrects its CRC.
+func (c *sendReplay) renumber(msn uint32) {
+	for i, a := range c.at {
+		f := c.msg[a:c.end(i)]
+		flip := binary.BigEndian.Uint32(f[c.msnAt():]) ^ msn
+		binary.BigEndian.PutUint32(f[c.msnAt():], msn)
+		var d uint32
+		for ; flip != 0; flip &= flip - 1 { // the bits that change: two on average
+			d ^= c.basis[i][bits.TrailingZeros32(flip)]
+		}
+		t := f[len(f)-mpa.CRCLen:]
+		binary.LittleEndian.PutUint32(t, binary.LittleEndian.Uint32(t)^d)
+	}
+	c.msn = msn
+}
+
+func (c *sendReplay) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) && c.sent < c.msgs {
+		if c.off == 0 {
+			if n > 0 {
+				select {
+				case <-c.posted:
+				default:
+					return n, nil // the rest once a receive is posted
+				}
+			} else {
+				<-c.posted
+			}
+			if c.msn != uint32(c.sent+1) {
+				c.renumber(uint32(c.sent + 1))
+			}
+		}
+		k := copy(p[n:], c.msg[c.off:])
+		n += k
+		if c.off += k; c.off == len(c.msg) {
+			c.sent, c.off = c.sent+1, 0
+		}
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (c *sendReplay) Write(p []byte) (int, error) { return len(p), nil }
+func (c *sendReplay) Close() error                { return nil }
 
 // sinkConn is a net.Conn that takes every write and has nothing to read
 // until it is closed.

@@ -197,7 +197,11 @@ func (qp *QP) rxSegment(n int) error {
 		}
 		if len(u) >= ddp.UntaggedHdrLen {
 			if op, ok := sendFast(u[0], u[1], ddp.Untagged(u[:ddp.UntaggedHdrLen]).QN()); ok {
-				x.hl = copy(x.hdr[:], u[:ddp.UntaggedHdrLen])
+				// (In two copies the compiler writes out: one of 18
+				// octets is a call to memmove, 5 % of rxSegment's time.)
+				copy(x.hdr[:16], u[:16])
+				copy(x.hdr[16:ddp.UntaggedHdrLen], u[16:ddp.UntaggedHdrLen])
+				x.hl = ddp.UntaggedHdrLen
 				x.r.Consume(ddp.UntaggedHdrLen)
 				// Its fields are read where the kernel put them, not from
 				// the copy just stored: 4-octet loads from the two

@@ -55,11 +55,13 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 			continue
 		}
 		k := min(len(s)-off, left)
-		read := x.r.ReadFull
+		var err error
 		if k == left {
-			read = x.r.ReadLast // the segment's last piece
+			err = x.r.ReadLast(s[off : off+k]) // the segment's last piece
+		} else {
+			err = x.r.ReadFull(s[off : off+k])
 		}
-		if err := read(s[off : off+k]); err != nil {
+		if err != nil {
 			return err
 		}
 		off, left = 0, left-k
