@@ -409,6 +409,7 @@ func (q *recvQueue) drain(fn func(id uint64)) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.flushed = true
+	q.stags = stagCache{} // as the QP's (flushAll)
 	for ; q.head != q.tail; q.head++ {
 		fn(q.ring[q.head%uint64(len(q.ring))].id)
 		clear(q.slot(q.head))

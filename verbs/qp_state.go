@@ -177,7 +177,13 @@ func (qp *QP) flushAll() {
 	qp.sqNext.Store(qp.sqTail)
 	qp.retireLocked(false)
 	qp.sqFlushed = true
+	// The STag caches let go of their regions: an application that holds
+	// on to the dead QP must not keep a deregistered region's memory
+	// alive through it. (Nothing looks them up any more: the loops are
+	// done, and posts flush.)
+	qp.sqStags = stagCache{}
 	qp.sqMu.Unlock()
+	qp.rx.stags = stagCache{}
 
 	flushRecv := func(id uint64) { qp.recvCQ.push(WC{ID: id, Status: WRFlushErr, Opcode: WCRecv, QP: qp}) }
 	if qp.rx.recvOn {

@@ -1,9 +1,10 @@
 package verbs
 
 import (
-	"time"
-
+	"runtime"
 	"testing"
+	"time"
+	"weak"
 
 	"github.com/stretchr/testify/require"
 )
@@ -131,4 +132,41 @@ func TestSTagCacheLocalKeys(t *testing.T) {
 	require.ErrorIs(t, err, ErrLocalProt, "the key of the registration before")
 	_, err = c.qp.PostRecv(RecvWR{ID: 11, SGL: []SGE{{Addr: fmr.Addr(), Length: 64, LKey: k2}}})
 	require.NoError(t, err)
+}
+
+// A QP that is done lets go of the regions its STag caches hold: an
+// application that keeps the dead QP (to read its Err, say) does not keep a
+// deregistered region alive through it. Before, the receive loop's cache
+// and the SQ's and RQ's each held their last region until the QP went.
+func TestSTagCacheLetsGoWhenDone(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{})
+	src := c.regFilled(t, 64, 0, 9)
+	peer := c.regMR(t, 64, LocalWrite|RemoteWrite)
+	mr, err := s.pd.RegMR(make([]byte, 1<<20), LocalWrite|RemoteWrite)
+	require.NoError(t, err)
+	_, err = c.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 64)},
+		RemoteAddr: mr.Addr(), RKey: mr.RKey()}) // s's receive loop caches mr
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCRDMAWrite)
+	barrier(t, c, s)
+	_, err = s.qp.PostRecv(RecvWR{ID: 2, SGL: []SGE{mr.SGE(0, 64)}}) // s's RQ caches mr
+	require.NoError(t, err)
+	_, err = s.qp.PostSend(SendWR{ID: 3, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{mr.SGE(0, 64)},
+		RemoteAddr: peer.Addr(), RKey: peer.RKey()}) // and its SQ
+	require.NoError(t, err)
+	waitOK(t, s.scq, WCRDMAWrite)
+	require.Equal(t, mr, s.qp.rx.stags.mr, "the receive loop's cache")
+
+	gone := weak.Make(mr)
+	require.NoError(t, mr.Dereg())
+	mr = nil
+	require.NoError(t, s.qp.Close())
+	waitDone(t, s.qp, 10*time.Second)
+	waitDone(t, c.qp, 10*time.Second)
+	for range 3 {
+		runtime.GC()
+	}
+	require.Nil(t, gone.Value(), "the deregistered region outlives its QP's end")
+	runtime.KeepAlive(s.qp)
 }
