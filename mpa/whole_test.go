@@ -42,6 +42,8 @@ func wholeNext(rng *rand.Rand, left int, first bool) (wholeOp, bool) {
 			return wholeOp{1, rng.IntN(2)}, true
 		case 1:
 			return wholeOp{0, rng.IntN(2)}, true
+		case 2:
+			return wholeOp{6, rng.IntN(2)}, true // ReadLast of nothing finishes the FPDU
 		}
 		return wholeOp{}, false
 	}
@@ -317,7 +319,9 @@ func TestReaderWholeEverySplit(t *testing.T) {
 	for _, crc := range []bool{false, true} {
 		for _, n := range []int{0, 1, 3, 18, 28, 255, 256, 257, 300, 1030, 1448} {
 			s := wholeStream(t, rng, crc, false, []int{n, n, 7})
-			read := func(rd io.Reader, split, piece int) string {
+			// last: the last piece with ReadLast, traced as the ReadFull
+			// and Finish it stands for.
+			read := func(rd io.Reader, split, piece int, last bool) string {
 				r := NewReader(rd, crc, false, 4096, nil)
 				var b strings.Builder
 				for {
@@ -328,10 +332,28 @@ func TestReaderWholeEverySplit(t *testing.T) {
 					}
 					h, err := r.Header(min(split, m, MaxHeader))
 					fmt.Fprintf(&b, "h %x %v %d\n", h, err, r.Left())
+					finished := false
 					for r.Left() > 0 && err == nil {
 						d := make([]byte, min(piece, r.Left()))
+						if last && len(d) == r.Left() {
+							err = r.ReadLast(d)
+							if r.Left() > 0 { // in the payload: ReadFull's error
+								fmt.Fprintf(&b, "p %x %v %d\n", d, err, r.Left())
+								return b.String()
+							}
+							fmt.Fprintf(&b, "p %x %v %d\n", d, nil, r.Left())
+							fmt.Fprintf(&b, "f %v\n", err)
+							finished = true
+							break
+						}
 						err = r.ReadFull(d)
 						fmt.Fprintf(&b, "p %x %v %d\n", d, err, r.Left())
+					}
+					if finished {
+						if err != nil && !errors.Is(err, ErrCRC) {
+							return b.String()
+						}
+						continue
 					}
 					if err != nil {
 						return b.String()
@@ -349,18 +371,22 @@ func TestReaderWholeEverySplit(t *testing.T) {
 			}
 			for _, piece := range []int{1, 5, 255, 256, 257, 1024, 1 << 16} {
 				for split := 0; split <= min(n, MaxHeader); split += 1 + split/8 + stride - 1 {
-					want := read(iotest.OneByteReader(bytes.NewReader(s)), split, piece)
-					if got := read(bytes.NewReader(s), split, piece); got != want {
-						t.Fatalf("crc %v n %d split %d piece %d:\n%s", crc, n, split, piece, firstDiff(want, got))
+					want := read(iotest.OneByteReader(bytes.NewReader(s)), split, piece, false)
+					for _, last := range []bool{false, true} {
+						if got := read(bytes.NewReader(s), split, piece, last); got != want {
+							t.Fatalf("crc %v n %d split %d piece %d ReadLast %v:\n%s", crc, n, split, piece, last, firstDiff(want, got))
+						}
 					}
 				}
 			}
 			for i := 0; i < len(s); i += stride {
 				c := bytes.Clone(s)
 				c[i] ^= 0x5a
-				want := read(iotest.OneByteReader(bytes.NewReader(c)), 14, 300)
-				if got := read(bytes.NewReader(c), 14, 300); got != want {
-					t.Fatalf("crc %v n %d octet %d corrupted:\n%s", crc, n, i, firstDiff(want, got))
+				want := read(iotest.OneByteReader(bytes.NewReader(c)), 14, 300, false)
+				for _, last := range []bool{false, true} {
+					if got := read(bytes.NewReader(c), 14, 300, last); got != want {
+						t.Fatalf("crc %v n %d octet %d corrupted, ReadLast %v:\n%s", crc, n, i, last, firstDiff(want, got))
+					}
 				}
 			}
 		}

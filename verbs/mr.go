@@ -59,8 +59,10 @@ type MR struct {
 // Write (perftest's write_lat trick) polls Placed until it changes and only
 // then reads the memory: without a data race, as long as the peer writes
 // again only after our answer, round after round. Reading while the peer
-// may be writing is a race however it is done. A counted Write's last CRC
-// may still fail afterwards, which then ends the connection.
+// may be writing is a race however it is done. A Write is counted once
+// its last FPDU's CRC has checked out (earlier FPDUs of it are placed
+// before their CRCs are checked, as on hardware: a failure there ends the
+// connection before the Write is counted).
 func (mr *MR) Placed() uint64 {
 	return mr.placed.Add(0) // read-modify-write: acquires and releases
 }

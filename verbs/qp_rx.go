@@ -204,9 +204,9 @@ func (qp *QP) rxSegment(n int) error {
 				x.hl = ddp.UntaggedHdrLen
 				x.r.Consume(ddp.UntaggedHdrLen)
 				// Its fields are read where the kernel put them, not from
-				// the copy just stored: 4-octet loads from the two
-				// overlapping 16-octet stores of an 18-octet copy are not
-				// forwarded from them, and wait for them to retire.
+				// the copy just stored: MO's 4-octet load would span the
+				// two stores, and a load that spans stores is not
+				// forwarded from them: it waits for them to retire.
 				return qp.rxSend(ddp.Untagged(u[:ddp.UntaggedHdrLen]), op, n-ddp.UntaggedHdrLen)
 			}
 		}
