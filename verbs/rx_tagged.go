@@ -39,7 +39,20 @@ func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
 		return taggedErr(e, h.STag(), h.TO(), n)
 	}
 	mr.placed.Load() // acquires what a poller did before (MR.Placed)
-	if err := qp.rx.r.ReadLast(dst); err != nil {
+	// The last piece of a segment: when the Reader holds the FPDU whole,
+	// ReadLast places it and finishes the FPDU in one step; otherwise
+	// ReadFull reads it and the loop's Finish takes the rest. (Not
+	// ReadLast either way: its frame on the path that waits for the
+	// socket made receive goroutines outgrow their first stack, 1–2 KiB
+	// more per idle QP after traffic in TestIdleQPMemory. rxReadResponse
+	// and rxSend do the same.)
+	var err error
+	if qp.rx.r.Whole() != nil {
+		err = qp.rx.r.ReadLast(dst)
+	} else {
+		err = qp.rx.r.ReadFull(dst)
+	}
+	if err != nil {
 		return err
 	}
 	if h.Last() {
@@ -68,7 +81,14 @@ func (qp *QP) rxReadResponse(h ddp.Tagged, n int) error {
 	if err := rdmap.CheckReadResponse(h, uint32(n), j.stag, j.to, j.size, x.readOff); err != nil {
 		return err
 	}
-	if err := x.r.ReadLast(j.buf[x.readOff : x.readOff+uint32(n)]); err != nil {
+	dst := j.buf[x.readOff : x.readOff+uint32(n)]
+	var err error
+	if x.r.Whole() != nil { // as in rxWrite
+		err = x.r.ReadLast(dst)
+	} else {
+		err = x.r.ReadFull(dst)
+	}
+	if err != nil {
 		return err
 	}
 	x.readOff += uint32(n)

@@ -56,8 +56,8 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 		}
 		k := min(len(s)-off, left)
 		var err error
-		if k == left {
-			err = x.r.ReadLast(s[off : off+k]) // the segment's last piece
+		if k == left && x.r.Whole() != nil {
+			err = x.r.ReadLast(s[off : off+k]) // the segment's last piece, as in rxWrite
 		} else {
 			err = x.r.ReadFull(s[off : off+k])
 		}
