@@ -3,6 +3,7 @@
 package mpa
 
 import (
+	"encoding/binary"
 	"hash/crc32"
 	"math/bits"
 
@@ -101,6 +102,26 @@ func crc32cCopy(crc uint32, dst, src []byte) uint32 {
 	}
 	copy(dst, src)
 	return crc32cUpdate(crc, src)
+}
+
+// crc32cPrefixCopy is crc32cCopy(crc32cUpdate(crc, prefix), dst, src) in one
+// call, for what a Reader places whole: the length field and DDP header (16 or
+// 20 octets, taken as loaded words) ahead of a payload the fused kernel copies.
+// Three nested calls fewer per FPDU than the two it stands for.
+func crc32cPrefixCopy(crc uint32, prefix, dst, src []byte) uint32 {
+	if !haveFold || len(src) < foldMin {
+		return crc32cCopy(crc32cUpdate(crc, prefix), dst, src)
+	}
+	c := ^crc
+	switch len(prefix) {
+	case 16:
+		c = crc32cWords(c, binary.LittleEndian.Uint64(prefix), binary.LittleEndian.Uint64(prefix[8:]))
+	case 20:
+		c = crc32cWords20(c, binary.LittleEndian.Uint64(prefix), binary.LittleEndian.Uint64(prefix[8:]), binary.LittleEndian.Uint32(prefix[16:]))
+	default:
+		c = ^crc32cUpdate(crc, prefix)
+	}
+	return ^crc32cFoldCopy(c, dst[:len(src)], src)
 }
 
 //go:noescape

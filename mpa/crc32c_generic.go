@@ -21,3 +21,8 @@ func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 { return crc32cPrefixMem(crc
 func crc32cPrefix20(crc uint32, w0, w1 uint64, w2 uint32) uint32 {
 	return crc32cPrefix20Mem(crc, w0, w1, w2)
 }
+
+// crc32cPrefixCopy is crc32cCopy(crc32cUpdate(crc, prefix), dst, src).
+func crc32cPrefixCopy(crc uint32, prefix, dst, src []byte) uint32 {
+	return crc32cCopy(crc32cUpdate(crc, prefix), dst, src)
+}

@@ -69,3 +69,29 @@ func TestCRC32cPrefix(t *testing.T) {
 		require.Equal(t, want, crc32cPrefix20Mem(crc, w0, w1, w2))
 	}
 }
+
+// crc32cPrefixCopy is the CRC of a prefix and then of a payload it copies,
+// for the prefixes a Reader hands it (16 and 20 octets) and any other
+// length, payloads around every kernel's threshold, and it writes dst's
+// first len(src) octets only.
+func TestCRC32cPrefixCopy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	for _, pl := range []int{0, 4, 15, 16, 17, 20, 24} {
+		for _, n := range []int{0, 1, 63, 64, 65, 255, 256, 257, 1428, 1424, 4096, 9000} {
+			prefix, src := make([]byte, pl), make([]byte, n)
+			for i := range prefix {
+				prefix[i] = byte(rng.Uint32())
+			}
+			for i := range src {
+				src[i] = byte(rng.Uint32())
+			}
+			crc := rng.Uint32()
+			dst := bytes.Repeat([]byte{0xa5}, n+8)
+			got := crc32cPrefixCopy(crc, prefix, dst, src)
+			require.Equal(t, crc32.Update(crc32.Update(crc, castagnoli, prefix), castagnoli, src), got, "prefix %d, payload %d", pl, n)
+			require.Equal(t, src, dst[:n])
+			require.Equal(t, bytes.Repeat([]byte{0xa5}, 8), dst[n:], "written past the payload")
+		}
+	}
+}

@@ -284,8 +284,7 @@ func (r *Reader) ReadLast(dst []byte) error {
 	c := r.c
 	switch {
 	case r.crcLazy && n >= fuseMin:
-		c = r.crcPrefix(c, r.buf[r.crcFrom:h])
-		c = crc32cCopy(c, dst, r.buf[h:h+n])
+		c = crc32cPrefixCopy(c, r.buf[r.crcFrom:h], dst, r.buf[h:h+n])
 		if pad > 0 {
 			c = crc32cUpdate(c, r.buf[h+n:end])
 		}
