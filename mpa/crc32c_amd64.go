@@ -105,9 +105,11 @@ func crc32cCopy(crc uint32, dst, src []byte) uint32 {
 }
 
 // crc32cPrefixCopy is crc32cCopy(crc32cUpdate(crc, prefix), dst, src) in one
-// call, for what a Reader places whole: the length field and DDP header (16 or
-// 20 octets, taken as loaded words) ahead of a payload the fused kernel copies.
-// Three nested calls fewer per FPDU than the two it stands for.
+// call, for what a Reader places from an FPDU it holds whole: prefix is what
+// lies ahead of the piece and is not in the CRC yet, usually the length field
+// and the DDP header (16 or 20 octets, taken as loaded words; any other length
+// goes through crc32cUpdate). Three nested calls fewer per FPDU than the two
+// it stands for.
 func crc32cPrefixCopy(crc uint32, prefix, dst, src []byte) uint32 {
 	if !haveFold || len(src) < foldMin {
 		return crc32cCopy(crc32cUpdate(crc, prefix), dst, src)

@@ -317,25 +317,12 @@ func (r *Reader) readWhole(dst []byte) {
 	n := len(dst)
 	src := r.buf[r.head : r.head+n]
 	if r.crcLazy && n >= fuseMin {
-		r.c = r.crcPrefix(r.c, r.buf[r.crcFrom:r.head])
-		r.c = crc32cCopy(r.c, dst, src)
+		r.c = crc32cPrefixCopy(r.c, r.buf[r.crcFrom:r.head], dst, src)
 		r.crcFrom = r.head + n
 	} else {
 		copy(dst, src)
 	}
 	r.advance(n)
-}
-
-// crcPrefix is crc32cUpdate(c, p) for the octets ahead of a payload: the
-// length field and a DDP header, 16 or 20 octets, taken as words.
-func (r *Reader) crcPrefix(c uint32, p []byte) uint32 {
-	switch len(p) {
-	case 16:
-		return crc32cPrefix(c, binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[8:]))
-	case 20:
-		return crc32cPrefix20(c, binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[8:]), binary.LittleEndian.Uint32(p[16:]))
-	}
-	return crc32cUpdate(c, p)
 }
 
 // Whole returns the unread octets of the current ULPDU when the Reader
