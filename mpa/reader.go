@@ -269,8 +269,11 @@ func (r *Reader) ReadFull(dst []byte) error {
 // as Left, and then finishes the FPDU as Finish does (CRC checked). When
 // the Reader holds the FPDU whole it is one step: the payload's copy, the
 // CRC of the octets around it and the trailer's check, with the Reader's
-// state stored once. A receive loop places the last piece of every FPDU
-// with it, and calls Finish only for an FPDU still open (InFPDU).
+// state stored once. A receive loop places the last piece of a whole FPDU
+// (Whole) with it, and calls Finish only for an FPDU still open (InFPDU).
+// Otherwise it is ReadFull and Finish, called from here: a caller on the
+// path that waits for the socket may rather call those two itself, one
+// frame shallower (verbs' receive loop does).
 func (r *Reader) ReadLast(dst []byte) error {
 	if !r.whole || len(dst) != r.left {
 		if err := r.ReadFull(dst); err != nil {

@@ -85,7 +85,7 @@ func (qp *QP) rxLoop() {
 			}
 			err = qp.rxSegment(n)
 		}
-		if err == nil && x.r.InFPDU() { // (the data paths finish with ReadLast)
+		if err == nil && x.r.InFPDU() { // (the data paths finish a whole FPDU with ReadLast)
 			err = x.r.Finish()
 		}
 		if err == nil {
@@ -198,7 +198,8 @@ func (qp *QP) rxSegment(n int) error {
 		if len(u) >= ddp.UntaggedHdrLen {
 			if op, ok := sendFast(u[0], u[1], ddp.Untagged(u[:ddp.UntaggedHdrLen]).QN()); ok {
 				// (In two copies the compiler writes out: one of 18
-				// octets is a call to memmove, 5 % of rxSegment's time.)
+				// octets is a call to memmove, 0.4 % of send_bw's
+				// receiver.)
 				copy(x.hdr[:16], u[:16])
 				copy(x.hdr[16:ddp.UntaggedHdrLen], u[16:ddp.UntaggedHdrLen])
 				x.hl = ddp.UntaggedHdrLen
