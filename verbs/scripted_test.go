@@ -612,6 +612,9 @@ func TestScriptedMPAErrors(t *testing.T) {
 		s.p.write(t, b)
 		s.mayPlace[s.dst] = true
 		s.wantTerminate(t, llpTerm(mpa.CodeCRC))
+		// Placed, maybe, but not counted: MR.Placed counts a Write once
+		// its last FPDU's CRC has checked out.
+		require.Zero(t, s.dst.mr.Placed(), "a Write whose CRC failed was counted as placed")
 	})
 	t.Run("bad CRC on a Send is not delivered", func(t *testing.T) {
 		// The Send was placed, but a message whose CRC fails must not be
