@@ -338,7 +338,11 @@ var hostileAttacks = []hostileAttack{
 		case a.p.Markers == MarkersNone:
 			return "MPA CRC error"
 		}
-		return "control QP" // out of place among the markers: a bad header
+		// Among the markers: a CRC error where no marker falls inside the
+		// injected FPDU (as it usually lands), else a marker error; the
+		// server sees it while it still accepts or on the control QP,
+		// whichever the race between them gives (CI saw both).
+		return "sent Terminate (LLP MPA error: MPA "
 	}},
 	{"bad CRC after perftest's set-up", func(a *attacker) string {
 		c, ok := a.perftest()
