@@ -38,11 +38,16 @@ func (r *Reader) release() {
 	r.head, r.tail = 0, 0
 }
 
-// acquire takes a buffer if the Reader has none: as large as the one it
-// gave back, since a connection that needed a grown buffer before an idle
-// spell is likely to again.
+// acquire takes a buffer if the Reader has none: its own small one until
+// a read has filled that, and then one as large as the one it gave back,
+// since a connection that needed a grown buffer before an idle spell is
+// likely to again.
 func (r *Reader) acquire() {
 	if r.buf == nil {
+		if r.idlePool == nil {
+			r.buf = r.small[:]
+			return
+		}
 		r.setBuf(r.idlePool)
 	}
 }

@@ -55,7 +55,7 @@ func TestReaderIdleBuffer(t *testing.T) {
 	}()
 	readMsgs(t, r, msgs)
 	require.NoError(t, <-done)
-	require.Equal(t, DefaultReadBuffer, cap(r.buf), "8000 octets at once fill 4 KiB: the buffer grew")
+	require.Equal(t, DefaultReadBuffer, cap(r.buf), "8000 octets at once fill the small buffer: the buffer grew")
 
 	// Idle: Next waits with no buffer (the deadline ends the wait).
 	s.SetReadDeadline(time.Now().Add(20 * time.Millisecond))

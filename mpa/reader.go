@@ -55,9 +55,9 @@ type Reader struct {
 	hdr [MaxHeader]byte
 
 	bufMax   int        // the size buf grows to
-	bufRef   *[]byte    // buf's pool entry; nil for a buffer of its own (pre)
+	bufRef   *[]byte    // buf's pool entry; nil for a buffer of its own (small, pre)
 	bufPool  *sync.Pool // bufRef's pool
-	idlePool *sync.Pool // where the next buffer comes from after an idle spell (readbuf.go)
+	idlePool *sync.Pool // where the next buffer comes from after an idle spell; nil: small (readbuf.go)
 
 	// With a raw connection (readbuf.go) fill reads itself.
 	conn   net.Conn
@@ -67,6 +67,8 @@ type Reader struct {
 	rawErr error
 
 	onWait func() // SetOnWait's
+
+	small [smallReadBuffer]byte // the buffer before a read fills it (readbuf.go); last, as Writer's
 }
 
 // SetOnWait has fn called whenever the Reader is about to wait for the
@@ -77,8 +79,11 @@ type Reader struct {
 // must not block.
 func (r *Reader) SetOnWait(fn func()) { r.onWait = fn }
 
-// initialReadBuffer is a Reader's buffer before traffic makes it grow.
-const initialReadBuffer = 4 << 10
+// smallReadBuffer is the size of a Reader's own buffer, which it reads
+// into before traffic makes it take a larger one from a pool: an FPDU
+// of a few hundred octets fits it whole, and a connection that goes idle
+// between small messages costs no pool's Get and Put for each (readbuf.go).
+const smallReadBuffer = 512
 
 // DefaultReadBuffer is the receive buffer size of a Reader.
 const DefaultReadBuffer = 64 << 10
@@ -97,20 +102,19 @@ const directMin = 8 << 10
 // 1 KiB). pre holds stream octets already read from r past the MPA
 // start-up frames (normally none: the start-up reads exactly its frames).
 //
-// The buffer starts small (an idle connection costs little) and grows to
-// size the first time a read fills it, which is when batching pays. On a
-// TCP connection the Reader holds no buffer while the connection is idle
-// (readbuf.go).
+// The buffer starts small, the Reader's own (an idle connection costs
+// little), and grows to size, from a pool, the first time a read fills it,
+// which is when batching pays. On a TCP connection the Reader holds no
+// pool's buffer while the connection is idle (readbuf.go).
 func NewReader(r io.Reader, crc, markers bool, size int, pre []byte) *Reader {
 	size = max(size, 1<<10, len(pre))
-	start := min(size, initialReadBuffer)
-	rd := &Reader{r: r, crc: crc, markers: markers, max: MaxULPDU, bufMax: size, idlePool: readBufPool(start)}
+	rd := &Reader{r: r, crc: crc, markers: markers, max: MaxULPDU, bufMax: size}
 	rd.conn, rd.raw = rawConnOf(r)
 	if rd.raw != nil {
 		rd.rawFn = rd.rawRead
 	}
 	if len(pre) > 0 {
-		rd.buf = make([]byte, max(start, len(pre)))
+		rd.buf = make([]byte, max(smallReadBuffer, len(pre)))
 		rd.tail = copy(rd.buf, pre)
 	}
 	return rd

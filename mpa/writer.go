@@ -35,7 +35,7 @@ type Writer struct {
 	vecs      [][]byte    // queued iovecs
 	bufs      net.Buffers // handed to WriteTo; shares vecs' backing array
 	arena     []byte      // header, small payload, marker and trailer octets
-	arenaRef  *[]byte     // arena's pool entry
+	arenaRef  *[]byte     // arena's pool entry; nil for small
 	lastArena bool        // the last iovec ends at len(arena) and can grow
 	refs      bool        // a queued iovec references caller memory (Copied)
 	queued    int
@@ -49,6 +49,13 @@ type Writer struct {
 	iov      iovecs // TryFlush's iovecs, grown as needed
 	rawN     int    // what rawFn's writev returned
 	rawErrno syscall.Errno
+
+	// small is the arena of a Writer that sends a small FPDU with none
+	// taken: a pool's Get and Put around every message of a ping-pong
+	// (Idle gives the arena back after each) cost its latency more than
+	// the copy they would save. Last, so that the fields above keep
+	// their cache lines.
+	small [smallArena]byte
 }
 
 // Sizes of the Writer's staging memory.
@@ -70,6 +77,10 @@ const (
 	copyMax = 4096
 	// maxVecs bounds the iovecs of one flush (Linux's IOV_MAX is 1024).
 	maxVecs = 1024
+	// smallArena is the size of a Writer's own arena, for FPDUs of up to
+	// that many octets when it holds no other (a message of a few hundred
+	// octets, and the requests and acknowledgements of a connection).
+	smallArena = 512
 )
 
 // NewWriter returns a Writer on w. crc says whether CRC32c was negotiated;
@@ -177,16 +188,41 @@ func (w *Writer) hasRoom(pieces, total int) bool {
 
 // makeRoom makes what hasRoom looks for: it takes an arena if the Writer
 // has none (a QP that does not send holds none), and flushes if there is
-// not room.
+// not room. An FPDU of up to smallArena octets, the Writer holding no
+// arena, goes into the Writer's own small one (see small).
 func (w *Writer) makeRoom(pieces, total int) error {
-	if w.arena == nil {
-		w.arenaRef = arenaPool.Get().(*[]byte)
-		w.arena = (*w.arenaRef)[:0]
+	switch {
+	case w.arena == nil && total <= smallArena:
+		w.arena = w.small[:0]
+	case w.arena == nil:
+		w.takeArena()
 	}
-	if !w.hasRoom(pieces, total) {
-		return w.Flush()
+	if w.hasRoom(pieces, total) {
+		return nil
 	}
-	return nil
+	if w.arenaRef == nil {
+		// The small arena. room bounds what copying an FPDU could take
+		// from a pool's arena; here the FPDU itself must fit (total
+		// counts its markers, and pieces, a marker, the length field,
+		// pad and CRC as iovecs).
+		if cap(w.arena)-len(w.arena) >= total && len(w.vecs)+2*pieces+4 <= maxVecs {
+			return nil
+		}
+		// On to a pool's arena. What is queued in the small one stays
+		// there until written: it is not taken again before Idle.
+		w.takeArena()
+		w.lastArena = false
+		if w.hasRoom(pieces, total) {
+			return nil
+		}
+	}
+	return w.Flush()
+}
+
+// takeArena takes an arena of arenaSize from the pool.
+func (w *Writer) takeArena() {
+	w.arenaRef = arenaPool.Get().(*[]byte)
+	w.arena = (*w.arenaRef)[:0]
 }
 
 // room is the arena space an FPDU of total octets, its payload in pieces,
@@ -387,8 +423,10 @@ func (w *Writer) Idle() {
 	if w.queued > 0 || len(w.vecs) > 0 || w.arena == nil {
 		return
 	}
-	*w.arenaRef = w.arena[:0]
-	arenaPool.Put(w.arenaRef)
+	if w.arenaRef != nil {
+		*w.arenaRef = w.arena[:0]
+		arenaPool.Put(w.arenaRef)
+	}
 	w.arena, w.arenaRef = nil, nil
 }
 
