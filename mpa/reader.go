@@ -85,9 +85,6 @@ func (r *Reader) SetOnWait(fn func()) { r.onWait = fn }
 // between small messages costs no pool's Get and Put for each (readbuf.go).
 const smallReadBuffer = 512
 
-// midReadBuffer is the buffer a Reader grows to from its small one.
-const midReadBuffer = 4 << 10
-
 // DefaultReadBuffer is the receive buffer size of a Reader.
 const DefaultReadBuffer = 64 << 10
 
@@ -106,8 +103,8 @@ const directMin = 8 << 10
 // start-up frames (normally none: the start-up reads exactly its frames).
 //
 // The buffer starts small, the Reader's own (an idle connection costs
-// little), and grows, from pools, to 4 KiB and then to size as reads fill
-// it, which is when batching pays. On a TCP connection the Reader holds no
+// little), and grows to size, from a pool, the first time a read fills it,
+// which is when batching pays. On a TCP connection the Reader holds no
 // pool's buffer while the connection is idle (readbuf.go).
 func NewReader(r io.Reader, crc, markers bool, size int, pre []byte) *Reader {
 	size = max(size, 1<<10, len(pre))
@@ -500,16 +497,10 @@ func (r *Reader) fill(n int) error {
 		m, err := r.read()
 		r.tail += m
 		if m > 0 && r.tail == len(r.buf) && len(r.buf) < r.bufMax {
-			// The socket had more than the buffer holds: grow, from
-			// the small buffer to a pool's of midReadBuffer (messages of
-			// a few KiB need no more), and from there to bufMax.
-			next := r.bufMax
-			if len(r.buf) < midReadBuffer {
-				next = min(midReadBuffer, r.bufMax)
-			}
+			// The socket had more than the buffer holds: grow once.
 			old, oldRef, oldPool := r.buf, r.bufRef, r.bufPool
 			r.bufRef, r.bufPool = nil, nil
-			r.setBuf(readBufPool(next))
+			r.setBuf(readBufPool(r.bufMax))
 			copy(r.buf, old[:r.tail])
 			if oldRef != nil {
 				oldPool.Put(oldRef) // only once copied: other Readers take from the pool
