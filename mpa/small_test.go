@@ -20,10 +20,9 @@ func TestReaderSmallBuffer(t *testing.T) {
 	c, s := tcpPair(t)
 	r := NewReader(s, true, false, DefaultReadBuffer, nil)
 	rng := rand.New(rand.NewPCG(1, 2))
-	var sw *Writer
 	send := func(msgs [][2][]byte) {
 		var stream bytes.Buffer
-		sw = NewWriter(&stream, true, false)
+		sw := NewWriter(&stream, true, false)
 		for _, m := range msgs {
 			require.NoError(t, sw.Append(m[0], m[1]))
 		}

@@ -203,8 +203,8 @@ func (w *Writer) makeRoom(pieces, total int) error {
 	if w.arenaRef == nil {
 		// The small arena. room bounds what copying an FPDU could take
 		// from a pool's arena; here the FPDU itself must fit (total
-		// counts its markers, and pieces, a marker, the length field,
-		// pad and CRC as iovecs).
+		// counts its markers), and its iovecs: its pieces, a marker,
+		// the length field, pad and CRC.
 		if cap(w.arena)-len(w.arena) >= total && len(w.vecs)+2*pieces+4 <= maxVecs {
 			return nil
 		}
