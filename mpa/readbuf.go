@@ -11,8 +11,9 @@ import (
 // itself, as net's own Read does, so that it sees the socket run dry: when
 // the socket has nothing and the buffer holds nothing, the connection is
 // idle and the buffer goes back to a pool until data arrives. An idle QP
-// then holds no receive buffer at all, and one that streamed does not keep
-// its grown one.
+// then holds no pool's buffer, only the Reader's own 512 octets (small,
+// which carry a ping-pong's small FPDUs with no trip to a pool), and one
+// that streamed does not keep its grown one.
 
 // readBufPools holds one pool of *[]byte per buffer size.
 var readBufPools sync.Map
