@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/bits"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -41,6 +42,41 @@ func TestCRC32cKernels(t *testing.T) {
 			return c
 		}, 0)
 	})
+}
+
+// crc32cFoldCopy at every alignment of dst (and many of src), for every
+// length where its head and blocks change, copies exactly its octets and
+// takes their CRC.
+func TestCRC32cFoldCopyAlignment(t *testing.T) {
+	if !haveFold {
+		t.Skip("no AVX-512 VPCLMULQDQ")
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	src := make([]byte, 4096+64)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	dst := make([]byte, 4096+64+8)
+	var lengths []int
+	for n := 0; n <= 400; n++ {
+		lengths = append(lengths, n)
+	}
+	lengths = append(lengths, 1424, 1428, 1434, 1442, 4095, 4096)
+	for _, n := range lengths {
+		for do := range 64 {
+			so := (do*7 + n) % 64
+			p := src[so : so+n]
+			c := rng.Uint32()
+			clear(dst)
+			got := ^crc32cFoldCopy(^c, dst[do:do+n], p)
+			if want := stdCRC32c(c, p); got != want {
+				t.Fatalf("%d octets, dst offset %d, src offset %d: %#08x, want %#08x", n, do, so, got, want)
+			}
+			if !bytes.Equal(dst[do:do+n], p) || !allZero(dst[:do]) || !allZero(dst[do+n:]) {
+				t.Fatalf("%d octets, dst offset %d, src offset %d: copied wrong", n, do, so)
+			}
+		}
+	}
 }
 
 func allZero(b []byte) bool {

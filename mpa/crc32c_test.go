@@ -97,6 +97,12 @@ func FuzzCRC32c(f *testing.F) {
 		if got := crc32cUpdate(crc32cUpdate(c, p[:s]), p[s:]); got != want {
 			t.Fatalf("%d octets from %#08x split at %d: %#08x, want %#08x", len(p), c, s, got, want)
 		}
+		// The copying kernel, into a destination as misaligned as split says.
+		off := int(split) % 64
+		dst := make([]byte, off+len(p))
+		if got := crc32cCopy(c, dst[off:], p); got != want || !bytes.Equal(dst[off:], p) {
+			t.Fatalf("%d octets from %#08x copied to offset %d: %#08x, want %#08x", len(p), c, off, got, want)
+		}
 	})
 }
 
