@@ -164,7 +164,9 @@ func (d *Device) addMR(mr *MR, b *binding) error {
 }
 
 // Dereg deregisters the region: its STag is dead for local and remote access
-// from now on.
+// from now on, and the region lets go of its memory (Buf returns nil, Len
+// 0), so that nothing the stack keeps of the region (a QP's memory of the
+// last STag it used) keeps the memory alive.
 func (mr *MR) Dereg() error {
 	d := mr.pd.dev
 	d.mu.Lock()
@@ -177,7 +179,7 @@ func (mr *MR) Dereg() error {
 	// but the caller's own data.
 	old := mr.b.Load()
 	dead := *old
-	dead.valid = false
+	dead.valid, dead.buf = false, nil
 	mr.b.Store(&dead)
 	d.mrs.set(mr.idx, nil)
 	d.nmr--
@@ -195,10 +197,11 @@ func (mr *MR) RKey() uint32 { return mr.b.Load().stag }
 // octet (virtual-address based, as ibverbs).
 func (mr *MR) Addr() uint64 { return mr.b.Load().addr }
 
-// Len returns the region's length in octets.
+// Len returns the region's length in octets (0 once deregistered).
 func (mr *MR) Len() int { return len(mr.b.Load().buf) }
 
-// Buf returns the registered memory.
+// Buf returns the registered memory (nil once deregistered; an invalidated
+// fast-registration region keeps its memory until it is bound again).
 func (mr *MR) Buf() []byte { return mr.b.Load().buf }
 
 // Access returns the region's access rights.
@@ -358,23 +361,27 @@ func localResult(b []byte, e accessErr, sge SGE) ([]byte, error) {
 // Writes into one region (the receive loop's), or of WRs from one region
 // (a send or receive queue's), skips the table: three dependent loads,
 // often from outside the L1 cache, which the kernel's copies keep
-// clearing. The binding is current while the region still
-// holds it: every change (invalidation, fast registration,
-// deregistration) stores a new one.
+// clearing. It keeps the region, not its binding: the region's current
+// binding decides, as in lookup (a region's STag index never changes, and
+// a deregistered region's binding is dead for good). So a cache that
+// stays idle after its region is deregistered holds only the MR, whose
+// dead binding no longer holds the memory: the memory can be collected.
 type stagCache struct {
 	stag uint32
 	mr   *MR
-	b    *binding
 }
 
 // check is Device.check through the cache.
 func (c *stagCache) check(d *Device, stag uint32, pd *PD, need Access, to uint64, n int) ([]byte, *MR, accessErr) {
-	mr, b := c.mr, c.b
-	if mr == nil || c.stag != stag || mr.b.Load() != b {
-		if mr, b = d.lookup(stag); mr == nil {
-			return nil, nil, accessSTag
+	if mr := c.mr; mr != nil && c.stag == stag {
+		if b := mr.b.Load(); b.valid && b.stag == stag {
+			return checkBinding(mr, b, pd, need, to, n)
 		}
-		c.stag, c.mr, c.b = stag, mr, b
 	}
+	mr, b := d.lookup(stag)
+	if mr == nil {
+		return nil, nil, accessSTag
+	}
+	c.stag, c.mr = stag, mr
 	return checkBinding(mr, b, pd, need, to, n)
 }

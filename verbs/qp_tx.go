@@ -101,7 +101,7 @@ func (qp *QP) txLoop() {
 		}
 		qp.txFIN()
 		if !worked {
-			qp.tx.w.Idle()
+			qp.tx.idle()
 		}
 		qp.txMu.Unlock()
 		if !worked {
@@ -333,12 +333,21 @@ func (qp *QP) txSend(wire int, idle, rx bool) {
 		qp.connLost(err) // before the unlock, as in txLoop
 	}
 	if !more {
-		qp.tx.w.Idle()
+		qp.tx.idle()
 	}
 	qp.txMu.Unlock()
 	if more {
 		wake(qp.wake)
 	}
+}
+
+// idle is the transmit side's rest between messages: the Writer gives its
+// arena back, and the payload pieces of the last FPDU framed are dropped,
+// so that a QP at rest references no application memory (a region
+// deregistered meanwhile can be collected).
+func (t *txState) idle() {
+	clear(t.pieces[:])
+	t.w.Idle()
 }
 
 // txOwed reports whether a message is half written or a Read or Atomic

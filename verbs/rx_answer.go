@@ -63,6 +63,6 @@ func (qp *QP) rxAnswered() bool {
 	if qp.txPending() {
 		return false // more to send (the SQ, a large Read, what the socket did not take): the loop's
 	}
-	t.w.Idle()
+	t.idle()
 	return true
 }

@@ -170,3 +170,68 @@ func TestSTagCacheLetsGoWhenDone(t *testing.T) {
 	require.Nil(t, gone.Value(), "the deregistered region outlives its QP's end")
 	runtime.KeepAlive(s.qp)
 }
+
+// A region deregistered while the QPs that used it live on, idle, lets go of
+// its memory: their STag caches (the receive loop's, the SQ's, the RQ's)
+// keep the MR, whose dead binding no longer holds the buffer. The QPs go on
+// working, and the dead STag reaches nothing.
+func TestSTagCacheLetsGoOnDereg(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{})
+	src := c.regFilled(t, 64, 0, 9)
+	peer := c.regMR(t, 64, LocalWrite|RemoteWrite)
+	mem := new([1 << 20]byte)
+	mr, err := s.pd.RegMR(mem[:], LocalWrite|RemoteWrite)
+	require.NoError(t, err)
+	_, err = c.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 64)},
+		RemoteAddr: mr.Addr(), RKey: mr.RKey()}) // s's receive loop caches mr
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCRDMAWrite)
+	barrier(t, c, s)
+	_, err = s.qp.PostRecv(RecvWR{ID: 2, SGL: []SGE{mr.SGE(0, 64)}}) // s's RQ caches mr
+	require.NoError(t, err)
+	_, err = s.qp.PostSend(SendWR{ID: 3, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{mr.SGE(0, 64)},
+		RemoteAddr: peer.Addr(), RKey: peer.RKey()}) // and its SQ
+	require.NoError(t, err)
+	waitOK(t, s.scq, WCRDMAWrite)
+	_, err = c.qp.PostSend(SendWR{ID: 4, Opcode: OpSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 8)}}) // takes the receive
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCSend)
+	waitOK(t, s.rcq, WCRecv)
+	require.Equal(t, mr, s.qp.rx.stags.mr, "the receive loop's cache")
+	require.Equal(t, mr, s.qp.sqStags.mr, "the SQ's cache")
+	require.Equal(t, mr, s.qp.rq.stags.mr, "the RQ's cache")
+
+	// No WR holds the region any more, only the caches.
+	gone := weak.Make(mem)
+	rkey := mr.RKey()
+	require.NoError(t, mr.Dereg())
+	require.Nil(t, mr.Buf())
+	require.Zero(t, mr.Len())
+	mem = nil
+	for range 3 {
+		runtime.GC()
+	}
+	require.True(t, gone.Value() == nil, "a live QP keeps a deregistered region's memory")
+
+	// The QPs work on: s sends from a new region, into the receive it posted.
+	_, err = c.qp.PostRecv(RecvWR{ID: 5, SGL: []SGE{peer.SGE(0, 64)}})
+	require.NoError(t, err)
+	fresh := s.regFilled(t, 64, 0, 7)
+	_, err = s.qp.PostSend(SendWR{ID: 6, Opcode: OpSend, Flags: Signaled, SGL: []SGE{fresh.SGE(0, 64)}})
+	require.NoError(t, err)
+	waitOK(t, s.scq, WCSend)
+	wc := waitOK(t, c.rcq, WCRecv)
+	require.Equal(t, uint32(64), wc.ByteLen)
+	require.Equal(t, fresh.Buf(), peer.Buf())
+
+	// And the dead STag reaches nothing: a Write to it ends the connection
+	// with a Terminate.
+	_, err = c.qp.PostSend(SendWR{ID: 7, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 64)},
+		RemoteAddr: 0, RKey: rkey})
+	require.NoError(t, err)
+	waitDone(t, s.qp, 10*time.Second)
+	var te *TerminateError
+	require.ErrorAs(t, s.qp.Err(), &te)
+	runtime.KeepAlive(s.qp)
+}
