@@ -214,7 +214,7 @@ func TestSTagCacheLetsGoOnDereg(t *testing.T) {
 	}
 	require.True(t, gone.Value() == nil, "a live QP keeps a deregistered region's memory")
 
-	// The QPs work on: s sends from a new region, into the receive it posted.
+	// The QPs work on: s sends from a new region into a receive c posts.
 	_, err = c.qp.PostRecv(RecvWR{ID: 5, SGL: []SGE{peer.SGE(0, 64)}})
 	require.NoError(t, err)
 	fresh := s.regFilled(t, 64, 0, 7)
