@@ -141,22 +141,7 @@ func TestSTagCacheLocalKeys(t *testing.T) {
 func TestSTagCacheLetsGoWhenDone(t *testing.T) {
 	checkRoutines(t)
 	c, s := connect(t, pairOpts{})
-	src := c.regFilled(t, 64, 0, 9)
-	peer := c.regMR(t, 64, LocalWrite|RemoteWrite)
-	mr, err := s.pd.RegMR(make([]byte, 1<<20), LocalWrite|RemoteWrite)
-	require.NoError(t, err)
-	_, err = c.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 64)},
-		RemoteAddr: mr.Addr(), RKey: mr.RKey()}) // s's receive loop caches mr
-	require.NoError(t, err)
-	waitOK(t, c.scq, WCRDMAWrite)
-	barrier(t, c, s)
-	_, err = s.qp.PostRecv(RecvWR{ID: 2, SGL: []SGE{mr.SGE(0, 64)}}) // s's RQ caches mr
-	require.NoError(t, err)
-	_, err = s.qp.PostSend(SendWR{ID: 3, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{mr.SGE(0, 64)},
-		RemoteAddr: peer.Addr(), RKey: peer.RKey()}) // and its SQ
-	require.NoError(t, err)
-	waitOK(t, s.scq, WCRDMAWrite)
-	require.Equal(t, mr, s.qp.rx.stags.mr, "the receive loop's cache")
+	mr, _, _ := fillSTagCaches(t, c, s, make([]byte, 1<<20))
 
 	gone := weak.Make(mr)
 	require.NoError(t, mr.Dereg())
@@ -178,29 +163,12 @@ func TestSTagCacheLetsGoWhenDone(t *testing.T) {
 func TestSTagCacheLetsGoOnDereg(t *testing.T) {
 	checkRoutines(t)
 	c, s := connect(t, pairOpts{})
-	src := c.regFilled(t, 64, 0, 9)
-	peer := c.regMR(t, 64, LocalWrite|RemoteWrite)
 	mem := new([1 << 20]byte)
-	mr, err := s.pd.RegMR(mem[:], LocalWrite|RemoteWrite)
-	require.NoError(t, err)
-	_, err = c.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 64)},
-		RemoteAddr: mr.Addr(), RKey: mr.RKey()}) // s's receive loop caches mr
-	require.NoError(t, err)
-	waitOK(t, c.scq, WCRDMAWrite)
-	barrier(t, c, s)
-	_, err = s.qp.PostRecv(RecvWR{ID: 2, SGL: []SGE{mr.SGE(0, 64)}}) // s's RQ caches mr
-	require.NoError(t, err)
-	_, err = s.qp.PostSend(SendWR{ID: 3, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{mr.SGE(0, 64)},
-		RemoteAddr: peer.Addr(), RKey: peer.RKey()}) // and its SQ
-	require.NoError(t, err)
-	waitOK(t, s.scq, WCRDMAWrite)
-	_, err = c.qp.PostSend(SendWR{ID: 4, Opcode: OpSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 8)}}) // takes the receive
+	mr, src, peer := fillSTagCaches(t, c, s, mem[:])
+	_, err := c.qp.PostSend(SendWR{ID: 4, Opcode: OpSend, Flags: Signaled, SGL: []SGE{src.SGE(0, 8)}}) // takes the receive
 	require.NoError(t, err)
 	waitOK(t, c.scq, WCSend)
 	waitOK(t, s.rcq, WCRecv)
-	require.Equal(t, mr, s.qp.rx.stags.mr, "the receive loop's cache")
-	require.Equal(t, mr, s.qp.sqStags.mr, "the SQ's cache")
-	require.Equal(t, mr, s.qp.rq.stags.mr, "the RQ's cache")
 
 	// No WR holds the region any more, only the caches.
 	gone := weak.Make(mem)
@@ -234,4 +202,31 @@ func TestSTagCacheLetsGoOnDereg(t *testing.T) {
 	var te *TerminateError
 	require.ErrorAs(t, s.qp.Err(), &te)
 	runtime.KeepAlive(s.qp)
+}
+
+// fillSTagCaches registers buf on s and has each of s's STag caches take
+// it: c Writes into it (s's receive loop), s posts a receive into it (its
+// RQ; the receive stays posted) and Writes from it to c (its SQ). It
+// returns the region, and c's source and target regions.
+func fillSTagCaches(t *testing.T, c, s *side, buf []byte) (mr, src, peer *MR) {
+	t.Helper()
+	src = c.regFilled(t, 64, 0, 9)
+	peer = c.regMR(t, 64, LocalWrite|RemoteWrite)
+	mr, err := s.pd.RegMR(buf, LocalWrite|RemoteWrite)
+	require.NoError(t, err)
+	_, err = c.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 64)},
+		RemoteAddr: mr.Addr(), RKey: mr.RKey()}) // s's receive loop caches mr
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCRDMAWrite)
+	barrier(t, c, s)
+	_, err = s.qp.PostRecv(RecvWR{ID: 2, SGL: []SGE{mr.SGE(0, 64)}}) // s's RQ caches mr
+	require.NoError(t, err)
+	_, err = s.qp.PostSend(SendWR{ID: 3, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{mr.SGE(0, 64)},
+		RemoteAddr: peer.Addr(), RKey: peer.RKey()}) // and its SQ
+	require.NoError(t, err)
+	waitOK(t, s.scq, WCRDMAWrite)
+	require.Equal(t, mr, s.qp.rx.stags.mr, "the receive loop's cache")
+	require.Equal(t, mr, s.qp.sqStags.mr, "the SQ's cache")
+	require.Equal(t, mr, s.qp.rq.stags.mr, "the RQ's cache")
+	return mr, src, peer
 }
