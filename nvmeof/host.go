@@ -226,7 +226,7 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *hqueue, cntlid uint1
 		cmd.SGL().SetInCapsule(0, ConnectDataSize)
 		inCap = ConnectDataSize
 	} else {
-		cd.Append(q.slots[i].mr.Buf()[:0])
+		cd.Append(q.slots[i].buf[:0])
 		q.keyed(i, cmd, ConnectDataSize)
 	}
 	res, err := q.run(ctx, i, inCap, fmt.Sprintf("Connect queue %d", q.qid))

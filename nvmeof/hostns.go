@@ -170,7 +170,7 @@ func (q *hqueue) startRW(i int, op uint8, nsid uint32, slba uint64, nlb uint16, 
 		inCap = len(p)
 	} else {
 		if op == IOWrite {
-			copy(s.mr.Buf(), p)
+			copy(s.buf, p)
 		}
 		q.keyed(i, cmd, len(p))
 	}
@@ -193,7 +193,7 @@ func (q *hqueue) finish(ctx context.Context, i int, op uint8, p []byte) error {
 		return &StatusError{Op: opNames[op], Status: s.st, Result: s.res}
 	}
 	if op == IORead {
-		copy(p, s.mr.Buf()[:len(p)])
+		copy(p, s.buf[:len(p)])
 	}
 	q.releaseSlot(i)
 	return nil
@@ -247,7 +247,7 @@ func (n *HostNamespace) simple(ctx context.Context, op uint8, fill func(Command)
 			cmd.SGL().SetInCapsule(0, uint32(len(data)))
 			inCap = len(data)
 		} else {
-			copy(q.slots[i].mr.Buf(), data)
+			copy(q.slots[i].buf, data)
 			q.keyed(i, cmd, len(data))
 		}
 	}

@@ -31,6 +31,7 @@ type hqueue struct {
 	cq     *verbs.CQ
 	qp     *verbs.QP
 	respMR *verbs.MR
+	resp   []byte // respMR's memory (as hslot.buf)
 	nrecv  int
 	slots  []hslot
 	free   chan int
@@ -54,6 +55,7 @@ type hqueue struct {
 type hslot struct {
 	gen     uint8
 	capsule []byte
+	buf     []byte // mr's memory, kept here: a queue closed under a finishing command deregisters mr
 	mr      *verbs.MR
 	wr      [1]verbs.SendWR
 	done    chan struct{}
@@ -100,7 +102,8 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 		q.release()
 		return nil, err
 	}
-	if q.respMR, err = q.pd.RegMR(make([]byte, q.nrecv*CompletionSize), verbs.LocalWrite); err != nil {
+	q.resp = make([]byte, q.nrecv*CompletionSize)
+	if q.respMR, err = q.pd.RegMR(q.resp, verbs.LocalWrite); err != nil {
 		return fail(err)
 	}
 	q.slots = make([]hslot, cfg.depth)
@@ -109,7 +112,8 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 		s := &q.slots[i]
 		s.capsule = capsules[i*(CommandSize+cfg.inCap) : (i+1)*(CommandSize+cfg.inCap)]
 		s.done = make(chan struct{}, 1)
-		if s.mr, err = q.pd.RegMR(make([]byte, max(cfg.maxData, ConnectDataSize)), verbs.LocalWrite|verbs.RemoteWrite|verbs.RemoteRead); err != nil {
+		s.buf = make([]byte, max(cfg.maxData, ConnectDataSize))
+		if s.mr, err = q.pd.RegMR(s.buf, verbs.LocalWrite|verbs.RemoteWrite|verbs.RemoteRead); err != nil {
 			return fail(err)
 		}
 		q.free <- i
@@ -236,7 +240,7 @@ func (q *hqueue) response(wc *verbs.WC) error {
 		return nil
 	}
 	ri := int(wc.ID)
-	cqe, ok := ParseCompletion(q.respMR.Buf()[ri*CompletionSize : (ri+1)*CompletionSize][:wc.ByteLen])
+	cqe, ok := ParseCompletion(q.resp[ri*CompletionSize : (ri+1)*CompletionSize][:wc.ByteLen])
 	if !ok {
 		return fmt.Errorf("%w: queue %d: a response of %d octets", ErrQueueDead, q.qid, wc.ByteLen)
 	}
@@ -371,7 +375,7 @@ func (q *hqueue) adminCmd(ctx context.Context, fill func(Command), n int, op str
 	q.keyed(i, c, n)
 	res, err := q.run(ctx, i, 0, op)
 	if err == nil && get != nil {
-		get(q.slots[i].mr.Buf()[:n])
+		get(q.slots[i].buf[:n])
 	}
 	if err == nil || isStatus(err) {
 		q.releaseSlot(i)

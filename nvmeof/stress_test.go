@@ -108,3 +108,58 @@ func TestRWNoHoldAndWait(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Closing a controller while its namespace is being read and written ends
+// every call, with its data or an error, and panics in none: a command that
+// finishes as the queues are torn down (their regions deregistered) reads
+// its slot's buffer, which the slot keeps.
+func TestHostCloseUnderIO(t *testing.T) {
+	checkRoutines(t)
+	_, _, addr := newTestTarget(t, 8<<20, TargetConfig{})
+	c, err := Connect(testCtx(t), "tcp", addr, testNQN, HostConfig{IOQueues: 2, QueueDepth: 4})
+	require.NoError(t, err)
+	ns, err := c.Namespace(testCtx(t), 1)
+	require.NoError(t, err)
+	const workers = 8
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	calls := make([]int, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 64<<10) // past the capsule: through the slot's buffer
+			off := int64(w) * int64(len(buf))
+			for {
+				var err error
+				if calls[w]%2 == 0 {
+					_, err = ns.WriteAt(buf, off)
+				} else {
+					_, err = ns.ReadAt(buf, off)
+				}
+				calls[w]++
+				if err != nil {
+					return
+				}
+				select {
+				case <-done:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	c.Close()
+	close(done)
+	ended := make(chan struct{})
+	go func() { wg.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("I/O calls still running 20 s after Close")
+	}
+	for w, n := range calls {
+		require.Positive(t, n, "worker %d", w)
+	}
+}

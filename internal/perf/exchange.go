@@ -310,6 +310,7 @@ type ctlQP struct {
 	cq     *verbs.CQ
 	qp     *verbs.QP
 	mr     *verbs.MR
+	buf    []byte // mr's memory, kept here: Dereg lets go of it
 	wcs    [8]verbs.WC
 	inbox  [][]byte
 	sends  int   // send completions seen
@@ -334,7 +335,8 @@ func newCtlQP(dev *verbs.Device) (*ctlQP, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.mr, err = pd.RegMR(make([]byte, (ctlRecvs+1)*ctlSlot), verbs.LocalWrite); err != nil {
+	c.buf = make([]byte, (ctlRecvs+1)*ctlSlot)
+	if c.mr, err = pd.RegMR(c.buf, verbs.LocalWrite); err != nil {
 		c.qp.Close()
 		return nil, err
 	}
@@ -380,7 +382,7 @@ func (c *ctlQP) poll(ctx context.Context) error {
 					return c.err
 				}
 				off := int(wc.ID) * ctlSlot
-				c.inbox = append(c.inbox, bytes.Clone(c.mr.Buf()[off:off+int(wc.ByteLen)]))
+				c.inbox = append(c.inbox, bytes.Clone(c.buf[off:off+int(wc.ByteLen)]))
 				if _, err := c.qp.PostRecv(verbs.RecvWR{ID: wc.ID, SGL: []verbs.SGE{c.mr.SGE(off, ctlSlot)}}); err != nil {
 					return err
 				}
@@ -414,7 +416,7 @@ func (c *ctlQP) send(ctx context.Context, kind byte, payload []byte) error {
 		}
 	}
 	off := ctlRecvs * ctlSlot
-	buf := c.mr.Buf()[off:]
+	buf := c.buf[off:]
 	buf[0] = kind
 	copy(buf[1:], payload)
 	if _, err := c.qp.PostSend(verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(off, 1+len(payload))}}); err != nil {

@@ -576,7 +576,7 @@ func (c *ctlQP) sendRaw(ctx context.Context, msg []byte) error {
 		}
 	}
 	off := ctlRecvs * ctlSlot
-	copy(c.mr.Buf()[off:], msg)
+	copy(c.buf[off:], msg)
 	if _, err := c.qp.PostSend(verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(off, len(msg))}}); err != nil {
 		return qpFailure(c.qp, err)
 	}
