@@ -123,24 +123,26 @@ func TestHostCloseUnderIO(t *testing.T) {
 	const workers = 8
 	var wg sync.WaitGroup
 	done := make(chan struct{})
-	calls := make([]int, workers)
+	oks := make([]int, workers)    // calls that returned their data
+	errs := make([]error, workers) // the call that ended each worker
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			buf := make([]byte, 64<<10) // past the capsule: through the slot's buffer
 			off := int64(w) * int64(len(buf))
-			for {
+			for i := 0; ; i++ {
 				var err error
-				if calls[w]%2 == 0 {
+				if i%2 == 0 {
 					_, err = ns.WriteAt(buf, off)
 				} else {
 					_, err = ns.ReadAt(buf, off)
 				}
-				calls[w]++
 				if err != nil {
+					errs[w] = err
 					return
 				}
+				oks[w]++
 				select {
 				case <-done:
 					return
@@ -159,7 +161,10 @@ func TestHostCloseUnderIO(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("I/O calls still running 20 s after Close")
 	}
-	for w, n := range calls {
-		require.Positive(t, n, "worker %d", w)
+	for w := range workers {
+		require.Positive(t, oks[w], "worker %d: no call returned its data before the Close", w)
+		if errs[w] != nil {
+			require.ErrorIs(t, errs[w], ErrQueueDead, "worker %d", w)
+		}
 	}
 }
