@@ -45,7 +45,9 @@
 // io.WriterAt view of a namespace that spreads commands over the I/O
 // queues. The host's data buffers are registered once per command slot
 // (keyed SGL, address subtype: no invalidation) and small writes go in the
-// capsule.
+// capsule. Controller.Close shuts down as NVMe asks and Linux's host
+// does: new commands fail with ErrClosed, those in flight finish, the I/O
+// queues disconnect, then CC.SHN and the admin queue's disconnect.
 //
 // Not implemented: in-band authentication, fused commands, reservations,
 // ANA and multipath reporting (CMIC 0), namespace management, metadata and

@@ -391,34 +391,59 @@ func (c *Controller) ActiveNamespaces(ctx context.Context) ([]uint32, error) {
 // IOQueues returns the number of connected I/O queues.
 func (c *Controller) IOQueues() int { return len(c.io) }
 
-// Close shuts the controller down (CC.SHN, waiting for CSTS.SHST at most a
-// few seconds) and disconnects its queues.
+// Close ends the controller in the order NVMe asks of a normal shutdown:
+// new commands fail with ErrClosed, those in flight finish (Close waits up
+// to closeDrain for them), the I/O queues disconnect, then the controller
+// is shut down (CC.SHN, waiting for CSTS.SHST at most a few seconds) and
+// the admin queue disconnects. Linux's host does the same; a target that
+// shuts its I/O queues at CC.SHN, as ours does, would otherwise reset them
+// under the commands still in flight.
 func (c *Controller) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		close(c.kaStop)
 		c.kaWG.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		dctx, cancel := context.WithTimeout(context.Background(), closeDrain)
 		defer cancel()
-		if c.admin != nil {
-			if err = c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20|1<<14); err == nil {
-				for range 100 {
-					csts, e := c.propertyGet(ctx, PropCSTS, 4)
-					if e != nil || csts&CSTSShstMask == CSTSShstDone {
-						err = e
-						break
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
+		for _, q := range c.io {
+			q.drain(dctx)
 		}
-		c.shutdownQueues(ctx, err == nil)
+		for _, q := range c.io {
+			q.close(dctx, dctx.Err() == nil)
+		}
+		if c.admin != nil {
+			err = c.shutdown()
+		}
 		if c.ownDev {
 			c.dev.Close()
 		}
 	})
 	return err
 }
+
+// shutdown sets CC.SHN, waits for CSTS.SHST to say done, and disconnects
+// the admin queue.
+func (c *Controller) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20|1<<14)
+	if err == nil {
+		for range 100 {
+			csts, e := c.propertyGet(ctx, PropCSTS, 4)
+			if e != nil || csts&CSTSShstMask == CSTSShstDone {
+				err = e
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	c.admin.drain(ctx)
+	c.admin.close(ctx, err == nil && ctx.Err() == nil)
+	return err
+}
+
+// closeDrain bounds how long Close waits for commands in flight.
+const closeDrain = 5 * time.Second
 
 // shutdownQueues ends every queue (I/O queues first).
 func (c *Controller) shutdownQueues(ctx context.Context, orderly bool) {

@@ -121,10 +121,13 @@ func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (
 		// hold slots whose commands have completed, waiting for a slot
 		// another holds, would wait forever (hold and wait). Our own
 		// commands are finished, oldest first, until one is free.
-		i, ok := q.tryAcquire()
-		for !ok && head < tail && firstErr == nil {
+		i, ok, err := q.tryAcquire()
+		for !ok && err == nil && head < tail && firstErr == nil {
 			finish()
-			i, ok = q.tryAcquire()
+			i, ok, err = q.tryAcquire()
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
 		}
 		if firstErr != nil {
 			if ok {
@@ -133,7 +136,6 @@ func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (
 			break
 		}
 		if !ok {
-			var err error
 			if i, err = q.acquire(ctx); err != nil {
 				firstErr = err
 				break

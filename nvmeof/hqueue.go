@@ -13,6 +13,10 @@ import (
 // has ended; errors.Is finds it in what Controller methods return.
 var ErrQueueDead = errors.New("nvmeof: queue connection ended")
 
+// ErrClosed is the error of a command started once Controller.Close has
+// begun; commands already in flight then finish first.
+var ErrClosed = errors.New("nvmeof: controller closed")
+
 // A host queue is one RDMA connection to a controller: commands go out as
 // Sends of inline capsules (so a capsule's buffer is free at once), data
 // moves through per-slot buffers registered for the target's RDMA Read and
@@ -42,6 +46,11 @@ type hqueue struct {
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 	closed  sync.Once
+
+	gate    sync.Mutex    // closing, held, idle
+	closing bool          // drain began: no new commands
+	held    int           // slots taken and not yet given back
+	idle    chan struct{} // closed when held drops to zero while closing
 
 	pmu   sync.Mutex // slot states and posting receives
 	rxMu  sync.Mutex // rxwcs: the receive handler, or the watcher at the end
@@ -262,35 +271,99 @@ func (q *hqueue) response(wc *verbs.WC) error {
 	return nil
 }
 
-// tryAcquire takes a free slot if there is one.
-func (q *hqueue) tryAcquire() (int, bool) {
+// tryAcquire takes a free slot if there is one; a draining queue has
+// none (ErrClosed).
+func (q *hqueue) tryAcquire() (int, bool, error) {
 	select {
 	case i := <-q.free:
-		return i, true
+		if !q.take(i) {
+			return 0, false, ErrClosed
+		}
+		return i, true, nil
 	default:
-		return 0, false
+		return 0, false, nil
 	}
 }
 
 // acquire takes a free slot, waiting for one.
 func (q *hqueue) acquire(ctx context.Context) (int, error) {
+	var i int
 	select {
-	case i := <-q.free:
-		return i, nil
+	case i = <-q.free:
 	default:
+		select {
+		case i = <-q.free:
+		case <-q.dead:
+			if q.draining() {
+				return 0, ErrClosed
+			}
+			return 0, q.err
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 	}
-	select {
-	case i := <-q.free:
-		return i, nil
-	case <-q.dead:
-		return 0, q.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	if !q.take(i) {
+		return 0, ErrClosed
 	}
+	return i, nil
+}
+
+// take counts slot i as held, unless the queue is draining: the slot then
+// goes back.
+func (q *hqueue) take(i int) bool {
+	q.gate.Lock()
+	ok := !q.closing
+	if ok {
+		q.held++
+	}
+	q.gate.Unlock()
+	if !ok {
+		q.free <- i
+	}
+	return ok
 }
 
 // releaseSlot gives a slot back.
-func (q *hqueue) releaseSlot(i int) { q.free <- i }
+func (q *hqueue) releaseSlot(i int) {
+	q.gate.Lock()
+	q.held--
+	if q.held == 0 && q.idle != nil {
+		close(q.idle)
+		q.idle = nil
+	}
+	q.gate.Unlock()
+	q.free <- i
+}
+
+func (q *hqueue) draining() bool {
+	q.gate.Lock()
+	defer q.gate.Unlock()
+	return q.closing
+}
+
+// drain refuses new commands (ErrClosed) and waits until those in flight
+// have finished and their callers gave their slots back, the queue died or
+// ctx ended.
+func (q *hqueue) drain(ctx context.Context) error {
+	q.gate.Lock()
+	q.closing = true
+	if q.held > 0 && q.idle == nil {
+		q.idle = make(chan struct{})
+	}
+	idle := q.idle
+	q.gate.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-q.dead:
+		return q.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // submit sends slot i's command: the SQE already in its capsule, with
 // inCap octets of in-capsule data after it.

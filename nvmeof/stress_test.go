@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,7 +116,21 @@ func TestRWNoHoldAndWait(t *testing.T) {
 // its slot's buffer, which the slot keeps.
 func TestHostCloseUnderIO(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 8<<20, TargetConfig{})
+	var logMu sync.Mutex
+	var ended []string // the target's queues that ended other than by a disconnect
+	var disconnected int
+	_, _, addr := newTestTarget(t, 8<<20, TargetConfig{Logf: func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		t.Log(line)
+		logMu.Lock()
+		defer logMu.Unlock()
+		switch {
+		case strings.Contains(line, "connection ended"):
+			ended = append(ended, line)
+		case strings.HasSuffix(line, ": disconnected"):
+			disconnected++
+		}
+	}})
 	c, err := Connect(testCtx(t), "tcp", addr, testNQN, HostConfig{IOQueues: 2, QueueDepth: 4})
 	require.NoError(t, err)
 	ns, err := c.Namespace(testCtx(t), 1)
@@ -152,19 +167,35 @@ func TestHostCloseUnderIO(t *testing.T) {
 		}()
 	}
 	time.Sleep(100 * time.Millisecond)
-	c.Close()
+	require.NoError(t, c.Close())
 	close(done)
-	ended := make(chan struct{})
-	go func() { wg.Wait(); close(ended) }()
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
 	select {
-	case <-ended:
+	case <-waited:
 	case <-time.After(20 * time.Second):
 		t.Fatal("I/O calls still running 20 s after Close")
 	}
+	// Close let the commands in flight finish before it disconnected:
+	// every call either returned its data or was refused as it started.
 	for w := range workers {
 		require.Positive(t, oks[w], "worker %d: no call returned its data before the Close", w)
 		if errs[w] != nil {
-			require.ErrorIs(t, errs[w], ErrQueueDead, "worker %d", w)
+			require.ErrorIs(t, errs[w], ErrClosed, "worker %d", w)
 		}
 	}
+	_, err = ns.ReadAt(make([]byte, 512), 0)
+	require.ErrorIs(t, err, ErrClosed, "a call after Close")
+	// The I/O queues disconnected before the shutdown, so the target
+	// closed none of them under a command. (It may still find one at
+	// CC.SHN whose disconnect it has not yet handled, and close it again:
+	// the log says "closing", and the queue "disconnected".)
+	require.Eventually(t, func() bool {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return disconnected+len(ended) == 3
+	}, 5*time.Second, 10*time.Millisecond, "the target's three queues did not end")
+	logMu.Lock()
+	defer logMu.Unlock()
+	require.Empty(t, ended, "queues the target ended other than by the host's disconnect")
 }
