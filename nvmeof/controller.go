@@ -306,12 +306,12 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 		}
 		clear(c.ioq)
 	}
-	if v&CCShnMask != 0 && old&CCShnMask == 0 {
+	shn := v&CCShnMask != 0 && old&CCShnMask == 0
+	if shn {
 		for _, q := range c.ioq {
 			drop = append(drop, q)
 		}
 		clear(c.ioq)
-		c.csts |= CSTSShstDone
 	} else if v&CCShnMask == 0 && old&CCShnMask != 0 {
 		c.csts &^= CSTSShstMask
 	}
@@ -323,7 +323,34 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 	for _, d := range drop {
 		d.qp.Close()
 	}
+	if shn {
+		// Shutdown processing commits the volatile write cache: a host
+		// may disconnect without a Flush once CSTS.SHST says done.
+		fatal := !c.flushAll()
+		c.mu.Lock()
+		c.csts |= CSTSShstDone
+		if fatal {
+			c.csts |= CSTSFatal
+		}
+		c.mu.Unlock()
+	}
 	return 0, StatusSuccess
+}
+
+// flushAll makes every namespace's written data durable; false if one
+// could not be.
+func (c *controller) flushAll() bool {
+	if c.sub == nil {
+		return true
+	}
+	ok := true
+	for _, ns := range c.sub.namespaces() {
+		if err := ns.Backend.Flush(); err != nil {
+			c.t.logf("nvmeof: controller %d: namespace %d: flush at shutdown: %v", c.id, ns.ID, err)
+			ok = false
+		}
+	}
+	return ok
 }
 
 // plan checks a command before its data moves: whether the queue and

@@ -21,7 +21,8 @@
 // Invalidate when the keyed SGL asked for it (as Linux's host does).
 //
 // Controllers implement Property Get/Set of CAP, VS, CC and CSTS with the
-// enable and shutdown handshakes; Identify CNS 0 (namespace), 1
+// enable and shutdown handshakes (a shutdown flushes every namespace, and
+// sets CSTS.CFS if one cannot be flushed); Identify CNS 0 (namespace), 1
 // (controller), 2 (active namespaces) and 3 (NGUID and UUID descriptors);
 // Get Log Page for error information, SMART / health, firmware slots and,
 // on the discovery controller, the discovery log; Set/Get Features Number

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -222,5 +224,55 @@ func TestManyQueuesAndHosts(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// flushBackend is a MemBackend that counts its Flushes and fails them
+// when told.
+type flushBackend struct {
+	*MemBackend
+	flushes atomic.Int32
+	fail    atomic.Bool
+}
+
+func (b *flushBackend) Flush() error {
+	b.flushes.Add(1)
+	if b.fail.Load() {
+		return errors.New("the disk went away")
+	}
+	return nil
+}
+
+// A shutdown commits what was written (the host sends no Flush: Linux's
+// does not either), and a Flush that fails reaches the host's Close as a
+// fatal controller status.
+func TestShutdownFlushes(t *testing.T) {
+	checkRoutines(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	b := &flushBackend{MemBackend: NewMemBackend(1 << 20)}
+	_, err = sub.AddNamespace(b, 512)
+	require.NoError(t, err)
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	addr, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	for _, fail := range []bool{false, true} {
+		b.flushes.Store(0)
+		b.fail.Store(fail)
+		c := connectHost(t, addr.String(), testNQN, HostConfig{})
+		ns, err := c.Namespace(testCtx(t), 1)
+		require.NoError(t, err)
+		_, err = ns.WriteAt(bytes.Repeat([]byte{7}, 8192), 4096)
+		require.NoError(t, err)
+		require.Zero(t, b.flushes.Load(), "a Flush before the shutdown")
+		err = c.Close()
+		require.EqualValues(t, 1, b.flushes.Load(), "Flushes at the shutdown (failing: %v)", fail)
+		if fail {
+			require.ErrorIs(t, err, ErrShutdownFatal)
+		} else {
+			require.NoError(t, err)
+		}
 	}
 }

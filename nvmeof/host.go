@@ -421,6 +421,11 @@ func (c *Controller) Close() error {
 	return err
 }
 
+// ErrShutdownFatal is Close's error when the controller reported a fatal
+// status (CSTS.CFS) as its shutdown completed: data written may not be
+// durable (our target sets it when a namespace's Flush fails).
+var ErrShutdownFatal = errors.New("nvmeof: controller fatal status at shutdown")
+
 // shutdown sets CC.SHN, waits for CSTS.SHST to say done, and disconnects
 // the admin queue.
 func (c *Controller) shutdown() error {
@@ -432,6 +437,9 @@ func (c *Controller) shutdown() error {
 			csts, e := c.propertyGet(ctx, PropCSTS, 4)
 			if e != nil || csts&CSTSShstMask == CSTSShstDone {
 				err = e
+				if e == nil && csts&CSTSFatal != 0 {
+					err = ErrShutdownFatal
+				}
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
