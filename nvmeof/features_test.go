@@ -245,7 +245,7 @@ func (b *flushBackend) Flush() error {
 
 // A shutdown commits what was written (the host sends no Flush: Linux's
 // does not either), and a Flush that fails reaches the host's Close as a
-// fatal controller status.
+// fatal controller status; so does the target's Close, to its caller.
 func TestShutdownFlushes(t *testing.T) {
 	checkRoutines(t)
 	sub, err := NewSubsystem(testNQN)
@@ -275,4 +275,13 @@ func TestShutdownFlushes(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
+	// A target closed under a host flushes too, and says when it could not.
+	b.flushes.Store(0)
+	c := connectHost(t, addr.String(), testNQN, HostConfig{})
+	ns, err := c.Namespace(testCtx(t), 1)
+	require.NoError(t, err)
+	_, err = ns.WriteAt(bytes.Repeat([]byte{9}, 8192), 4096)
+	require.NoError(t, err)
+	require.ErrorContains(t, tg.Close(), "the disk went away")
+	require.EqualValues(t, 1, b.flushes.Load(), "Flushes at the target's Close")
 }

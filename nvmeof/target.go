@@ -257,8 +257,9 @@ func (t *Target) dropQueue(q *tqueue) {
 	t.mu.Unlock()
 }
 
-// Close stops the listeners, disconnects every host and returns when all
-// the target's goroutines are gone.
+// Close stops the listeners, disconnects every host, flushes every
+// namespace (a host cut off here got no shutdown to flush at) and returns
+// when all the target's goroutines are gone, with the first Flush error.
 func (t *Target) Close() error {
 	t.mu.Lock()
 	if t.closed {
@@ -267,6 +268,7 @@ func (t *Target) Close() error {
 		return nil
 	}
 	t.closed = true
+	subs := sortedSubs(t.subs)
 	lns := t.lns
 	qs := make([]*tqueue, 0, len(t.queues))
 	for q := range t.queues {
@@ -291,7 +293,15 @@ func (t *Target) Close() error {
 	if t.ownDev {
 		t.dev.Close()
 	}
-	return nil
+	var err error
+	for _, s := range subs {
+		for _, ns := range s.namespaces() {
+			if e := ns.Backend.Flush(); e != nil && err == nil {
+				err = fmt.Errorf("nvmeof: %s namespace %d: flush: %w", s.NQN, ns.ID, e)
+			}
+		}
+	}
+	return err
 }
 
 // addController registers c under a free controller ID (1 .. 0xFFEF).

@@ -146,7 +146,9 @@ func serve(args []string) error {
 		*nqn, ns.Blocks(), ns.BlockSize, what, nvmeof.DiscoveryNQN, addr)
 	s := <-sig
 	log.Printf("%v: disconnecting hosts", s)
-	t.Close()
+	if err := t.Close(); err != nil {
+		return err
+	}
 	log.Printf("stopped")
 	return nil
 }
