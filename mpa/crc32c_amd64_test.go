@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 )
 
@@ -76,6 +78,25 @@ func TestCRC32cFoldCopyAlignment(t *testing.T) {
 				t.Fatalf("%d octets, dst offset %d, src offset %d: copied wrong", n, do, so)
 			}
 		}
+	}
+}
+
+// crc32cUpdate and crc32cCopy pick kernels by the CPU's features, which
+// GODEBUG turns off (golang.org/x/sys/cpu reads it): .ci/run runs the
+// suites again with cpu.avx512f=off and with cpu.sse42=off, so that the
+// paths of CPUs without AVX-512 or SSE 4.2 run on its machine too. This
+// test says that they did.
+func TestCRC32cKernelChoice(t *testing.T) {
+	godebug := os.Getenv("GODEBUG")
+	t.Logf("GODEBUG %q: crc32 instruction %v, folding %v, fused copy %v", godebug, haveCRC32c, haveFold, crc32cCopyFused)
+	if strings.Contains(godebug, "cpu.avx512f=off") && (haveFold || crc32cCopyFused) {
+		t.Fatal("AVX-512 turned off, and the folding kernels still picked")
+	}
+	if strings.Contains(godebug, "cpu.sse42=off") && haveCRC32c {
+		t.Fatal("SSE 4.2 turned off, and the crc32 instruction still used")
+	}
+	if crc32cCopyFused != haveFold || haveFold && !haveCRC32c {
+		t.Fatalf("fused copy %v, folding %v, crc32 instruction %v", crc32cCopyFused, haveFold, haveCRC32c)
 	}
 }
 
