@@ -140,7 +140,7 @@ func TestGoldenCommands(t *testing.T) {
 func TestGoldenCompletions(t *testing.T) {
 	c, ok := ParseCompletion(unhex(t, goldCQECAP))
 	require.True(t, ok)
-	require.EqualValues(t, 0x8200f00007f, c.Result())
+	require.EqualValues(t, uint64(0x8200f00007f), c.Result())
 	require.EqualValues(t, 2, c.SQHead())
 	require.EqualValues(t, 1, c.CID())
 	require.Equal(t, StatusSuccess, c.Status())

@@ -111,7 +111,7 @@ func copiedPair(t *testing.T) (*stackQP, *rawPeer, *MR) {
 	t.Cleanup(func() { q.qp.Close() })
 	errc := st.acceptAsync(q)
 	d := net.Dialer{Timeout: peerTimeout, Control: func(_, _ string, c syscall.RawConn) error {
-		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+		return c.Control(func(fd uintptr) { setRcvBuf(fd, 2048) })
 	}}
 	p := dialPeerWith(t, d, st.ln.Addr().String(), mpa.Config{P2P: mpa.P2POff})
 	require.NoError(t, <-errc, "Accept")

@@ -20,7 +20,7 @@ const RemoteBufferLen = 16
 
 // RemoteBuffer returns what a peer needs to reach the whole of mr.
 func (mr *MR) RemoteBuffer() RemoteBuffer {
-	return RemoteBuffer{Addr: mr.Addr(), RKey: mr.RKey(), Len: uint32(min(mr.Len(), 1<<32-1))}
+	return RemoteBuffer{Addr: mr.Addr(), RKey: mr.RKey(), Len: clampU32(mr.Len())}
 }
 
 // Append appends b's wire form to dst.

@@ -85,7 +85,7 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 
 // clampU32 is n as a buffer length for ddp's 32-bit checks: a receive of
 // 4 GiB or more holds any message.
-func clampU32(n int) uint32 { return uint32(min(n, 1<<32-1)) }
+func clampU32(n int) uint32 { return uint32(min(uint64(n), 1<<32-1)) }
 
 // rxQN1 checks a request on queue 1 (RDMA Read Request, RFC 7306 Atomic
 // Request) and reads its RDMAP header after the DDP header.

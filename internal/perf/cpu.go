@@ -3,7 +3,6 @@ package perf
 import (
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -11,19 +10,10 @@ import (
 // the demo's comparison line.
 var lastCPU atomic.Pointer[cpuCost]
 
-// cpuUse is CPU time this process has used (getrusage), user and system
+// cpuUse is CPU time this process has used (cpuTime), user and system
 // apart: what the stack adds to TCP's cost is in user space, while the
 // kernel's part is TCP's own work.
 type cpuUse struct{ user, sys time.Duration }
-
-// cpuTime returns the CPU time this process has used so far.
-func cpuTime() cpuUse {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return cpuUse{}
-	}
-	return cpuUse{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
-}
 
 func (u cpuUse) sub(v cpuUse) cpuUse { return cpuUse{u.user - v.user, u.sys - v.sys} }
 

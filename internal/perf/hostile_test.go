@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"runtime"
 	"strconv"
@@ -308,7 +309,8 @@ var hostileAttacks = []hostileAttack{
 	}},
 	{"absurd sizes in the hello", func(a *attacker) string {
 		sym := a.p.symmetric()
-		sym.Size, sym.QPs, sym.Iters, sym.All, sym.RxDepth = 1<<40, 1<<30, 1<<62, true, 1<<30
+		huge := func(n uint64) int { return int(min(n, math.MaxInt)) } // as large as int holds
+		sym.Size, sym.QPs, sym.Iters, sym.All, sym.RxDepth = huge(1<<40), 1<<30, huge(1<<62), true, 1<<30
 		c := a.ctl()
 		err := c.qp.Dial(a.ctx, "tcp", a.s.addr(), withPD(a.cfg, a.hello(sym, 6)))
 		var rej *mpa.RejectError

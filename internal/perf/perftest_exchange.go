@@ -324,7 +324,7 @@ func (x *perftestExchange) SwapBufs(ctx context.Context, local []BufInfo) ([]Buf
 	}
 	remote := make([]BufInfo, len(local))
 	// The peer's area, as perftest sizes it: at least the largest message.
-	area := uint32(min((max(p.MaxMsg(), p.cycle)+63)&^63, math.MaxUint32))
+	area := uint32(min(uint64((max(p.MaxMsg(), p.cycle)+63)&^63), math.MaxUint32))
 	perQP := func() error {
 		for i := range local {
 			b, err := x.xchg(ctx, fmt.Sprintf("QP %d", i), x.mine[i].Marshal(x.destLen), x.destLen)

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // progress shows a line that updates every second during a duration-mode
@@ -85,11 +83,7 @@ func (pg *progress) done() {
 
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
+	return ok && isTerminalFile(f)
 }
 
 func randRead(b []byte) { rand.Read(b) }

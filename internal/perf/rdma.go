@@ -24,7 +24,7 @@ const (
 )
 
 func wrID(kind uint64, qp int, seq uint64) uint64 { return kind | uint64(qp)<<idQPShft | seq }
-func idQP(id uint64) int                          { return int(id&^idKind) >> idQPShft }
+func idQP(id uint64) int                          { return int((id &^ idKind) >> idQPShft) }
 
 // recvReserve is how many receives beyond rx-depth a side of a send test
 // posts for the peer's credit messages (see bw.go), and sqReserve the send

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package siw runs the Linux kernel's soft-iWARP driver (siw) in a QEMU VM
 // for interop tests: Start boots the VM of siwvm.sh (beside this file) with
 // TCP forwards from the host's loopback and a guest shell script, WaitFor

@@ -1,0 +1,7 @@
+//go:build solaris || aix
+
+package perf
+
+import "golang.org/x/sys/unix"
+
+const ioctlGetTermios = unix.TCGETA
