@@ -140,7 +140,7 @@ func crc32cWords(c uint32, w0, w1 uint64) uint32
 // retire.
 func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 {
 	if !haveCRC32c {
-		return crc32cPrefixMem(crc, w0, w1)
+		return crc32cPrefixGo(crc, w0, w1)
 	}
 	return ^crc32cWords(^crc, w0, w1)
 }
@@ -153,7 +153,7 @@ func crc32cWords20(c uint32, w0, w1 uint64, w2 uint32) uint32
 // prefix.
 func crc32cPrefix20(crc uint32, w0, w1 uint64, w2 uint32) uint32 {
 	if !haveCRC32c {
-		return crc32cPrefix20Mem(crc, w0, w1, w2)
+		return crc32cPrefix20Go(crc, w0, w1, w2)
 	}
 	return ^crc32cWords20(^crc, w0, w1, w2)
 }

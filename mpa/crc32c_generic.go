@@ -15,11 +15,11 @@ func crc32cCopy(crc uint32, dst, src []byte) uint32 {
 
 // crc32cPrefix returns crc32cUpdate(crc, the 16 octets w0 and w1 hold
 // little-endian).
-func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 { return crc32cPrefixMem(crc, w0, w1) }
+func crc32cPrefix(crc uint32, w0, w1 uint64) uint32 { return crc32cPrefixGo(crc, w0, w1) }
 
 // crc32cPrefix20 is crc32cPrefix of the 20 octets w0, w1 and w2 hold.
 func crc32cPrefix20(crc uint32, w0, w1 uint64, w2 uint32) uint32 {
-	return crc32cPrefix20Mem(crc, w0, w1, w2)
+	return crc32cPrefix20Go(crc, w0, w1, w2)
 }
 
 // crc32cPrefixCopy is crc32cCopy(crc32cUpdate(crc, prefix), dst, src).
