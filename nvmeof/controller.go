@@ -325,7 +325,12 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 	}
 	if shn {
 		// Shutdown processing commits the volatile write cache: a host
-		// may disconnect without a Flush once CSTS.SHST says done.
+		// may disconnect without a Flush once CSTS.SHST says done. The
+		// I/O queues closed above may be amid a backend write: it lands
+		// before the flush.
+		for _, d := range drop {
+			<-d.ended
+		}
 		fatal := !c.flushAll()
 		c.mu.Lock()
 		c.csts |= CSTSShstDone

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -284,4 +285,91 @@ func TestShutdownFlushes(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, tg.Close(), "the disk went away")
 	require.EqualValues(t, 1, b.flushes.Load(), "Flushes at the target's Close")
+}
+
+// slowBackend is a MemBackend whose writes take a while, and which
+// remembers when the last write ended and the first Flush began.
+type slowBackend struct {
+	*MemBackend
+	delay    time.Duration
+	mu       sync.Mutex
+	writes   int
+	inFlight int
+	lastEnd  time.Time
+	flushAt  time.Time
+}
+
+func (b *slowBackend) WriteAt(p []byte, off int64) (int, error) {
+	b.mu.Lock()
+	b.inFlight++
+	b.mu.Unlock()
+	time.Sleep(b.delay)
+	n, err := b.MemBackend.WriteAt(p, off)
+	b.mu.Lock()
+	b.inFlight--
+	b.writes++
+	b.lastEnd = time.Now()
+	b.mu.Unlock()
+	return n, err
+}
+
+func (b *slowBackend) Flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.flushAt.IsZero() {
+		b.flushAt = time.Now()
+	}
+	return nil
+}
+
+// A host that sets CC.SHN under writes (not ours: it drains first): the
+// target closes the I/O queues and waits for the writes they were amid
+// before it flushes, so that CSTS.SHST done covers them.
+func TestShutdownUnderWrites(t *testing.T) {
+	checkRoutines(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	b := &slowBackend{MemBackend: NewMemBackend(1 << 20), delay: 20 * time.Millisecond}
+	_, err = sub.AddNamespace(b, 512)
+	require.NoError(t, err)
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	addr, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c := connectHost(t, addr.String(), testNQN, HostConfig{IOQueues: 2})
+	ns, err := c.Namespace(testCtx(t), 1)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if _, err := ns.WriteAt(bytes.Repeat([]byte{byte(w)}, 4096), int64(w)*4096); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.writes >= 4 && b.inFlight > 0
+	}, 10*time.Second, time.Millisecond, "writes under way")
+	ctx := testCtx(t)
+	require.NoError(t, c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20|1<<14))
+	csts, err := c.propertyGet(ctx, PropCSTS, 4)
+	require.NoError(t, err)
+	require.EqualValues(t, CSTSShstDone, csts&CSTSShstMask, "CSTS %#x", csts)
+	wg.Wait() // the I/O queues are gone: every writer's call failed
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.inFlight == 0
+	}, 10*time.Second, time.Millisecond, "the target's writes ended")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.False(t, b.flushAt.IsZero(), "no Flush at the shutdown")
+	require.False(t, b.lastEnd.After(b.flushAt), "a write ended %v after the shutdown's Flush began", b.lastEnd.Sub(b.flushAt))
 }

@@ -47,6 +47,7 @@ type tqueue struct {
 	cqe      [CompletionSize]byte
 	maxData  int
 	closeErr error
+	ended    chan struct{} // closed when run has torn the queue down
 }
 
 // tslot is a command in flight: its SQE, where its data is, and the
@@ -84,7 +85,8 @@ const (
 )
 
 func (t *Target) newQueue(cm CMRequest) (*tqueue, error) {
-	q := &tqueue{t: t, cm: cm, qid: cm.QID, depth: int(cm.HSQSize) + 1, curRecv: -1, maxData: t.cfg.MaxTransfer}
+	q := &tqueue{t: t, cm: cm, qid: cm.QID, depth: int(cm.HSQSize) + 1, curRecv: -1, maxData: t.cfg.MaxTransfer,
+		ended: make(chan struct{})}
 	// Receive buffers for the SQ's depth and as many again (at most 32
 	// more), so that a host that overruns its queue gets a status, not
 	// a Terminate for a Send with no buffer.
@@ -140,6 +142,7 @@ func (q *tqueue) logf(format string, args ...any) {
 func (q *tqueue) run(req *verbs.ConnRequest) {
 	defer q.t.wg.Done()
 	defer q.t.dropQueue(q)
+	defer close(q.ended)
 	defer q.teardown()
 	for i := range q.nrecv {
 		if !q.repost(i) {
