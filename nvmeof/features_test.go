@@ -249,20 +249,12 @@ func (b *flushBackend) Flush() error {
 // fatal controller status; so does the target's Close, to its caller.
 func TestShutdownFlushes(t *testing.T) {
 	checkRoutines(t)
-	sub, err := NewSubsystem(testNQN)
-	require.NoError(t, err)
 	b := &flushBackend{MemBackend: NewMemBackend(1 << 20)}
-	_, err = sub.AddNamespace(b, 512)
-	require.NoError(t, err)
-	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
-	require.NoError(t, err)
-	t.Cleanup(func() { tg.Close() })
-	addr, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	tg, _, addr := newBackendTarget(t, b, TargetConfig{})
 	for _, fail := range []bool{false, true} {
 		b.flushes.Store(0)
 		b.fail.Store(fail)
-		c := connectHost(t, addr.String(), testNQN, HostConfig{})
+		c := connectHost(t, addr, testNQN, HostConfig{})
 		ns, err := c.Namespace(testCtx(t), 1)
 		require.NoError(t, err)
 		_, err = ns.WriteAt(bytes.Repeat([]byte{7}, 8192), 4096)
@@ -278,7 +270,7 @@ func TestShutdownFlushes(t *testing.T) {
 	}
 	// A target closed under a host flushes too, and says when it could not.
 	b.flushes.Store(0)
-	c := connectHost(t, addr.String(), testNQN, HostConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{})
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	_, err = ns.WriteAt(bytes.Repeat([]byte{9}, 8192), 4096)
@@ -327,17 +319,9 @@ func (b *slowBackend) Flush() error {
 // before it flushes, so that CSTS.SHST done covers them.
 func TestShutdownUnderWrites(t *testing.T) {
 	checkRoutines(t)
-	sub, err := NewSubsystem(testNQN)
-	require.NoError(t, err)
 	b := &slowBackend{MemBackend: NewMemBackend(1 << 20), delay: 20 * time.Millisecond}
-	_, err = sub.AddNamespace(b, 512)
-	require.NoError(t, err)
-	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
-	require.NoError(t, err)
-	t.Cleanup(func() { tg.Close() })
-	addr, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	c := connectHost(t, addr.String(), testNQN, HostConfig{IOQueues: 2})
+	_, _, addr := newBackendTarget(t, b, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	var wg sync.WaitGroup

@@ -22,9 +22,15 @@ func checkRoutines(t *testing.T) {
 // of size octets on 127.0.0.1 and returns it with its address.
 func newTestTarget(t *testing.T, size int64, cfg TargetConfig) (*Target, *Subsystem, string) {
 	t.Helper()
+	return newBackendTarget(t, NewMemBackend(size), cfg)
+}
+
+// newBackendTarget is newTestTarget with namespace 1 over b.
+func newBackendTarget(t *testing.T, b Backend, cfg TargetConfig) (*Target, *Subsystem, string) {
+	t.Helper()
 	sub, err := NewSubsystem(testNQN)
 	require.NoError(t, err)
-	_, err = sub.AddNamespace(NewMemBackend(size), 512)
+	_, err = sub.AddNamespace(b, 512)
 	require.NoError(t, err)
 	if cfg.Logf == nil {
 		cfg.Logf = t.Logf
