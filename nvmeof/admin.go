@@ -163,6 +163,9 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 	var log []byte
 	switch {
 	case lid == LogDiscovery && c.discovery():
+		if testDiscoveryLog != nil {
+			testDiscoveryLog(n)
+		}
 		genctr, ents := c.t.discoveryEntries(c.hostNQN, c.admin.qp.LocalAddr())
 		log = appendDiscoveryLog(nil, genctr, ents)
 	case lid == LogError:
@@ -254,6 +257,10 @@ func (c *controller) getFeatures(cmd Command) (uint64, Status) {
 }
 
 // sortedSubs returns the subsystems in NQN order.
+// testDiscoveryLog, if set, is called with the length asked for before a
+// discovery log is served (tests: a log that changes between reads).
+var testDiscoveryLog func(n int)
+
 func sortedSubs(m map[string]*Subsystem) []*Subsystem {
 	s := make([]*Subsystem, 0, len(m))
 	for _, v := range m {

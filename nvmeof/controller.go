@@ -31,6 +31,7 @@ type controller struct {
 	vwc      bool
 	kaStop   chan struct{}
 	dead     bool
+	shstDone time.Time // testShutdownLag: when CSTS.SHST turns done
 }
 
 func (c *controller) discovery() bool { return c.sub == nil }
@@ -275,6 +276,9 @@ func (q *tqueue) propertyGet(cmd Command) (uint64, Status) {
 	case size == 4 && off == PropCC:
 		return uint64(c.cc), StatusSuccess
 	case size == 4 && off == PropCSTS:
+		if c.csts&CSTSShstMask == cstsShstBusy && !time.Now().Before(c.shstDone) {
+			c.csts = c.csts&^CSTSShstMask | CSTSShstDone
+		}
 		return uint64(c.csts), StatusSuccess
 	}
 	return 0, StatusInvalidField | DNR
@@ -333,7 +337,12 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 		}
 		fatal := !c.flushAll()
 		c.mu.Lock()
-		c.csts |= CSTSShstDone
+		if testShutdownLag > 0 {
+			c.csts |= cstsShstBusy
+			c.shstDone = time.Now().Add(testShutdownLag)
+		} else {
+			c.csts |= CSTSShstDone
+		}
 		if fatal {
 			c.csts |= CSTSFatal
 		}
@@ -341,6 +350,14 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 	}
 	return 0, StatusSuccess
 }
+
+// testShutdownLag, if set, keeps CSTS.SHST at "occurring" this long after
+// the shutdown's work is done, as a controller slower to shut down
+// (tests).
+var testShutdownLag time.Duration
+
+// cstsShstBusy is CSTS.SHST's "shutdown processing occurring".
+const cstsShstBusy = 1 << 2
 
 // flushAll makes every namespace's written data durable; false if one
 // could not be.

@@ -73,14 +73,17 @@ type Controller struct {
 	maxData int
 
 	kaStop    chan struct{}
+	kaOnce    sync.Once
 	kaWG      sync.WaitGroup
 	closeOnce sync.Once
+	closeErr  error
 }
 
 const (
 	defaultIOQueues   = 2
 	defaultQueueDepth = 32
 	maxHostDepth      = 256
+	maxIOQueues       = 65535 // Number of Queues counts them in 16 bits, less one
 	hostAdminDepth    = 32
 	defaultHostInCap  = 4096
 )
@@ -107,6 +110,9 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg HostConfig) 
 	}
 	if cfg.IOQueues <= 0 {
 		cfg.IOQueues = defaultIOQueues
+	}
+	if cfg.IOQueues > maxIOQueues {
+		return nil, fmt.Errorf("nvmeof: IOQueues %d: want at most %d", cfg.IOQueues, maxIOQueues)
 	}
 	if cfg.QueueDepth == 0 {
 		cfg.QueueDepth = defaultQueueDepth
@@ -136,6 +142,7 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg HostConfig) 
 		c.dev, c.ownDev = dev, true
 	}
 	if err := c.connect(ctx, disc); err != nil {
+		c.stopKeepAlive()
 		c.shutdownQueues(ctx, false)
 		if c.ownDev {
 			c.dev.Close()
@@ -285,7 +292,7 @@ func (c *Controller) keepAlive(kato time.Duration) {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), kato)
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), closingKey{}, true), kato)
 		_, err := c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminKeepAlive, 0, 0, 0, 0) }, 0, "Keep Alive", nil)
 		cancel()
 		if err != nil && !isStatus(err) {
@@ -336,27 +343,36 @@ func (c *Controller) GetFeatures(ctx context.Context, fid uint8) (uint32, error)
 }
 
 // DiscoveryLog reads the whole discovery log (on a discovery controller).
+// A log that changed between reading its header and reading it whole (the
+// generation counter or the record count differ) is read again, as NVMe-oF
+// asks, up to ten times.
 func (c *Controller) DiscoveryLog(ctx context.Context) ([]DiscoveryEntry, error) {
 	hdr := make([]byte, discHeaderSize)
 	if err := c.GetLogPage(ctx, LogDiscovery, 0, 0, hdr); err != nil {
 		return nil, err
 	}
-	_, n, _, err := ParseDiscoveryLog(hdr)
+	gen, n, _, err := ParseDiscoveryLog(hdr)
 	if err != nil {
 		return nil, err
 	}
-	if n == 0 {
-		return nil, nil
+	for range 10 {
+		if n == 0 {
+			return nil, nil
+		}
+		if n > uint64(c.admin.maxData/discEntrySize-1) {
+			return nil, fmt.Errorf("nvmeof: a discovery log of %d records", n)
+		}
+		all := make([]byte, discHeaderSize+int(n)*discEntrySize)
+		if err := c.GetLogPage(ctx, LogDiscovery, 0, 0, all); err != nil {
+			return nil, err
+		}
+		gen2, n2, ents, err := ParseDiscoveryLog(all)
+		if err != nil || gen2 == gen && n2 == n {
+			return ents, err
+		}
+		gen, n = gen2, n2
 	}
-	if n > uint64(c.admin.maxData/discEntrySize-1) {
-		return nil, fmt.Errorf("nvmeof: a discovery log of %d records", n)
-	}
-	all := make([]byte, discHeaderSize+int(n)*discEntrySize)
-	if err := c.GetLogPage(ctx, LogDiscovery, 0, 0, all); err != nil {
-		return nil, err
-	}
-	_, _, ents, err := ParseDiscoveryLog(all)
-	return ents, err
+	return nil, errors.New("nvmeof: the discovery log kept changing while it was read")
 }
 
 // Discover connects to the discovery controller at addr, reads its log
@@ -393,16 +409,22 @@ func (c *Controller) IOQueues() int { return len(c.io) }
 
 // Close ends the controller in the order NVMe asks of a normal shutdown:
 // new commands fail with ErrClosed, those in flight finish (Close waits up
-// to closeDrain for them), the I/O queues disconnect, then the controller
-// is shut down (CC.SHN, waiting for CSTS.SHST at most a few seconds) and
-// the admin queue disconnects. Linux's host does the same; a target that
-// shuts its I/O queues at CC.SHN, as ours does, would otherwise reset them
-// under the commands still in flight.
+// to closeDrain for them, Keep Alive going on meanwhile), the I/O queues
+// disconnect, then the controller is shut down (CC.SHN, waiting up to
+// shutdownWait for CSTS.SHST to say done) and the admin queue disconnects.
+// Linux's host does the same; a target that shuts its I/O queues at CC.SHN,
+// as ours does, would otherwise reset them under the commands still in
+// flight. Every call returns the first one's error: ErrShutdownFatal if
+// the controller reported a fatal status, or why the shutdown did not
+// complete.
 func (c *Controller) Close() error {
-	var err error
 	c.closeOnce.Do(func() {
-		close(c.kaStop)
-		c.kaWG.Wait()
+		if c.admin != nil {
+			c.admin.refuse()
+		}
+		for _, q := range c.io {
+			q.refuse()
+		}
 		dctx, cancel := context.WithTimeout(context.Background(), closeDrain)
 		defer cancel()
 		for _, q := range c.io {
@@ -411,15 +433,27 @@ func (c *Controller) Close() error {
 		for _, q := range c.io {
 			q.close(dctx, dctx.Err() == nil)
 		}
+		c.stopKeepAlive()
 		if c.admin != nil {
-			err = c.shutdown()
+			c.closeErr = c.shutdown()
 		}
 		if c.ownDev {
 			c.dev.Close()
 		}
 	})
-	return err
+	return c.closeErr
 }
+
+// stopKeepAlive stops the Keep Alive goroutine, if it runs, and waits for
+// it.
+func (c *Controller) stopKeepAlive() {
+	c.kaOnce.Do(func() { close(c.kaStop) })
+	c.kaWG.Wait()
+}
+
+// shutdownWait bounds how long Close waits for CSTS.SHST to say done
+// (Linux's host waits 5 s by default too, or what RTD3E says).
+const shutdownWait = 5 * time.Second
 
 // ErrShutdownFatal is Close's error when the controller reported a fatal
 // status (CSTS.CFS) as its shutdown completed: data written may not be
@@ -429,20 +463,24 @@ var ErrShutdownFatal = errors.New("nvmeof: controller fatal status at shutdown")
 // shutdown sets CC.SHN, waits for CSTS.SHST to say done, and disconnects
 // the admin queue.
 func (c *Controller) shutdown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), closingKey{}, true), shutdownWait)
 	defer cancel()
 	err := c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20|1<<14)
-	if err == nil {
-		for range 100 {
-			csts, e := c.propertyGet(ctx, PropCSTS, 4)
-			if e != nil || csts&CSTSShstMask == CSTSShstDone {
-				err = e
-				if e == nil && csts&CSTSFatal != 0 {
-					err = ErrShutdownFatal
-				}
-				break
+	for err == nil {
+		var csts uint64
+		if csts, err = c.propertyGet(ctx, PropCSTS, 4); err != nil {
+			break
+		}
+		if csts&CSTSShstMask == CSTSShstDone {
+			if csts&CSTSFatal != 0 {
+				err = ErrShutdownFatal
 			}
-			time.Sleep(10 * time.Millisecond)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			err = fmt.Errorf("nvmeof: the controller's shutdown did not complete in %v (CSTS %#x)", shutdownWait, csts)
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	c.admin.drain(ctx)

@@ -12,6 +12,11 @@ import (
 // not a multiple of the block size.
 var ErrUnaligned = errors.New("nvmeof: offset or length not a multiple of the block size")
 
+// ErrRange is the error of a namespace I/O with a negative offset or
+// length, or one that runs past the namespace's end (a read there gets
+// io.EOF instead).
+var ErrRange = errors.New("nvmeof: offset or length outside the namespace")
+
 // HostNamespace is a host's view of a namespace: io.ReaderAt and
 // io.WriterAt over its blocks, spread over the controller's I/O queues
 // round robin. Offsets and lengths must be multiples of the block size, as
@@ -40,6 +45,10 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*HostNamespace
 	if ni.Size == 0 {
 		return nil, fmt.Errorf("nvmeof: namespace %d is not active", nsid)
 	}
+	if ni.BlockSize() > c.maxData {
+		return nil, fmt.Errorf("nvmeof: namespace %d: blocks of %d octets, past the controller's transfer limit of %d",
+			nsid, ni.BlockSize(), c.maxData)
+	}
 	return &HostNamespace{c: c, ID: nsid, Info: ni, bs: int64(ni.BlockSize())}, nil
 }
 
@@ -62,6 +71,9 @@ func (n *HostNamespace) WriteAt(p []byte, off int64) (int, error) {
 // ReadAtContext is ReadAt bounded by ctx; a command that ctx cuts short
 // ends its queue, since the target may still write into its buffer.
 func (n *HostNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, ErrRange
+	}
 	if off >= n.Size() && len(p) > 0 {
 		return 0, io.EOF
 	}
@@ -78,45 +90,55 @@ func (n *HostNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) 
 
 // WriteAtContext is WriteAt bounded by ctx.
 func (n *HostNamespace) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
-	if off+int64(len(p)) > n.Size() {
-		return 0, fmt.Errorf("nvmeof: a write of %d octets at %d, beyond the namespace's %d", len(p), off, n.Size())
+	if off < 0 || off+int64(len(p)) > n.Size() {
+		return 0, fmt.Errorf("%w: a write of %d octets at %d, the namespace's %d", ErrRange, len(p), off, n.Size())
 	}
 	return n.rw(ctx, IOWrite, p, off)
 }
 
-// inflight is one command of a ReadAt or WriteAt.
+// inflight is one command of a ReadAt or WriteAt, at pos in its p.
 type inflight struct {
 	q    *hqueue
 	slot int
+	pos  int
 	p    []byte
 }
 
 const maxInflight = 16
 
 // rw splits p into commands of at most MDTS and keeps up to maxInflight
-// of them in flight.
+// of them in flight. Its count is of the octets before the first command
+// that failed or was not sent (io.ReaderAt and io.WriterAt: p[:n] is done).
 func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (int, error) {
-	if off < 0 || off%n.bs != 0 || int64(len(p))%n.bs != 0 {
+	if off%n.bs != 0 || int64(len(p))%n.bs != 0 {
 		return 0, ErrUnaligned
 	}
 	c := n.c
 	var fl [maxInflight]inflight
-	head, tail, done := 0, 0, 0
+	head, tail := 0, 0
+	failed := len(p) // where the first failed or unsent command starts
 	var firstErr error
-	finish := func() {
-		f := &fl[head%maxInflight]
-		head++
-		err := f.q.finish(ctx, f.slot, op, f.p)
-		if err == nil {
-			done += len(f.p)
-		} else if firstErr == nil {
+	stop := func(pos int, err error) {
+		failed = min(failed, pos)
+		if firstErr == nil {
 			firstErr = err
 		}
 	}
-	chunk := c.maxData
+	finish := func() {
+		f := &fl[head%maxInflight]
+		head++
+		if err := f.q.finish(ctx, f.slot, op, f.p); err != nil {
+			stop(f.pos, err)
+		}
+	}
+	chunk := c.maxData / int(n.bs) * int(n.bs)
 	for pos := 0; pos < len(p) && firstErr == nil; pos += chunk {
+		if err := ctx.Err(); err != nil {
+			stop(pos, err)
+			break
+		}
 		b := p[pos:min(pos+chunk, len(p))]
-		q := c.io[int(c.rr.Add(1))%len(c.io)]
+		q := c.nextIO()
 		// Never wait for a slot while holding others: callers that each
 		// hold slots whose commands have completed, waiting for a slot
 		// another holds, would wait forever (hold and wait). Our own
@@ -126,27 +148,28 @@ func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (
 			finish()
 			i, ok, err = q.tryAcquire()
 		}
-		if err != nil && firstErr == nil {
-			firstErr = err
+		if err != nil {
+			stop(pos, err)
 		}
 		if firstErr != nil {
 			if ok {
 				q.releaseSlot(i)
 			}
+			stop(pos, firstErr)
 			break
 		}
 		if !ok {
 			if i, err = q.acquire(ctx); err != nil {
-				firstErr = err
+				stop(pos, err)
 				break
 			}
 		}
 		slba := uint64(off+int64(pos)) / uint64(n.bs)
 		if err := q.startRW(i, op, n.ID, slba, uint16(int64(len(b))/n.bs-1), b); err != nil {
-			firstErr = err
+			stop(pos, err)
 			break
 		}
-		fl[tail%maxInflight] = inflight{q: q, slot: i, p: b}
+		fl[tail%maxInflight] = inflight{q: q, slot: i, pos: pos, p: b}
 		tail++
 		if tail-head == maxInflight {
 			finish()
@@ -155,7 +178,10 @@ func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (
 	for head < tail {
 		finish()
 	}
-	return done, firstErr
+	if firstErr == nil {
+		return len(p), nil
+	}
+	return failed, firstErr
 }
 
 // startRW sends a Read or Write of p (nlb+1 blocks at slba) from slot i:
@@ -209,7 +235,10 @@ func (n *HostNamespace) Flush(ctx context.Context) error {
 // WriteZeroes zeroes length octets at off (Write Zeroes, at most 65536
 // blocks).
 func (n *HostNamespace) WriteZeroes(ctx context.Context, off, length int64) error {
-	if off%n.bs != 0 || length%n.bs != 0 || length == 0 || length/n.bs > 65536 {
+	if off < 0 || length <= 0 || off+length > n.Size() || length/n.bs > 65536 {
+		return ErrRange
+	}
+	if off%n.bs != 0 || length%n.bs != 0 {
 		return ErrUnaligned
 	}
 	return n.simple(ctx, IOWriteZeroes, func(cmd Command) {
@@ -222,7 +251,10 @@ func (n *HostNamespace) WriteZeroes(ctx context.Context, off, length int64) erro
 // needed (Dataset Management, attribute Deallocate); this target then
 // reads them as zeros.
 func (n *HostNamespace) Deallocate(ctx context.Context, off, length int64) error {
-	if off%n.bs != 0 || length%n.bs != 0 || length == 0 || length/n.bs > 1<<32-1 {
+	if off < 0 || length <= 0 || off+length > n.Size() {
+		return ErrRange
+	}
+	if off%n.bs != 0 || length%n.bs != 0 {
 		return ErrUnaligned
 	}
 	rng := make([]byte, dsmRange)
@@ -234,8 +266,7 @@ func (n *HostNamespace) Deallocate(ctx context.Context, off, length int64) error
 // simple runs a command on the next I/O queue, with data to the target
 // (in the capsule or by its RDMA Read).
 func (n *HostNamespace) simple(ctx context.Context, op uint8, fill func(Command), data []byte) error {
-	c := n.c
-	q := c.io[int(c.rr.Add(1))%len(c.io)]
+	q := n.c.nextIO()
 	i, err := q.acquire(ctx)
 	if err != nil {
 		return err
@@ -258,3 +289,6 @@ func (n *HostNamespace) simple(ctx context.Context, op uint8, fill func(Command)
 	}
 	return q.finish(ctx, i, op, nil)
 }
+
+// nextIO picks the I/O queue of the next command, round robin.
+func (c *Controller) nextIO() *hqueue { return c.io[c.rr.Add(1)%uint32(len(c.io))] }

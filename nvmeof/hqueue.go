@@ -276,7 +276,7 @@ func (q *hqueue) response(wc *verbs.WC) error {
 func (q *hqueue) tryAcquire() (int, bool, error) {
 	select {
 	case i := <-q.free:
-		if !q.take(i) {
+		if !q.take(i, false) {
 			return 0, false, ErrClosed
 		}
 		return i, true, nil
@@ -285,8 +285,12 @@ func (q *hqueue) tryAcquire() (int, bool, error) {
 	}
 }
 
-// acquire takes a free slot, waiting for one.
+// acquire takes a free slot, waiting for one. A ctx already done sends
+// nothing: its command would end the queue when it found ctx done.
 func (q *hqueue) acquire(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	var i int
 	select {
 	case i = <-q.free:
@@ -302,17 +306,23 @@ func (q *hqueue) acquire(ctx context.Context) (int, error) {
 			return 0, ctx.Err()
 		}
 	}
-	if !q.take(i) {
+	if !q.take(i, closing(ctx)) {
 		return 0, ErrClosed
 	}
 	return i, nil
 }
 
-// take counts slot i as held, unless the queue is draining: the slot then
-// goes back.
-func (q *hqueue) take(i int) bool {
+// closingKey marks the context of a command Controller.Close sends itself
+// (CC.SHN, Keep Alive while it drains), which a draining queue still takes.
+type closingKey struct{}
+
+func closing(ctx context.Context) bool { return ctx.Value(closingKey{}) != nil }
+
+// take counts slot i as held, unless the queue is draining and the command
+// is not Close's own: the slot then goes back.
+func (q *hqueue) take(i int, own bool) bool {
 	q.gate.Lock()
-	ok := !q.closing
+	ok := !q.closing || own
 	if ok {
 		q.held++
 	}
@@ -341,6 +351,13 @@ func (q *hqueue) draining() bool {
 	return q.closing
 }
 
+// refuse makes new commands fail with ErrClosed.
+func (q *hqueue) refuse() {
+	q.gate.Lock()
+	q.closing = true
+	q.gate.Unlock()
+}
+
 // drain refuses new commands (ErrClosed) and waits until those in flight
 // have finished and their callers gave their slots back, the queue died or
 // ctx ended.
@@ -366,7 +383,8 @@ func (q *hqueue) drain(ctx context.Context) error {
 }
 
 // submit sends slot i's command: the SQE already in its capsule, with
-// inCap octets of in-capsule data after it.
+// inCap octets of in-capsule data after it. If it cannot, the slot is
+// given back and the queue ended.
 func (q *hqueue) submit(i int, inCap int) error {
 	s := &q.slots[i]
 	s.gen++
@@ -379,6 +397,10 @@ func (q *hqueue) submit(i int, inCap int) error {
 		q.pmu.Lock()
 		s.waiting = false
 		q.pmu.Unlock()
+		// Nothing went out: the slot is free again, and a queue whose
+		// send queue stayed full for seconds is of no use.
+		q.releaseSlot(i)
+		q.fail(fmt.Errorf("%w: queue %d: %w", ErrQueueDead, q.qid, err))
 		return fmt.Errorf("%w: %w", ErrQueueDead, err)
 	}
 	return nil

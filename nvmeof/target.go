@@ -28,7 +28,7 @@ type TargetConfig struct {
 	// Connect data). Larger writes are RDMA-Read from the host.
 	InCapsuleData int
 	// MaxTransfer is the largest data transfer of one command (MDTS;
-	// default and maximum 128 KiB, a power of two times 4 KiB).
+	// default and maximum 128 KiB, a power of two of at least 8 KiB).
 	MaxTransfer int
 	// AdvertiseAddr, "host:port", is what the discovery log names as the
 	// subsystems' address; default the address the discovery connection
@@ -115,8 +115,10 @@ func NewTarget(cfg TargetConfig, subsystems ...*Subsystem) (*Target, error) {
 	if cfg.MaxTransfer <= 0 {
 		cfg.MaxTransfer = maxTransfer
 	}
-	if cfg.MaxTransfer < 4096 || cfg.MaxTransfer > maxTransfer || cfg.MaxTransfer&(cfg.MaxTransfer-1) != 0 {
-		return nil, fmt.Errorf("nvmeof: MaxTransfer %d: want a power of two in 4 KiB .. 128 KiB", cfg.MaxTransfer)
+	// MDTS counts 4 KiB pages as a power of two, and 0 means no limit: one
+	// page cannot be said.
+	if cfg.MaxTransfer < 8192 || cfg.MaxTransfer > maxTransfer || cfg.MaxTransfer&(cfg.MaxTransfer-1) != 0 {
+		return nil, fmt.Errorf("nvmeof: MaxTransfer %d: want a power of two in 8 KiB .. 128 KiB", cfg.MaxTransfer)
 	}
 	cfg.ConnConfig = crcConn(cfg.ConnConfig, cfg.AskCRC)
 	t := &Target{cfg: cfg, dev: cfg.Device, start: time.Now(), subs: map[string]*Subsystem{},
