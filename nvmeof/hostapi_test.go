@@ -253,3 +253,20 @@ func TestDiscoveryLogChanges(t *testing.T) {
 	require.Len(t, ents, 2)
 	require.EqualValues(t, 3, reads.Load(), "the header, then the log twice")
 }
+
+// The round robin over the I/O queues past 2^31 and 2^32 commands (on a
+// 32-bit port its int once went negative: an index out of range).
+func TestHostRoundRobinWraps(t *testing.T) {
+	checkRoutines(t)
+	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 3})
+	ns, err := c.Namespace(testCtx(t), 1)
+	require.NoError(t, err)
+	for _, at := range []uint32{1<<31 - 2, 1<<32 - 2} {
+		c.rr.Store(at)
+		for range 4 {
+			_, err = ns.ReadAt(make([]byte, 4096), 0)
+			require.NoError(t, err)
+		}
+	}
+}
