@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goiwarp/iwarp/mpa"
@@ -474,6 +475,7 @@ type ConnRequest struct {
 	conn    *net.TCPConn
 	req     mpa.Frame
 	once    sync.Once
+	done    atomic.Bool   // once has run: answered
 	taken   bool          // by GetRequest; guarded by l.mu
 	watched chan struct{} // closed when the Listener's watch of it ends
 
@@ -498,26 +500,41 @@ var errAnswered = errors.New("verbs: connection request already answered")
 // privateData (at most DeviceAttr.MaxPrivData octets). In peer-to-peer
 // mode it returns once the initiator's RTR message has arrived, bounded by
 // the Listener's RequestTimeout and by ctx (whose error it then wraps).
+//
+// Arguments it refuses (a QP not IDLE, too much private data, a closed
+// device) leave the request unanswered, to Accept with another QP or
+// Reject, as rdma_accept's EINVAL does.
 func (r *ConnRequest) Accept(ctx context.Context, qp *QP, privateData []byte) error {
+	if r.done.Load() {
+		return errAnswered
+	}
+	if err := r.checkAccept(qp, privateData); err != nil {
+		return err
+	}
 	err := errAnswered
-	r.once.Do(func() { err = r.accept(ctx, qp, privateData) })
+	r.once.Do(func() { r.done.Store(true); err = r.accept(ctx, qp, privateData) })
 	return err
+}
+
+// checkAccept is Accept's argument check, before anything is answered.
+func (r *ConnRequest) checkAccept(qp *QP, privateData []byte) error {
+	switch {
+	case qp.State() != StateIdle:
+		return fmt.Errorf("%w: Accept with a QP in %s", ErrQPState, qp.State())
+	case len(privateData) > qp.dev.attr.MaxPrivData:
+		return fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(privateData), qp.dev.attr.MaxPrivData)
+	case qp.dev.isClosed():
+		return fmt.Errorf("%w: device", ErrClosed)
+	}
+	return nil
 }
 
 func (r *ConnRequest) accept(ctx context.Context, qp *QP, privateData []byte) error {
 	cfg := r.l.cfg
 	conn := r.conn
-	if qp.State() != StateIdle {
+	if err := r.checkAccept(qp, privateData); err != nil { // again: another goroutine may have used qp
 		conn.Close()
-		return fmt.Errorf("%w: Accept with a QP in %s", ErrQPState, qp.State())
-	}
-	if len(privateData) > qp.dev.attr.MaxPrivData {
-		conn.Close()
-		return fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(privateData), qp.dev.attr.MaxPrivData)
-	}
-	if qp.dev.isClosed() {
-		conn.Close()
-		return fmt.Errorf("%w: device", ErrClosed)
+		return err
 	}
 	mcfg := cfg.mpaConfig(qp)
 	rep, params, err := mpa.Respond(mcfg, r.req, privateData)
@@ -566,10 +583,19 @@ func (l *Listener) rejectConfig() mpa.Config {
 }
 
 // Reject refuses the request with privateData (a Reply with R set, which
-// also carries our IRD and ORD), and closes the connection.
+// also carries our IRD and ORD), and closes the connection. Too much
+// private data (more than DeviceAttr.MaxPrivData) is refused and leaves
+// the request unanswered.
 func (r *ConnRequest) Reject(privateData []byte) error {
+	if r.done.Load() {
+		return errAnswered
+	}
+	if max := r.l.dev.attr.MaxPrivData; len(privateData) > max {
+		return fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(privateData), max)
+	}
 	err := errAnswered
 	r.once.Do(func() {
+		r.done.Store(true)
 		defer r.conn.Close()
 		var b []byte
 		b, err = mpa.Reject(r.l.rejectConfig(), r.req, privateData).Append(nil)

@@ -250,19 +250,16 @@ func (qp *QP) fill(idx uint64, wr *SendWR) error {
 		return nil
 	case OpSend, OpSendWithInv, OpRDMAWrite, OpRDMAWriteWithImm:
 		if wr.Flags&Inline != 0 {
-			if len(wr.InlineData) > qp.cfg.Cap.MaxInline {
-				return fmt.Errorf("%w: %d octets", ErrInlineTooLarge, len(wr.InlineData))
-			}
-			b := qp.inlineBuf(idx)
-			n := copy(b, wr.InlineData)
-			segs[0], e.nseg, e.length = b[:n], 1, uint32(n)
-			return nil
+			return qp.fillInline(idx, wr, segs, e)
 		}
 		if len(wr.SGL) > len(segs) {
 			return fmt.Errorf("%w: %d SGEs, QP allows %d", ErrTooManySGE, len(wr.SGL), len(segs))
 		}
 		total := 0
 		for _, sge := range wr.SGL {
+			if sge.Length == 0 {
+				continue // as ibverbs providers: an empty element's key is not looked at
+			}
 			b, err := qp.sqStags.localSlice(qp.pd, sge, 0)
 			if err != nil {
 				return err
@@ -282,7 +279,10 @@ func (qp *QP) fill(idx uint64, wr *SendWR) error {
 			return fmt.Errorf("%w: the connection negotiated ORD 0: no RDMA Reads", ErrInvalidArg)
 		}
 		// iWARP Read sinks are a single tagged buffer (siw SIW_MAX_SGE_RD).
-		if len(wr.SGL) != 1 {
+		switch {
+		case len(wr.SGL) == 0:
+			return fmt.Errorf("%w: RDMA Read takes exactly 1 sink SGE, got none", ErrInvalidArg)
+		case len(wr.SGL) > 1:
 			return fmt.Errorf("%w: RDMA Read takes exactly 1 sink SGE, got %d", ErrTooManySGE, len(wr.SGL))
 		}
 		b, err := qp.sqStags.localSlice(qp.pd, wr.SGL[0], LocalWrite)
@@ -368,6 +368,9 @@ func (q *recvQueue) post(pd *PD, wrs []RecvWR, flushCQ *CQ, qp *QP) (int, error)
 		segs := q.slot(q.tail)
 		n := 0
 		for _, sge := range wr.SGL {
+			if sge.Length == 0 {
+				continue
+			}
 			b, err := q.stags.localSlice(pd, sge, LocalWrite)
 			if err != nil {
 				clear(segs)
@@ -414,6 +417,39 @@ func (q *recvQueue) drain(fn func(id uint64)) {
 		fn(q.ring[q.head%uint64(len(q.ring))].id)
 		clear(q.slot(q.head))
 	}
+}
+
+// fillInline copies an Inline WR's data into its slot's inline buffer: the
+// InlineData, or, as ibverbs' IBV_SEND_INLINE, what its SGL names (one or
+// the other), so that the caller may reuse the memory at once.
+func (qp *QP) fillInline(idx uint64, wr *SendWR, segs [][]byte, e *sqe) error {
+	if len(wr.InlineData) > 0 && len(wr.SGL) > 0 {
+		return fmt.Errorf("%w: an Inline WR with both InlineData and an SGL", ErrInvalidArg)
+	}
+	if len(wr.SGL) > qp.cfg.Cap.MaxSendSGE {
+		return fmt.Errorf("%w: %d SGEs, QP allows %d", ErrTooManySGE, len(wr.SGL), qp.cfg.Cap.MaxSendSGE)
+	}
+	n := len(wr.InlineData)
+	for _, sge := range wr.SGL {
+		n += int(sge.Length)
+	}
+	if n > qp.cfg.Cap.MaxInline {
+		return fmt.Errorf("%w: %d octets", ErrInlineTooLarge, n)
+	}
+	b := qp.inlineBuf(idx)
+	n = copy(b, wr.InlineData)
+	for _, sge := range wr.SGL {
+		if sge.Length == 0 {
+			continue
+		}
+		src, err := qp.sqStags.localSlice(qp.pd, sge, 0)
+		if err != nil {
+			return err
+		}
+		n += copy(b[n:], src)
+	}
+	segs[0], e.nseg, e.length = b[:n], 1, uint32(n)
+	return nil
 }
 
 // PostRecv posts receive buffers. Unlike PostSend it works on an IDLE QP, so

@@ -276,8 +276,19 @@ func (qp *QP) Close() error { return qp.close(false) }
 func (qp *QP) Abort() error { return qp.close(true) }
 
 func (qp *QP) close(reset bool) error {
-	conn := qp.connOf()
+	qp.startMu.Lock()
+	conn := qp.conn
 	if conn == nil {
+		// In the same critical section as the look: a Dial or Accept
+		// under way now fails in start rather than run a QP that nothing
+		// tracks any more.
+		qp.closed = true
+	}
+	qp.startMu.Unlock()
+	if conn == nil {
+		if qp.srq == nil { // receives posted before it ever connected, as flushAll
+			qp.rq.drain(func(id uint64) { qp.recvCQ.push(WC{ID: id, Status: WRFlushErr, Opcode: WCRecv, QP: qp}) })
+		}
 		qp.closeResources()
 		return nil
 	}

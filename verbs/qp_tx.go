@@ -633,22 +633,26 @@ func (qp *QP) txSQ() error {
 	case OpLocalInv, opRegMR:
 		// Local operations take effect in SQ order, when the WRs before them
 		// have been queued.
-		ok := false
+		ok, key := false, e.invKey
 		if e.op == OpLocalInv {
 			ok = qp.dev.invalidate(e.invKey, qp.pd, false)
 		} else {
 			x := qp.sqExtAt(t.curIdx)
-			ok = qp.dev.fastReg(x.regMR, qp.pd, x.regBuf, x.regAcc, x.regSTag)
+			ok, key = qp.dev.fastReg(x.regMR, qp.pd, x.regBuf, x.regAcc, x.regSTag), x.regSTag
 			// Dropped here, where the WR is ours, rather than at
 			// retirement: a flush may retire it while we run.
 			x.regMR, x.regBuf = nil, nil
 		}
-		st := Success
-		if !ok {
-			st = LocProtErr
-		}
 		t.cur = nil
-		qp.completeSQ(t.curIdx, st, false)
+		if !ok {
+			// An error completion ends an RC QP, as in ibverbs (siw sends
+			// a local catastrophic Terminate too): the WRs after it flush.
+			qp.completeSQ(t.curIdx, LocProtErr, false)
+			qp.fatal(rdmap.Errorf(rdmap.ETypeLocalCatastrophic, rdmap.CodeCatastrophicStream,
+				"%v of STag %#x failed", e.op, key), nil, 0)
+			return nil
+		}
+		qp.completeSQ(t.curIdx, Success, false)
 	}
 	return nil
 }

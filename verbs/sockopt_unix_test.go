@@ -4,4 +4,6 @@ package verbs
 
 import "syscall"
 
-func setRcvBuf(fd uintptr, n int) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n) }
+func setRcvBuf(fd uintptr, n int) {
+	syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, n)
+}

@@ -87,8 +87,9 @@ type SendWR struct {
 	Opcode SendOpcode
 	Flags  SendFlags
 	SGL    []SGE // gather list; at most one element for RDMA Read (the sink)
-	// Inline data for Inline sends and writes, instead of SGL (at most
-	// MaxInline octets). Copied at post time.
+	// Inline data for Inline sends and writes (at most MaxInline octets),
+	// copied at post time. An Inline WR has InlineData or, as ibverbs'
+	// IBV_SEND_INLINE, an SGL whose data is copied at post time; not both.
 	InlineData []byte
 	// RemoteAddr and RKey address the peer's memory for RDMA Write and Read.
 	RemoteAddr uint64
