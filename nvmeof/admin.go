@@ -18,9 +18,11 @@ const (
 
 // Controller limits this target reports.
 const (
-	aerl     = 3    // 0's based: four AERs held at most
-	maxNSID  = 1024 // NN
-	ctrattrT = 1 << 2
+	aerl    = 3    // 0's based: four AERs held at most
+	maxNSID = 1024 // NN
+	// CTRATT: 128-bit host identifiers (HIDS) and traffic based keep alive
+	// (TBKAS: any command, not only Keep Alive, restarts the timer).
+	ctrattr = 1<<0 | 1<<6
 )
 
 // numd returns a Get Log Page's length in octets.
@@ -90,15 +92,19 @@ func (c *controller) controllerInfo() ControllerInfo {
 		AERL: aerl, LPA: lpaExtendedData, KAS: 1, SQES: 0x66, CQES: 0x44,
 		MaxCmd: uint16(t.cfg.MaxQueueSize), SGLS: sglsSupported | sglsKeyed | sglsOffset,
 		IOCCSZ: uint32(CommandSize+t.cfg.InCapsuleData) / 16, IORCSZ: CompletionSize / 16, MSDBD: 1,
-		CTRATT: ctrattrT,
+		CTRATT: ctrattr,
 	}
 	if c.discovery() {
 		ci.Serial, ci.Model = "discovery", "goiwarp NVMe/iWARP discovery"
-		ci.CtrlType, ci.OAES, ci.SubNQN = ControllerDisc, oaesDiscoveryLog, DiscoveryNQN
+		ci.CtrlType, ci.SubNQN = ControllerDisc, DiscoveryNQN
 		return ci
 	}
+	// Several controllers, through several ports, on one subsystem (one
+	// for each admin Connect): Linux refuses a second controller of a
+	// subsystem whose CMIC says otherwise. No events are raised, so OAES
+	// announces none.
 	ci.Serial, ci.Model, ci.SubNQN = c.sub.Serial, c.sub.Model, c.sub.NQN
-	ci.CtrlType, ci.OAES = ControllerIO, oaesNSAttr
+	ci.CtrlType, ci.CMIC = ControllerIO, cmicMultiPort|cmicMultiCtrl
 	ci.NN, ci.ONCS, ci.VWC = maxNSID, oncsDSM|oncsWriteZeroes, 1
 	return ci
 }
@@ -126,7 +132,7 @@ func (c *controller) identify(r *request) ([]byte, Status) {
 		clear(out)
 		if ns := c.sub.namespace(nsid); ns != nil {
 			b := ns.Blocks()
-			ni := NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NGUID: ns.NGUID}
+			ni := NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NMIC: nmicShared, NGUID: ns.NGUID}
 			ni.Append(out[:0])
 		} // an inactive NSID reads as zeros
 	case CNSActiveNSList:
@@ -216,6 +222,10 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 		}
 		n := min(int(max(nsqr, ncqr))+1, c.t.cfg.MaxIOQueues)
 		c.mu.Lock()
+		if len(c.ioq) > 0 { // NVMe base: only before any I/O queue exists
+			c.mu.Unlock()
+			return 0, StatusCommandSequenceError | DNR
+		}
 		c.nrQueues = n
 		c.mu.Unlock()
 		return uint64(n-1) | uint64(n-1)<<16, StatusSuccess

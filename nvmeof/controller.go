@@ -30,6 +30,7 @@ type controller struct {
 	aec      uint32
 	vwc      bool
 	kaStop   chan struct{}
+	kaPoke   chan struct{} // setKATO tells the keep-alive goroutine
 	dead     bool
 	shstDone time.Time // testShutdownLag: when CSTS.SHST turns done
 }
@@ -123,14 +124,15 @@ func (c *controller) startKeepAlive() {
 	}
 	stop := make(chan struct{})
 	c.kaStop = stop
+	c.kaPoke = make(chan struct{}, 1)
 	t.wg.Add(1)
-	go c.keepAlive(stop)
+	go c.keepAlive(stop, c.kaPoke)
 }
 
 // keepAlive ends the controller when no command has come for KATO
 // (traffic based: any command on any of its queues counts, as CTRATT.TBKAS
 // says). It checks every KATO/4, so a timeout is noticed within 1.25 KATO.
-func (c *controller) keepAlive(stop chan struct{}) {
+func (c *controller) keepAlive(stop, poke chan struct{}) {
 	defer c.t.wg.Done()
 	period := func() time.Duration {
 		return max(time.Duration(c.kato.Load())*time.Millisecond/4, 10*time.Millisecond)
@@ -142,6 +144,10 @@ func (c *controller) keepAlive(stop chan struct{}) {
 		select {
 		case <-stop:
 			return
+		case <-poke: // KATO changed: check at its period from now
+			cur = period()
+			tick.Reset(cur)
+			continue
 		case <-tick.C:
 		}
 		kato := time.Duration(c.kato.Load()) * time.Millisecond
@@ -165,6 +171,15 @@ func (c *controller) setKATO(ms uint32) {
 	c.kato.Store(ms)
 	if ms != 0 {
 		c.startKeepAlive()
+	}
+	c.mu.Lock()
+	poke := c.kaPoke
+	c.mu.Unlock()
+	if poke != nil {
+		select {
+		case poke <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -50,8 +50,12 @@
 // does: new commands fail with ErrClosed, those in flight finish, the I/O
 // queues disconnect, then CC.SHN and the admin queue's disconnect.
 //
-// Not implemented: in-band authentication, fused commands, reservations,
-// ANA and multipath reporting (CMIC 0), namespace management, metadata and
+// A subsystem has a controller for each admin Connect, through any of the
+// target's listeners, and says so (CMIC multi-port and multi-controller,
+// namespaces shared: NMIC), so that a host may reach it by several paths.
+//
+// Not implemented: in-band authentication, fused commands (refused),
+// reservations, ANA, namespace management, metadata and
 // protection information, SGL segments (MSDBD 1), asynchronous events (AERs
 // are held, never completed), and MPA CRCs are not asked for by default
 // (TargetConfig.AskCRC, HostConfig.AskCRC: Linux siw 6.1 mis-checks CRCs

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -453,4 +456,31 @@ func TestSendWithInvalidate(t *testing.T) {
 	require.NoError(t, q.wait(testCtx(t), i))
 	require.Zero(t, q.slots[i].flags&verbs.WithInv)
 	q.releaseSlot(i)
+}
+
+// A connection that never sends its Fabrics Connect is ended after
+// connectWait, on the admin queue's QID and an I/O queue's alike: each one
+// holds its receive buffers, and idle ones could pile up without bound.
+func TestHostileNoConnect(t *testing.T) {
+	checkRoutines(t)
+	connectWait = 300 * time.Millisecond
+	t.Cleanup(func() { connectWait = 10 * time.Second })
+	var logMu sync.Mutex
+	var lines []string
+	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{Logf: func(format string, args ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		lines = append(lines, fmt.Sprintf(format, args...))
+	}})
+	for _, qid := range []uint16{0, 1} {
+		q := rawQueue(t, addr, qid, 32, 0)
+		select {
+		case <-q.dead:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("queue %d: still connected 10 s after connecting without a Connect", qid)
+		}
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	require.Contains(t, strings.Join(lines, "\n"), "no Fabrics Connect in 300ms")
 }

@@ -23,8 +23,9 @@ const (
 	sglsOffset        = 1 << 20 // in-capsule data by offset
 	oncsDSM           = 1 << 2
 	oncsWriteZeroes   = 1 << 3
-	oaesNSAttr        = 1 << 8
-	oaesDiscoveryLog  = 1 << 31
+	cmicMultiPort     = 1 << 0
+	cmicMultiCtrl     = 1 << 1
+	nmicShared        = 1 << 0
 	lpaExtendedData   = 1 << 2
 	ctrattrDynamicCtl = 0 // FCATT bit 0 clear: dynamic controller model
 )
@@ -37,6 +38,7 @@ type ControllerInfo struct {
 	Serial       string // SN, 20 ASCII
 	Model        string // MN, 40 ASCII
 	Firmware     string // FR, 8 ASCII
+	CMIC         uint8  // multi-path I/O and namespace sharing: bit 0 ports, bit 1 controllers
 	MDTS         uint8  // max data transfer: 2^MDTS pages of 4 KiB, 0 = no limit
 	CntlID       uint16
 	Version      uint32
@@ -73,7 +75,7 @@ func (c *ControllerInfo) Append(b []byte) []byte {
 	putASCII(p[4:24], c.Serial)
 	putASCII(p[24:64], c.Model)
 	putASCII(p[64:72], c.Firmware)
-	p[77] = c.MDTS
+	p[76], p[77] = c.CMIC, c.MDTS
 	le.PutUint16(p[78:], c.CntlID)
 	le.PutUint32(p[80:], c.Version)
 	le.PutUint32(p[92:], c.OAES)
@@ -109,7 +111,7 @@ func ParseControllerInfo(p []byte) (ControllerInfo, error) {
 	return ControllerInfo{
 		VID: le.Uint16(p[0:]), SSVID: le.Uint16(p[2:]),
 		Serial: getASCII(p[4:24]), Model: getASCII(p[24:64]), Firmware: getASCII(p[64:72]),
-		MDTS: p[77], CntlID: le.Uint16(p[78:]), Version: le.Uint32(p[80:]), OAES: le.Uint32(p[92:]),
+		CMIC: p[76], MDTS: p[77], CntlID: le.Uint16(p[78:]), Version: le.Uint32(p[80:]), OAES: le.Uint32(p[92:]),
 		CTRATT:   le.Uint32(p[96:]),
 		CtrlType: p[111], AERL: p[259], LPA: p[261], ELPE: p[262], KAS: le.Uint16(p[320:]),
 		SQES: p[512], CQES: p[513], MaxCmd: le.Uint16(p[514:]), NN: le.Uint32(p[516:]),
@@ -125,6 +127,7 @@ func ParseControllerInfo(p []byte) (ControllerInfo, error) {
 type NamespaceInfo struct {
 	Size, Capacity, Utilization uint64 // in logical blocks
 	LBADS                       uint8  // log2 of the block size
+	NMIC                        uint8  // bit 0: the namespace may be attached to several controllers
 	NGUID                       [16]byte
 }
 
@@ -142,6 +145,7 @@ func (n *NamespaceInfo) Append(b []byte) []byte {
 	le.PutUint64(p[16:], n.Utilization)
 	p[25] = 0 // NLBAF: one format
 	p[26] = 0 // FLBAS: format 0
+	p[30] = n.NMIC
 	copy(p[104:120], n.NGUID[:])
 	p[128+2] = n.LBADS // LBAF0: MS 0, LBADS, RP 0
 	return b
@@ -154,7 +158,7 @@ func ParseNamespaceInfo(p []byte) (NamespaceInfo, error) {
 		return NamespaceInfo{}, errShortIdentify
 	}
 	le := binary.LittleEndian
-	n := NamespaceInfo{Size: le.Uint64(p[0:]), Capacity: le.Uint64(p[8:]), Utilization: le.Uint64(p[16:])}
+	n := NamespaceInfo{Size: le.Uint64(p[0:]), Capacity: le.Uint64(p[8:]), Utilization: le.Uint64(p[16:]), NMIC: p[30]}
 	f := int(p[26] & 0xf)
 	n.LBADS = p[128+4*f+2]
 	copy(n.NGUID[:], p[104:120])

@@ -17,6 +17,11 @@ func (c *controller) planIO(cmd Command) (dir, need int, st Status) {
 		if slba+nlb < slba || slba+nlb > ns.Blocks() {
 			return 0, 0, StatusLBARange | DNR
 		}
+		// The length in 64 bits: 65 536 blocks of 64 KiB is 4 GiB, which
+		// a 32-bit int would wrap to 0. Past MDTS anyway.
+		if n := nlb * uint64(ns.BlockSize); n > uint64(c.t.cfg.MaxTransfer) && op != IOWriteZeroes {
+			return 0, 0, StatusInvalidField | DNR
+		}
 		switch op {
 		case IORead:
 			return dirOut, int(nlb) * ns.BlockSize, StatusSuccess

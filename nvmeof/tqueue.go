@@ -73,6 +73,10 @@ const (
 	maxLargeBufs = 16
 )
 
+// connectWait is how long a queue's connection may stay without a
+// Fabrics Connect (a variable for tests).
+var connectWait = 10 * time.Second
+
 // testBufLimit, if set, is the bound of each pool (tests).
 var testBufLimit int
 
@@ -157,10 +161,25 @@ func (q *tqueue) run(req *verbs.ConnRequest) {
 		return
 	}
 	q.logf("connected (HSQSIZE %d, HRQSIZE %d)", q.cm.HSQSize, q.cm.HRQSize)
+	// A connection holds its buffers from here: one that sends no Fabrics
+	// Connect in connectWait is ended, so that idle connections cannot
+	// pile up.
+	admitted := time.Now()
 	for {
-		n, err := q.cq.PollWait(q.t.ctx, q.wcs)
+		ctx, cancel := q.t.ctx, context.CancelFunc(nil)
+		if q.ctrl == nil {
+			ctx, cancel = context.WithDeadline(q.t.ctx, admitted.Add(connectWait))
+		}
+		n, err := q.cq.PollWait(ctx, q.wcs)
+		if cancel != nil {
+			cancel()
+		}
 		if err != nil {
-			if q.t.ctx.Err() == nil {
+			switch {
+			case q.t.ctx.Err() != nil:
+			case q.ctrl == nil && ctx.Err() != nil:
+				q.closeErr = fmt.Errorf("no Fabrics Connect in %v", connectWait)
+			default:
 				q.closeErr = err
 			}
 			return
@@ -294,6 +313,11 @@ const (
 func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 	s := &q.slots[idx]
 	cmd := Command(s.cmd[:])
+	// No fused commands, and data only by SGL (PSDT 01b), which the
+	// RDMA transport requires: as Linux's nvmet.
+	if f := cmd.Flags(); f&3 != 0 || f&0xc0 != FlagSGL {
+		return q.respond(idx, 0, StatusInvalidField|DNR, nil)
+	}
 	dir, need, st := q.plan(cmd)
 	if !st.OK() {
 		return q.respond(idx, 0, st, nil)

@@ -281,13 +281,13 @@ func TestStatusNames(t *testing.T) {
 }
 
 func TestIdentifyRoundTrip(t *testing.T) {
-	ci := ControllerInfo{VID: 1, Serial: "s", Model: "m", Firmware: "f", MDTS: 5, CntlID: 0x1234, Version: Version13,
+	ci := ControllerInfo{VID: 1, Serial: "s", Model: "m", Firmware: "f", CMIC: 3, MDTS: 5, CntlID: 0x1234, Version: Version13,
 		OAES: 1 << 8, CTRATT: 4, CtrlType: 1, AERL: 3, LPA: 4, KAS: 1, SQES: 0x66, CQES: 0x44, MaxCmd: 128, NN: 1024,
 		ONCS: 0xc, VWC: 1, SGLS: 0x100005, SubNQN: testNQN, IOCCSZ: 260, IORCSZ: 1, MSDBD: 1}
 	got, err := ParseControllerInfo(ci.Append(nil))
 	require.NoError(t, err)
 	require.Equal(t, ci, got)
-	ni := NamespaceInfo{Size: 100, Capacity: 100, Utilization: 100, LBADS: 12, NGUID: [16]byte{1, 2}}
+	ni := NamespaceInfo{Size: 100, Capacity: 100, Utilization: 100, LBADS: 12, NMIC: 1, NGUID: [16]byte{1, 2}}
 	gotn, err := ParseNamespaceInfo(ni.Append(nil))
 	require.NoError(t, err)
 	require.Equal(t, ni, gotn)

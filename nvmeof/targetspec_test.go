@@ -1,0 +1,109 @@
+package nvmeof
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Identify says what the target does: several controllers and ports on a
+// subsystem with shared namespaces (Linux refuses a second controller of a
+// subsystem whose CMIC says otherwise), traffic based keep alive and
+// 128-bit host identifiers in CTRATT (bit 6 and bit 0; it was bit 2, NVM
+// Sets), and no asynchronous events it never raises.
+func TestIdentifySaysWhatItDoes(t *testing.T) {
+	checkRoutines(t)
+	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	a := connectHost(t, addr, testNQN, HostConfig{})
+	b := connectHost(t, addr, testNQN, HostConfig{HostNQN: a.cfg.HostNQN, HostID: a.cfg.HostID}) // a second path
+	require.NotEqual(t, a.ID, b.ID)
+	require.EqualValues(t, 3, b.Info.CMIC, "CMIC: multi-port, multi-controller")
+	require.EqualValues(t, 1<<6|1<<0, b.Info.CTRATT)
+	require.Zero(t, b.Info.OAES)
+	ns, err := b.Namespace(testCtx(t), 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, ns.Info.NMIC, "NMIC: shared")
+	d := connectHost(t, addr, DiscoveryNQN, HostConfig{})
+	require.Zero(t, d.Info.CMIC)
+	require.Zero(t, d.Info.OAES)
+}
+
+// Fused commands and data not described by SGLs (PSDT other than 01b) are
+// refused, as Linux's nvmet does; they ran as plain commands.
+func TestTargetRefusesFlags(t *testing.T) {
+	checkRoutines(t)
+	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	for _, flags := range []uint8{FlagSGL | 1, FlagSGL | 2, 0x00, 0x80, 0xc0} {
+		st, _ := raw(t, c.io[0], func(cm Command, _ []byte) int {
+			rw(IOWrite, 1, 0, 0, 512)(cm, nil)
+			cm.SetFlags(flags)
+			return 0
+		})
+		require.Equal(t, StatusInvalidField|DNR, st, "flags %#x", flags)
+	}
+	st, _ := raw(t, c.io[0], rw(IOWrite, 1, 0, 0, 512))
+	require.Equal(t, StatusSuccess, st, "the same Write with PSDT 01b")
+}
+
+// Number of Queues once I/O queues exist is a Command Sequence Error
+// (NVMe base); it lowered the count under the queues.
+func TestTargetNumQueuesAfterIOQueues(t *testing.T) {
+	checkRoutines(t)
+	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
+	st, _ := raw(t, c.admin, func(cm Command, _ []byte) int { NewAdmin(cm, AdminSetFeatures, 0, 0, FeatNumQueues, 0); return 0 })
+	require.Equal(t, StatusCommandSequenceError|DNR, st)
+}
+
+// A lower KATO set by Set Features takes effect at once: the timer checked
+// at the old KATO's pace until its next tick (10 s here).
+func TestTargetKATOLowered(t *testing.T) {
+	checkRoutines(t)
+	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{KATO: 40 * time.Second})
+	c.stopKeepAlive() // a silent host from here
+	_, err := c.SetFeatures(testCtx(t), FeatKATO, 200)
+	require.NoError(t, err)
+	select {
+	case <-c.admin.dead:
+	case <-time.After(4 * time.Second):
+		t.Fatal("KATO 200 ms, a silent host: the controller lives on after 4 s")
+	}
+}
+
+// bigBackend is 8 GiB that holds nothing.
+type bigBackend struct{ writes, octets int }
+
+func (f *bigBackend) Size() int64                             { return 8 << 30 }
+func (f *bigBackend) Flush() error                            { return nil }
+func (f *bigBackend) ReadAt(p []byte, off int64) (int, error) { return len(p), nil }
+func (f *bigBackend) WriteAt(p []byte, off int64) (int, error) {
+	f.writes++
+	f.octets += len(p)
+	return len(p), nil
+}
+
+// 65 536 blocks of 64 KiB is 4 GiB: on a 32-bit port its length in an int
+// was 0, so a Read or Write of it with an empty SGL passed every check and
+// succeeded with no data (CI runs this package as linux/386).
+func TestTargetTransferLengthIn64Bits(t *testing.T) {
+	checkRoutines(t)
+	b := &bigBackend{}
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(b, 65536)
+	require.NoError(t, err)
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	a, err := tg.Listen(testCtx(t), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c := connectHost(t, a.String(), testNQN, HostConfig{IOQueues: 1})
+	for _, op := range []uint8{IOWrite, IORead} {
+		st, _ := raw(t, c.io[0], rw(op, 1, 0, 0xffff, 0))
+		require.Equal(t, StatusInvalidField|DNR, st, "op %d", op)
+	}
+	require.Zero(t, b.writes)
+}
