@@ -207,6 +207,68 @@ dmesg | grep -iE 'nvme|siw: crc' | tail -20`, hp, nvmeNQN, nvmeNQN, nvmeNQN, nvm
 	require.GreaterOrEqual(t, logs.count(`nqn.2014-08.org.nvmexpress.discovery, KATO`), 1, "a discovery controller")
 }
 
+// The kernel's host reaches one subsystem by two paths, one through each
+// of two listeners: two controllers of one subsystem (Linux refuses the
+// second unless Identify's CMIC says a subsystem may have several), whose
+// namespace it sees as one (NMIC shared). What goes in by one path comes
+// back by the other.
+func TestNVMeKernelHostTwoPaths(t *testing.T) {
+	logs := &logLines{t: t}
+	sub, err := nvmeof.NewSubsystem(nvmeNQN)
+	require.NoError(t, err)
+	mem := nvmeof.NewMemBackend(64 << 20)
+	_, err = sub.AddNamespace(mem, 512)
+	require.NoError(t, err)
+	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
+	require.NoError(t, err)
+	defer tg.Close()
+	p1, p2 := freePort(t), freePort(t)
+	for _, p := range []int{p1, p2} {
+		_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		require.NoError(t, err)
+	}
+	script := fmt.Sprintf(`for p in %d %d; do
+  $NVME connect -t rdma -a 10.0.2.2 -s $p -q $HOSTNQN -n %s -i 1; echo "CONNECT $p rc=$?"
+done
+waitdev && echo "DEVICE present"
+echo "CONTROLLERS $(ls /sys/class/nvme-subsystem/nvme-subsys*/ | grep -cE '^nvme[0-9]+$')"
+echo "CNTLIDS $(cat /sys/class/nvme/nvme*/cntlid | sort -n | tr '
+' ' ')"
+dd if=/dev/urandom of=/tmp/pat bs=1M count=4 2>/dev/null
+echo "PATTERN $(sha256sum /tmp/pat | cut -d' ' -f1)"
+dd if=/tmp/pat of=/dev/nvme0n1 bs=1M seek=1 oflag=direct 2>&1 | tail -1; echo "WRITE rc=$?"
+$NVME disconnect -d nvme0; echo "DISCONNECT nvme0 rc=$?"
+sleep 1
+for d in /dev/nvme*n1; do [ -b "$d" ] && dev=$d; done
+echo "DEVICE2 $dev"
+dd if=$dev of=/tmp/back bs=1M skip=1 count=4 iflag=direct 2>&1 | tail -1
+echo "READBACK $(sha256sum /tmp/back | cut -d' ' -f1)"
+$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
+dmesg | grep -iE 'nvme' | tail -20`, p1, p2, nvmeNQN, nvmeNQN)
+	vm := nvmeVM(t, script)
+	const step = 2 * time.Minute
+	require.Equal(t, fmt.Sprintf("CONNECT %d rc=0", p1), guestLine(t, vm, fmt.Sprintf("CONNECT %d rc=", p1), step))
+	require.Equal(t, fmt.Sprintf("CONNECT %d rc=0", p2), guestLine(t, vm, fmt.Sprintf("CONNECT %d rc=", p2), step),
+		"a second controller of the subsystem")
+	guestLine(t, vm, "DEVICE present", step)
+	require.Equal(t, "2", guestValue(t, vm, "CONTROLLERS", step), "controllers of the one subsystem")
+	require.Len(t, strings.Fields(guestValue(t, vm, "CNTLIDS", step)), 2)
+	pattern := guestValue(t, vm, "PATTERN", step)
+	require.Equal(t, "WRITE rc=0", guestLine(t, vm, "WRITE rc=", step))
+	require.Equal(t, "DISCONNECT nvme0 rc=0", guestLine(t, vm, "DISCONNECT nvme0 rc=", step))
+	t.Logf("the namespace by the second path: %s", guestValue(t, vm, "DEVICE2", step))
+	require.Equal(t, pattern, guestValue(t, vm, "READBACK", step), "the 4 MiB read back by the other path")
+	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
+	_, err = vm.Wait(vmCtx(t, vm, step))
+	require.NoError(t, err)
+	buf := make([]byte, 4<<20)
+	_, err = mem.ReadAt(buf, 1<<20)
+	require.NoError(t, err)
+	sum := sha256.Sum256(buf)
+	require.Equal(t, pattern, hex.EncodeToString(sum[:]), "the namespace's octets 1 MiB .. 5 MiB")
+	require.Equal(t, 2, logs.count(`q1: connected`), "an I/O queue for each path")
+}
+
 // buildNvmet builds cmd/iwarp-nvmet.
 func buildNvmet(t *testing.T) string {
 	t.Helper()
