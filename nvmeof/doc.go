@@ -30,7 +30,9 @@
 // that hears nothing for KATO is torn down), Async Event Configuration and
 // Volatile Write Cache; Asynchronous Event Requests (held: no events are
 // raised); Keep Alive; Abort (never aborts). I/O queues implement Read,
-// Write, Flush, Write Zeroes and Dataset Management (deallocate zeroes).
+// Write, Flush, Write Zeroes and Dataset Management (Deallocate: the range reads
+// as zeros; a Backend may zero itself, Zeroer: memory is cleared, a file
+// gets fallocate as in Linux's nvmet, zeroed in place or a hole punched).
 // Bad input gets the status the specifications prescribe, with DNR:
 // invalid opcodes, namespaces, fields, SGL types, offsets and lengths,
 // LBAs out of range, transfers beyond MDTS, commands before Connect or

@@ -21,6 +21,15 @@ type Backend interface {
 	Flush() error
 }
 
+// Zeroer is a Backend that zeroes a range itself, faster than being
+// written zeros: Write Zeroes (deallocate false: the range stays
+// allocated) and Deallocate (true: its storage may be freed) use it when
+// the Backend has it, and write zeros when Zero returns
+// errors.ErrUnsupported.
+type Zeroer interface {
+	Zero(off, n int64, deallocate bool) error
+}
+
 // MemBackend is a Backend in memory.
 type MemBackend struct {
 	mu  sync.RWMutex // writes exclusive, so that overlapping I/O from two queues is no data race
@@ -56,8 +65,20 @@ func (m *MemBackend) WriteAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// Zero clears n octets at off.
+func (m *MemBackend) Zero(off, n int64, _ bool) error {
+	if off < 0 || n < 0 || off+n > int64(len(m.buf)) {
+		return errors.New("nvmeof: zeroing beyond the end of the memory backend")
+	}
+	m.mu.Lock()
+	clear(m.buf[off : off+n])
+	m.mu.Unlock()
+	return nil
+}
+
 // FileBackend is a Backend over a file or block device: pread, pwrite and
-// fsync.
+// fsync; Zero is fallocate on Linux, as Linux's nvmet does: a range zeroed
+// in place for Write Zeroes, a hole punched for Deallocate.
 type FileBackend struct {
 	f    *os.File
 	size int64
@@ -82,6 +103,13 @@ func (b *FileBackend) Size() int64                              { return b.size 
 func (b *FileBackend) Flush() error                             { return b.f.Sync() }
 func (b *FileBackend) ReadAt(p []byte, off int64) (int, error)  { return b.f.ReadAt(p, off) }
 func (b *FileBackend) WriteAt(p []byte, off int64) (int, error) { return b.f.WriteAt(p, off) }
+
+// Zero makes n octets at off read as zeros, freeing their blocks if
+// deallocate (errors.ErrUnsupported where the system or file system
+// cannot).
+func (b *FileBackend) Zero(off, n int64, deallocate bool) error {
+	return fileZero(b.f, off, n, deallocate)
+}
 
 // Close closes the file.
 func (b *FileBackend) Close() error { return b.f.Close() }

@@ -1,6 +1,9 @@
 package nvmeof
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"errors"
+)
 
 // dsmRange is the size of a Dataset Management range.
 const dsmRange = 16
@@ -81,7 +84,7 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		}
 		return 0, StatusSuccess, nil
 	case IOWriteZeroes:
-		return 0, zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1), nil
+		return 0, zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1, false), nil
 	case IODSM:
 		if cmd.CDW(11)&(1<<2) == 0 {
 			return 0, StatusSuccess, nil // only hints: nothing to do
@@ -96,7 +99,7 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		}
 		for i := 0; i+dsmRange <= len(r.in); i += dsmRange {
 			n := uint64(binary.LittleEndian.Uint32(r.in[i+4:]))
-			if st := zero(ns, binary.LittleEndian.Uint64(r.in[i+8:]), n); !st.OK() {
+			if st := zero(ns, binary.LittleEndian.Uint64(r.in[i+8:]), n, true); !st.OK() {
 				return 0, st, nil
 			}
 		}
@@ -107,9 +110,19 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 
 var zeros = make([]byte, 64<<10)
 
-// zero writes zeros over nlb blocks at slba.
-func zero(ns *Namespace, slba, nlb uint64) Status {
+// zero makes nlb blocks at slba read as zeros (deallocated: their storage
+// may go): by the Backend's Zero if it has one, else by writing zeros.
+func zero(ns *Namespace, slba, nlb uint64, deallocate bool) Status {
 	off, n := int64(slba)*int64(ns.BlockSize), int64(nlb)*int64(ns.BlockSize)
+	if z, ok := ns.Backend.(Zeroer); ok {
+		err := z.Zero(off, n, deallocate)
+		if err == nil {
+			return StatusSuccess
+		}
+		if !errors.Is(err, errors.ErrUnsupported) {
+			return 0x280 | DNR
+		}
+	}
 	for n > 0 {
 		k := min(n, int64(len(zeros)))
 		if _, err := ns.Backend.WriteAt(zeros[:k], off); err != nil {
