@@ -69,7 +69,7 @@ func (c *controller) execAdmin(r *request) (res uint64, st Status, out []byte, h
 		res = 1 // not aborted: commands here finish without waiting on anything abortable
 	case AdminAER:
 		if c.aers > aerl {
-			return 0, StatusAERLimitExceeded, nil, false
+			return 0, StatusAERLimitExceeded | DNR, nil, false // as nvmet: retrying cannot help
 		}
 		// Held until the controller ends: this target raises no
 		// asynchronous events yet (namespaces do not change while hosts

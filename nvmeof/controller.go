@@ -312,7 +312,10 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 	var drop []*tqueue
 	switch {
 	case v&CCEnable != 0 && old&CCEnable == 0:
-		if ccIOSQES(v) != 6 || ccIOCQES(v) != 4 || v>>4&7 != 0 && v>>4&7 != 6 {
+		// Entry sizes 64 and 16, the NVM (or no I/O) command set, 4 KiB
+		// pages (MPS 0, CAP.MPSMIN = MPSMAX) and round robin arbitration
+		// (AMS 0): anything else is a fatal status, as in Linux's nvmet.
+		if ccIOSQES(v) != 6 || ccIOCQES(v) != 4 || v>>4&7 != 0 && v>>4&7 != 6 || v>>7&0xf != 0 || v>>11&7 != 0 {
 			c.csts = CSTSFatal
 		} else {
 			c.csts = CSTSReady

@@ -291,7 +291,7 @@ func TestHostileOverflow(t *testing.T) {
 		held = append(held, i)
 	}
 	st, _ := raw(t, q, func(c Command, _ []byte) int { NewAdmin(c, AdminAER, 0, 0, 0, 0); return 0 })
-	require.Equal(t, StatusAERLimitExceeded, st)
+	require.Equal(t, StatusAERLimitExceeded|DNR, st)
 	for _, i := range held {
 		select {
 		case <-q.slots[i].done:

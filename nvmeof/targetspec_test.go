@@ -107,3 +107,25 @@ func TestTargetTransferLengthIn64Bits(t *testing.T) {
 	}
 	require.Zero(t, b.writes)
 }
+
+// Enabling with a page size or arbitration the controller does not have
+// (CC.MPS, CC.AMS other than 0) is a fatal status, as nvmet's; they were
+// taken for 4 KiB and round robin.
+func TestTargetEnableChecksMPSAndAMS(t *testing.T) {
+	checkRoutines(t)
+	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	ctx := testCtx(t)
+	for _, bad := range []uint32{1 << 7, 1 << 11} { // MPS 1 (8 KiB), AMS 1 (weighted round robin)
+		require.NoError(t, c.propertySet(ctx, PropCC, 0)) // a reset
+		require.NoError(t, c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20|bad))
+		csts, err := c.propertyGet(ctx, PropCSTS, 4)
+		require.NoError(t, err)
+		require.EqualValues(t, CSTSFatal, csts&(CSTSFatal|CSTSReady), "CC %#x", bad)
+	}
+	require.NoError(t, c.propertySet(ctx, PropCC, 0))
+	require.NoError(t, c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20))
+	csts, err := c.propertyGet(ctx, PropCSTS, 4)
+	require.NoError(t, err)
+	require.EqualValues(t, CSTSReady, csts)
+}
