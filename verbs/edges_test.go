@@ -169,3 +169,38 @@ func TestCMRefusedArgumentsLeaveRequest(t *testing.T) {
 		})
 	}
 }
+
+// An STag already invalid may be invalidated again, as siw allows: a
+// LocalInv after the peer's Send with Invalidate of the same STag (a
+// host's common safety step), and a second LocalInv, both succeed and the
+// QP lives on. Since a failed local operation ends the QP, this matters.
+func TestInvalidateTwice(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{})
+	fmr, err := s.pd.AllocMR()
+	require.NoError(t, err)
+	rkey, err := s.qp.PostRegMR(1, Signaled, fmr, make([]byte, 64), LocalWrite|RemoteWrite)
+	require.NoError(t, err)
+	waitOK(t, s.scq, WCRegMR)
+	rb := s.regMR(t, 8, LocalWrite)
+	_, err = s.qp.PostRecv(RecvWR{ID: 7, SGL: []SGE{rb.SGE(0, 8)}}, RecvWR{ID: 8, SGL: []SGE{rb.SGE(0, 8)}})
+	require.NoError(t, err)
+	_, err = c.qp.PostSend(SendWR{ID: 3, Opcode: OpSendWithInv, Flags: Signaled | Inline, InlineData: []byte("inv"), InvalidateRKey: rkey})
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCSend)
+	wc := waitOK(t, s.rcq, WCRecv)
+	require.Equal(t, WithInv, wc.Flags&WithInv)
+	_, err = s.qp.PostSend(SendWR{ID: 9, Opcode: OpLocalInv, Flags: Signaled, InvalidateRKey: rkey},
+		SendWR{ID: 10, Opcode: OpLocalInv, Flags: Signaled, InvalidateRKey: rkey})
+	require.NoError(t, err)
+	for _, id := range []uint64{9, 10} {
+		wc = waitOK(t, s.scq, WCLocalInv)
+		require.Equal(t, id, wc.ID)
+	}
+	// The QP lives on: a Send gets through.
+	_, err = c.qp.PostSend(SendWR{ID: 4, Opcode: OpSend, Flags: Signaled | Inline, InlineData: []byte("live")})
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCSend)
+	waitOK(t, s.rcq, WCRecv)
+	// An STag no region has still fails, and ends the QP (TestLocalOpFailureEndsQP).
+}

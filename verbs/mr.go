@@ -280,14 +280,24 @@ func (d *Device) fastReg(mr *MR, pd *PD, buf []byte, access Access, stag uint32)
 }
 
 // invalidate kills a fast-registration STag of pd (local or remote
-// invalidation). It reports false if the STag is not valid, belongs to
-// another PD, or is not one that may be invalidated.
+// invalidation). It reports false if no region has the STag, or it belongs
+// to another PD, or is not one that may be invalidated.
 func (d *Device) invalidate(stag uint32, pd *PD, remote bool) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	mr, b := d.lookup(stag)
+	// An STag already invalid may be invalidated again (the verbs allow
+	// it, and siw: a Local Invalidate after the peer's Send with
+	// Invalidate is a host's common safety step); lookup would refuse it.
+	mr := d.mrs.get(stag >> 8)
 	if mr == nil || mr.pd != pd || !mr.fast {
 		return false
+	}
+	b := mr.b.Load()
+	if b.stag != stag {
+		return false
+	}
+	if !b.valid {
+		return true
 	}
 	dead := *b
 	dead.valid = false
