@@ -135,7 +135,11 @@ func (c *controller) startKeepAlive() {
 func (c *controller) keepAlive(stop, poke chan struct{}) {
 	defer c.t.wg.Done()
 	period := func() time.Duration {
-		return max(time.Duration(c.kato.Load())*time.Millisecond/4, 10*time.Millisecond)
+		kato := time.Duration(c.kato.Load()) * time.Millisecond
+		if kato == 0 {
+			return time.Hour // no timeout: nothing to check until a KATO is set (and pokes)
+		}
+		return max(kato/4, 10*time.Millisecond)
 	}
 	cur := period()
 	tick := time.NewTicker(cur)

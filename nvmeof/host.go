@@ -142,8 +142,8 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg HostConfig) 
 		c.dev, c.ownDev = dev, true
 	}
 	if err := c.connect(ctx, disc); err != nil {
-		c.stopKeepAlive()
 		c.shutdownQueues(ctx, false)
+		c.stopKeepAlive()
 		if c.ownDev {
 			c.dev.Close()
 		}
@@ -185,11 +185,8 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 	if c.Info.MDTS != 0 && 4096<<c.Info.MDTS < c.maxData {
 		c.maxData = 4096 << c.Info.MDTS
 	}
-	if kato != 0 {
-		c.kaWG.Add(1)
-		go c.keepAlive(c.cfg.KATO)
-	}
 	if disc {
+		c.startKeepAlive(kato)
 		return nil
 	}
 	res, err := c.SetFeatures(ctx, FeatNumQueues, uint32(c.cfg.IOQueues-1)|uint32(c.cfg.IOQueues-1)<<16)
@@ -214,7 +211,19 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 			return err
 		}
 	}
+	c.startKeepAlive(kato)
 	return nil
+}
+
+// startKeepAlive starts sending Keep Alive, once the queues are all
+// connected (as Linux's host: nvme_start_ctrl), so that the goroutine never
+// sees c.io change. Meanwhile the target's traffic based keep alive counts
+// the Connects.
+func (c *Controller) startKeepAlive(kato uint32) {
+	if kato != 0 {
+		c.kaWG.Add(1)
+		go c.keepAlive(c.cfg.KATO)
+	}
 }
 
 // fabricsConnect sends Connect on q: the data in the capsule if the queue

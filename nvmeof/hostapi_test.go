@@ -270,3 +270,39 @@ func TestHostRoundRobinWraps(t *testing.T) {
 		}
 	}
 }
+
+// hugeBackend claims 4 TiB, stores nothing and records what it is asked
+// to zero.
+type hugeBackend struct {
+	mu    sync.Mutex
+	zeros [][2]int64
+}
+
+func (b *hugeBackend) ReadAt(p []byte, off int64) (int, error)  { clear(p); return len(p), nil }
+func (b *hugeBackend) WriteAt(p []byte, off int64) (int, error) { return len(p), nil }
+func (b *hugeBackend) Size() int64                              { return 4 << 40 }
+func (b *hugeBackend) Flush() error                             { return nil }
+func (b *hugeBackend) Zero(off, n int64, _ bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.zeros = append(b.zeros, [2]int64{off, n})
+	return nil
+}
+
+// A Deallocate of 2^32 blocks or more goes as several ranges of at most
+// 2^32-1 blocks: its count once wrapped in the range's 32 bits (2^32+1
+// blocks deallocated one, and said success).
+func TestHostDeallocateHuge(t *testing.T) {
+	checkRoutines(t)
+	b := &hugeBackend{}
+	_, _, addr := newBackendTarget(t, b, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	ns, err := c.Namespace(testCtx(t), 1)
+	require.NoError(t, err)
+	const max = 1<<32 - 1
+	length := int64(1<<32+1) * 512
+	require.NoError(t, ns.Deallocate(testCtx(t), 512, length))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	require.Equal(t, [][2]int64{{512, max * 512}, {512 + max*512, 2 * 512}}, b.zeros)
+}

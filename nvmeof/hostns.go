@@ -235,7 +235,7 @@ func (n *HostNamespace) Flush(ctx context.Context) error {
 // WriteZeroes zeroes length octets at off (Write Zeroes, at most 65536
 // blocks).
 func (n *HostNamespace) WriteZeroes(ctx context.Context, off, length int64) error {
-	if off < 0 || length <= 0 || off+length > n.Size() || length/n.bs > 65536 {
+	if off < 0 || length <= 0 || length > n.Size()-off || length/n.bs > 65536 {
 		return ErrRange
 	}
 	if off%n.bs != 0 || length%n.bs != 0 {
@@ -249,18 +249,31 @@ func (n *HostNamespace) WriteZeroes(ctx context.Context, off, length int64) erro
 
 // Deallocate tells the target that length octets at off are no longer
 // needed (Dataset Management, attribute Deallocate); this target then
-// reads them as zeros.
+// reads them as zeros. One command carries up to 256 ranges of up to
+// 2^32-1 blocks each.
 func (n *HostNamespace) Deallocate(ctx context.Context, off, length int64) error {
-	if off < 0 || length <= 0 || off+length > n.Size() {
+	if off < 0 || length <= 0 || length > n.Size()-off {
 		return ErrRange
 	}
 	if off%n.bs != 0 || length%n.bs != 0 {
 		return ErrUnaligned
 	}
-	rng := make([]byte, dsmRange)
-	binary.LittleEndian.PutUint32(rng[4:], uint32(length/n.bs))
-	binary.LittleEndian.PutUint64(rng[8:], uint64(off/n.bs))
-	return n.simple(ctx, IODSM, func(cmd Command) { NewAdmin(cmd, IODSM, 0, n.ID, 0, 1<<2) }, rng)
+	const maxBlocks = 1<<32 - 1 // a range's count is 32 bits
+	slba, left := uint64(off/n.bs), uint64(length/n.bs)
+	k := (left + maxBlocks - 1) / maxBlocks
+	if k > 256 {
+		return ErrRange
+	}
+	rng := make([]byte, 0, k*dsmRange)
+	for left > 0 {
+		nlb := min(left, maxBlocks)
+		rng = binary.LittleEndian.AppendUint32(rng, 0) // context attributes
+		rng = binary.LittleEndian.AppendUint32(rng, uint32(nlb))
+		rng = binary.LittleEndian.AppendUint64(rng, slba)
+		slba, left = slba+nlb, left-nlb
+	}
+	nr := uint32(len(rng)/dsmRange - 1)
+	return n.simple(ctx, IODSM, func(cmd Command) { NewAdmin(cmd, IODSM, 0, n.ID, nr, 1<<2) }, rng)
 }
 
 // simple runs a command on the next I/O queue, with data to the target

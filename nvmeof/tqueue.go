@@ -157,6 +157,7 @@ func (q *tqueue) run(req *verbs.ConnRequest) {
 	err := req.Accept(ctx, q.qp, CMReply{CRQSize: uint16(q.nrecv)}.Append(nil))
 	cancel()
 	if err != nil {
+		req.Reject(nil) // what Accept refused before answering (a no-op after)
 		q.logf("accept: %v", err)
 		return
 	}

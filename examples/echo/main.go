@@ -130,6 +130,7 @@ func serve(ctx context.Context, port int) error {
 	}
 	defer e.qp.Close()
 	if err := req.Accept(ctx, e.qp, nil); err != nil {
+		req.Reject(nil) // what Accept refused before answering (a no-op after)
 		return err
 	}
 	fmt.Printf("echo server: connected to %v\n", req.RemoteAddr())

@@ -114,6 +114,7 @@ func serveClient(ctx context.Context, req *verbs.ConnRequest, qp *verbs.QP, adv 
 	err := req.Accept(actx, qp, adv)
 	cancel()
 	if err != nil {
+		req.Reject(nil) // what Accept refused before answering (a no-op after)
 		log.Printf("%v: accept: %v", who, err)
 		return
 	}

@@ -217,6 +217,7 @@ func AcceptExchange(ctx context.Context, src RequestSource, dev *verbs.Device, p
 	x := &nativeExchange{session: h.Session, ctl: ctl, timeout: p.exchangeTimeout(), ln: src}
 	serving(src, x.claims) // the client may dial its QPs as soon as it has our Reply
 	if err := req.Accept(ctx, ctl.qp, []byte(okReply)); err != nil {
+		req.Reject(nil) // what Accept refused before answering (a no-op after)
 		ctl.close()
 		return nil, &ClientError{Addr: req.RemoteAddr(), Err: fmt.Errorf("accepting: %w", err)}
 	}
@@ -265,6 +266,7 @@ func (x *nativeExchange) Connect(ctx context.Context, qps []*verbs.QP) error {
 				continue
 			}
 			if err := req.Accept(ctx, qps[idx], nil); err != nil {
+				req.Reject(nil)
 				return fmt.Errorf("accepting QP %d: %w", idx, err)
 			}
 			left--

@@ -125,6 +125,7 @@ func acceptPerftest(ctx context.Context, req *verbs.ConnRequest, ln RequestSourc
 		return nil, &localError{err}
 	}
 	if err := req.Accept(ctx, ctl.qp, nil); err != nil {
+		req.Reject(nil) // what Accept refused before answering (a no-op after)
 		ctl.close()
 		return nil, fmt.Errorf("accepting: %w", err)
 	}
@@ -300,6 +301,7 @@ func (x *perftestExchange) Connect(ctx context.Context, qps []*verbs.QP) error {
 				continue
 			}
 			if err := req.Accept(ctx, qps[k], nil); err != nil {
+				req.Reject(nil)
 				return fmt.Errorf("accepting QP %d: %w", k, err)
 			}
 			k++

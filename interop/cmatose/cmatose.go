@@ -131,6 +131,7 @@ func Serve(ctx context.Context, ln *verbs.Listener, o Options) error {
 		}
 		nodes = append(nodes, n)
 		if err := req.Accept(ctx, n.qp, nil); err != nil {
+			req.Reject(nil) // what Accept refused before answering (a no-op after)
 			return fmt.Errorf("cmatose: accepting connection %d: %w", len(nodes), err)
 		}
 	}
