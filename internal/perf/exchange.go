@@ -147,7 +147,10 @@ func DialExchange(ctx context.Context, dev *verbs.Device, addr string, cfg verbs
 	}
 	h := hello{Session: randSession(), Params: p.symmetric()}
 	b, _ := json.Marshal(h)
-	err = ctl.qp.Dial(ctx, "tcp", addr, withPD(cfg, append([]byte(helloPrefix), b...)))
+	dctx, cancel := step(ctx, p.exchangeTimeout(), "connecting")
+	err = ctl.qp.Dial(dctx, "tcp", addr, withPD(cfg, append([]byte(helloPrefix), b...)))
+	cancel()
+	err = causeOf(dctx, err)
 	pd := ctl.qp.PeerPrivateData()
 	if err != nil {
 		ctl.close()

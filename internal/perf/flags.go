@@ -48,7 +48,9 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 		fs.Var(v, long, "")
 	}
 	var dur int
-	intVar(&p.Size, "s", "size", DefSizeBW)
+	p.Size = DefSizeBW
+	fs.Var((*sizeValue)(&p.Size), "s", "")
+	fs.Var((*sizeValue)(&p.Size), "size", "")
 	boolVar(&p.All, "a", "all")
 	intVar(&p.Iters, "n", "iters", DefIters)
 	intVar(&dur, "D", "duration", 0)
@@ -89,9 +91,21 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	intVar(&p.Runs, "", "runs", 1)
 	help := false
 	boolVar(&help, "h", "help")
+	boolVar(&p.NoPeak, "N", "noPeak")
+	// perftest's device, port and GID index and its CPU frequency check
+	// name nothing here: taken, so that perftest command lines run.
+	var ignored string
+	for _, name := range []string{"d", "ib-dev", "i", "ib-port", "x", "gid-index"} {
+		fs.StringVar(&ignored, name, "", "")
+	}
+	var ignoredB bool
+	boolVar(&ignoredB, "F", "CPU-freq")
+	var conn string
+	fs.StringVar(&conn, "c", "RC", "")
+	fs.StringVar(&conn, "connection", "RC", "")
 
 	var pos []string
-	rest := args
+	rest := splitShort(fs, args)
 	for {
 		if err := fs.Parse(rest); err != nil {
 			return nil, false, usagef("%v", err)
@@ -154,6 +168,12 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 		p.LatPoll = true
 	default:
 		return nil, false, usagef("invalid --lat-wait=%s: use handler or poll", latWait)
+	}
+	if !strings.EqualFold(conn, "RC") {
+		return nil, false, usagef("-c %s: iWARP has RC only", conn)
+	}
+	if int64(dur) > math.MaxInt64/int64(time.Second) {
+		return nil, false, usagef("-D %d: too long", dur)
 	}
 	p.Duration = time.Duration(dur) * time.Second
 	switch output {
@@ -256,12 +276,69 @@ type intValue int
 
 func (v *intValue) String() string { return strconv.Itoa(int(*v)) }
 func (v *intValue) Set(s string) error {
-	n, err := strconv.ParseInt(s, 0, 64)
+	n, err := strconv.ParseInt(s, 0, strconv.IntSize) // an int's range: 32 bits on 32-bit ports
 	if err != nil {
-		return fmt.Errorf("%q is not a number", s)
+		return fmt.Errorf("%q is not a number of this range", s)
 	}
 	*v = intValue(n)
 	return nil
+}
+
+// sizeValue is a message size, with perftest's K and M suffixes (and G,
+// KiB ...: parseSize).
+type sizeValue int
+
+func (v *sizeValue) String() string { return strconv.Itoa(int(*v)) }
+func (v *sizeValue) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil || n > math.MaxInt {
+		return fmt.Errorf("%q is not a size (a number, or with K, M or G)", s)
+	}
+	*v = sizeValue(n)
+	return nil
+}
+
+// splitShort rewrites getopt's short forms, which Go's flag package does
+// not take, as perftest command lines use them: "-n100" as "-n 100" and
+// "-ab" as "-a -b". An argument that names a flag as it is ("-size") is
+// left alone.
+func splitShort(fs *flag.FlagSet, args []string) []string {
+	isBool := func(f *flag.Flag) bool {
+		b, ok := f.Value.(interface{ IsBoolFlag() bool })
+		return ok && b.IsBoolFlag()
+	}
+	var out []string
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if len(a) < 3 || a[0] != '-' || a[1] == '-' || strings.Contains(a, "=") || fs.Lookup(a[1:]) != nil {
+			out = append(out, a)
+			continue
+		}
+		f := fs.Lookup(a[1:2])
+		switch {
+		case f == nil:
+			out = append(out, a) // flag reports it
+		case !isBool(f):
+			out = append(out, a[:2], a[2:])
+		default:
+			all := true
+			for _, c := range a[1:] {
+				if g := fs.Lookup(string(c)); g == nil || !isBool(g) {
+					all = false
+				}
+			}
+			if !all {
+				out = append(out, a)
+				continue
+			}
+			for _, c := range a[1:] {
+				out = append(out, "-"+string(c))
+			}
+		}
+	}
+	return out
 }
 
 // parseSeconds reads a duration: a number of seconds ("15", "0.5") or Go's
@@ -325,6 +402,7 @@ Tests: write_bw read_bw send_bw write_lat read_lat send_lat tcp_bw tcp_lat
 
 Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -s, --size=N          message size (default 65536 for BW, 2 for LAT) (SYMMETRIC)
+                        (K, M: KiB, MiB, as perftest)
   -a, --all             run sizes 2 .. 2^23 (SYMMETRIC)
   -n, --iters=N         iterations (default 5000 write_bw, 1000 others) (SYMMETRIC)
   -D, --duration=SEC    run for SEC seconds instead of -n (SYMMETRIC)
@@ -342,6 +420,7 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --cq-wake=N       bandwidth tests: wake the test's loop once N completions have queued,
                         or when its QPs' receive side runs out of data (CQ moderation,
                         verbs.CQ.SetModeration; default 16, at most tx-depth/8; 1: every one)
+  -N, --noPeak          no BW peak (it is not computed above 20000 iterations anyway)
       --report_gbits    report Gb/s instead of MiB/s
       --output=WHAT     print only one number: bandwidth, message_rate or latency
       --out_json        also write the results as JSON to perftest_out.json
@@ -349,6 +428,9 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --loopback        run server and client in this process over 127.0.0.1
       --use_srq         send tests: the receives of all QPs come from one shared receive queue
   -R, --rdma_cm         speak perftest's -R exchange (wire-compatible with ib_TEST -R)
+  -d, -i, -x, -F        perftest's device, port, GID index and CPU frequency check: taken
+                        and ignored (the stack runs over TCP); -c takes RC only
+  Short options may be joined as getopt's: -n100, -ab.
       --lat-wait=handler|poll  latency tests: take each step on the QP's receive
                         goroutine as data lands (default), or poll memory and the CQ
                         from the test's own goroutine, as perftest does

@@ -13,16 +13,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 
 	"github.com/goiwarp/iwarp/ddp"
@@ -597,4 +601,45 @@ func TestServerBusy(t *testing.T) {
 	code := MainContext(ctx, append(args, "-p", s.port, "127.0.0.1"), &out, &errb)
 	require.Equal(t, 0, code, "client: %s", errb.String())
 	require.Equal(t, 0, <-s.code, "server: %s", s.log.String())
+}
+
+// fullListener is a listening socket whose accept queue is full and never
+// drained: a SYN to it goes unanswered, as to a host that is down.
+func fullListener(t *testing.T) string {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Close(fd) })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	require.NoError(t, syscall.Listen(fd, 0))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	for range 4 { // past the backlog: the kernel drops the next SYNs
+		d := net.Dialer{Timeout: 300 * time.Millisecond}
+		if c, err := d.Dial("tcp", addr); err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+	}
+	return addr
+}
+
+// A client whose server never answers the SYN gives up after
+// --exchange-timeout, as with every other wait on the peer; it waited for
+// the kernel's own limit (about two minutes).
+func TestClientConnectTimeout(t *testing.T) {
+	defer test.CheckRoutines(t)()
+	addr := fullListener(t)
+	host, port, _ := net.SplitHostPort(addr)
+	for _, args := range [][]string{{"write_bw"}, {"write_bw", "-R"}, {"tcp_bw"}} {
+		p, _, err := Parse(append(args, "-n", "5", "-p", port, "--exchange-timeout", "1", host))
+		require.NoError(t, err)
+		// No deadline of the test's own: without --exchange-timeout's the
+		// dial ends with the kernel's ETIMEDOUT, two minutes on.
+		_, err = Run(context.Background(), p, io.Discard)
+		require.ErrorContains(t, err, "connecting", "%v", args)
+		var te *TimeoutError
+		if !errors.As(err, &te) {
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded, "%v: our deadline, not the kernel's", args)
+		}
+	}
 }

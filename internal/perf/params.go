@@ -173,6 +173,10 @@ const (
 	// noPeakIters: perftest does not compute the peak above this many
 	// iterations (the search is quadratic).
 	noPeakIters = 20000
+	// maxIters is perftest's bound on -n; maxLatIters bounds a latency
+	// test's time stamps (8 octets each) to 512 MiB.
+	maxIters    = 1<<32 - 1
+	maxLatIters = 1 << 26
 
 	// DefExchangeTimeout bounds each wait on the peer (--exchange-timeout).
 	DefExchangeTimeout = 15 * time.Second
@@ -200,6 +204,7 @@ type Params struct {
 	Atomic   AtomicOp
 	CQMod    int  // signal every CQMod-th send WR
 	Gbits    bool // --report_gbits
+	NoPeak   bool // -N: no BW peak
 	Output   Output
 	JSON     bool
 	JSONFile string
@@ -319,7 +324,7 @@ func (p *Params) margin() time.Duration {
 
 // peak reports whether the BW peak is computed (perftest's !noPeak).
 func (p *Params) peak() bool {
-	return p.Duration == 0 && p.Iters <= noPeakIters
+	return p.Duration == 0 && p.Iters <= noPeakIters && !p.NoPeak
 }
 
 // isSet reports whether the flag with the given long name was given.
@@ -366,6 +371,10 @@ func (p *Params) finish() error {
 		return fmt.Errorf("size %d out of range 1..%d", p.Size, MaxSize)
 	case p.Iters < MinIters:
 		return fmt.Errorf("iterations %d: at least %d", p.Iters, MinIters)
+	case int64(p.Iters) > maxIters:
+		return fmt.Errorf("iterations %d: at most %d", p.Iters, int64(maxIters))
+	case lat && p.Iters > maxLatIters:
+		return fmt.Errorf("iterations %d: a latency test keeps a time stamp for each, at most %d", p.Iters, maxLatIters)
 	case p.Duration < 0:
 		return fmt.Errorf("negative duration")
 	case p.Duration > 0 && p.Duration < time.Second:

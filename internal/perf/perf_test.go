@@ -3,6 +3,8 @@ package perf
 import (
 	"bytes"
 	"context"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +54,34 @@ func TestDefaults(t *testing.T) {
 	require.Equal(t, []int{128, 2}, []int{p.Size, p.QPs})
 	require.True(t, p.Bidir)
 	require.Equal(t, 512, p.RxDepth)
+}
+
+// perftest command lines as scripts write them: size suffixes, getopt's
+// joined short options, the device flags that name nothing here; and
+// numbers out of range refused rather than wrapped or allocated.
+func TestPerftestCommandLines(t *testing.T) {
+	p, _, err := Parse([]string{"write_bw", "-s", "64K", "-n100", "-ab", "-d", "mlx5_0", "-i", "1", "-x", "3", "-F", "-c", "RC", "-N", "host"})
+	require.NoError(t, err)
+	require.Equal(t, []int{65536, 100}, []int{p.Size, p.Iters})
+	require.True(t, p.All && p.Bidir && p.NoPeak)
+	require.False(t, p.peak())
+	require.Equal(t, "host", p.Server)
+	p, _, err = Parse([]string{"read_bw", "-s1M", "-q2", "-size=4096", "--size", "8K"})
+	require.NoError(t, err)
+	require.Equal(t, []int{8192, 2}, []int{p.Size, p.QPs})
+	for _, bad := range [][]string{
+		{"write_bw", "-c", "UD"},
+		{"write_lat", "-n", "1000000000000000000"},
+		{"write_bw", "-n", "99999999999"},
+		{"write_lat", "-n", "100000000"}, // 800 MB of time stamps
+		{"tcp_bw", "-D", "18446744075"},
+		{"tcp_bw", "-D", "9300000000"},
+		{"write_bw", "-s", "64Q"},
+		{"write_bw", "-nX"},
+	} {
+		_, _, err := Parse(bad)
+		require.Error(t, err, "%v", bad)
+	}
 }
 
 // --cq-wake: CQ moderation for the bandwidth tests, bounded by the queue
@@ -128,6 +158,55 @@ func TestBWReport(t *testing.T) {
 	require.InDelta(t, 1e9, r.BWPeak, 1)
 	require.InDelta(t, 4e5, r.MsgRate, 1e-6)
 	require.Zero(t, bwReport(1000, 4, []int64{0}, []completion{{3, 10000}}, false).BWPeak)
+}
+
+// peakDelta against perftest's loop over every pair, on random runs with
+// completions for every WR and moderated ones; and a million WRs, which
+// perftest's loop would take hours over.
+func TestPeakDelta(t *testing.T) {
+	brute := func(tp []int64, comps []completion) float64 {
+		best := math.Inf(1)
+		for i := range tp {
+			for _, c := range comps {
+				if c.idx >= i {
+					best = min(best, float64(c.t-tp[i])/float64(c.idx-i+1))
+				}
+			}
+		}
+		return best
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range 300 {
+		n := 1 + rng.IntN(200)
+		mod := 1 + rng.IntN(8)
+		tp := make([]int64, n)
+		var comps []completion
+		now := int64(rng.IntN(1000))
+		for i := range tp {
+			now += int64(rng.IntN(500))
+			tp[i] = now
+			if i%mod == mod-1 || i == n-1 {
+				comps = append(comps, completion{idx: i, t: now + 1 + int64(rng.IntN(3000))})
+			}
+		}
+		for k := 1; k < len(comps); k++ { // completions in order
+			comps[k].t = max(comps[k].t, comps[k-1].t)
+		}
+		want, got := brute(tp, comps), peakDelta(tp, comps)
+		require.InEpsilon(t, want, got, 1e-9, "round %d: %d WRs, a completion every %d", round, n, mod)
+	}
+	n := 1_000_000
+	tp := make([]int64, n)
+	comps := make([]completion, 0, n/16)
+	for i := range tp {
+		tp[i] = int64(i) * 100
+		if i%16 == 15 {
+			comps = append(comps, completion{idx: i, t: tp[i] + 5000})
+		}
+	}
+	// The best run is the longest: all but the first 15 posts wait 5 µs
+	// for their completion, so a run of m posts takes 100(m-1)+5000 ns.
+	require.InEpsilon(t, float64(100*(n-1)+5000)/float64(n), peakDelta(tp, comps), 1e-9)
 }
 
 func TestPrint(t *testing.T) {

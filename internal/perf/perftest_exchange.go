@@ -109,9 +109,12 @@ func DialPerftest(ctx context.Context, dev *verbs.Device, addr string, cfg verbs
 	if err != nil {
 		return nil, err
 	}
-	if err := dialRetry(ctx, ctl.qp, addr, cfg); err != nil {
+	dctx, cancel := step(ctx, p.exchangeTimeout(), "connecting")
+	err = dialRetry(dctx, ctl.qp, addr, cfg)
+	cancel()
+	if err != nil {
 		ctl.close()
-		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+		return nil, fmt.Errorf("connecting to %s: %w", addr, causeOf(dctx, err))
 	}
 	return startPerftest(ctx, ctl, true, dev, addr, cfg, nil, p, false)
 }

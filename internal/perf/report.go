@@ -72,25 +72,48 @@ func bwReport(size, n int, tposted []int64, comps []completion, peak bool) Repor
 	r.BWAvg = float64(size) * float64(n) * 1e9 / total
 	r.MsgRate = float64(n) * 1e9 / total
 	if peak {
-		// The shortest average time per message over any run of messages
-		// from a post to a completion.
-		best := math.Inf(1)
-		c := 0
-		for i, tp := range tposted {
-			for c < len(comps) && comps[c].idx < i {
-				c++
-			}
-			for _, cp := range comps[c:] {
-				if d := float64(cp.t-tp) / float64(cp.idx-i+1); d < best {
-					best = d
-				}
-			}
-		}
-		if best > 0 && !math.IsInf(best, 1) {
+		if best := peakDelta(tposted, comps); best > 0 {
 			r.BWPeak = float64(size) * 1e9 / best
 		}
 	}
 	return r
+}
+
+// peakDelta is the shortest average time per message over any run of
+// messages from a post to a completion, perftest's peak: the least
+// (c.t - tposted[i]) / (c.idx-i+1) over completions c and posts i <= c.idx;
+// 0 if some run took no time. perftest tries every pair, which is
+// quadratic (seconds, past 10^5 messages, while the peer's watchdog runs);
+// here the answer is searched for: r is at least the least ratio iff some
+// pair has c.t - r(c.idx+1) <= tposted[i] - r·i, one pass with a running
+// maximum of the right side.
+func peakDelta(tposted []int64, comps []completion) float64 {
+	reaches := func(r float64) bool {
+		best, i := math.Inf(-1), 0
+		for _, c := range comps {
+			for ; i <= c.idx && i < len(tposted); i++ {
+				best = max(best, float64(tposted[i])-r*float64(i))
+			}
+			if float64(c.t)-r*float64(c.idx+1) <= best {
+				return true
+			}
+		}
+		return false
+	}
+	last := comps[len(comps)-1]
+	hi := float64(last.t-tposted[0]) / float64(last.idx+1) // one run: all of them
+	if hi <= 0 || reaches(0) {
+		return 0
+	}
+	lo := 0.0
+	for range 64 {
+		if mid := (lo + hi) / 2; reaches(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
 }
 
 // bwDurReport is a BW row in duration mode: iters messages completed in

@@ -78,9 +78,11 @@ type tcpSide struct {
 
 func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) {
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	dctx, cancel := step(ctx, p.exchangeTimeout(), "connecting")
+	conn, err := d.DialContext(dctx, "tcp", addr)
+	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+		return nil, fmt.Errorf("connecting to %s: %w", addr, causeOf(dctx, err))
 	}
 	c := &tcpCtl{conn: conn, r: bufio.NewReader(conn), session: randSession()}
 	b, _ := json.Marshal(hello{Session: c.session, Params: p.symmetric()})
