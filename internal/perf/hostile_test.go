@@ -8,6 +8,7 @@ package perf
 // legitimate client and exits 0, without a goroutine left behind.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -642,4 +643,61 @@ func TestClientConnectTimeout(t *testing.T) {
 			require.ErrorIs(t, err, os.ErrDeadlineExceeded, "%v: our deadline, not the kernel's", args)
 		}
 	}
+}
+
+// A tcp_* client that comes while a run accepts its data connections is
+// held for the next run and served then; it was read as a data connection
+// and reset.
+func TestTCPServerHoldsNextClient(t *testing.T) {
+	defer test.CheckRoutines(t)()
+	p, _, err := Parse([]string{"tcp_bw", "-n", "5", "-q", "2"})
+	require.NoError(t, err)
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer ln.Close()
+	tl := &tcpListener{TCPListener: ln}
+	defer tl.closeHeld()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addr := ln.Addr().String()
+	type dialed struct {
+		s   *tcpSide
+		err error
+	}
+	ac := make(chan dialed, 1)
+	go func() { s, err := dialTCPSide(ctx, p, addr); ac <- dialed{s, err} }()
+	srvA, err := acceptTCPSide(ctx, p, tl)
+	require.NoError(t, err)
+	defer srvA.close()
+	a := <-ac
+	require.NoError(t, a.err)
+	defer a.s.close()
+	// Client B's control connection and hello, before A's data connections.
+	b, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer b.Close()
+	bctl := &tcpCtl{conn: b, r: bufio.NewReader(b), session: 7}
+	hb, _ := json.Marshal(hello{Session: 7, Params: p.symmetric()})
+	require.NoError(t, bctl.send(ctx, 'H', hb))
+	cc := make(chan error, 1)
+	go func() {
+		conns, err := a.s.connect(ctx)
+		for _, c := range conns {
+			c.Close()
+		}
+		cc <- err
+	}()
+	conns, err := srvA.connect(ctx)
+	require.NoError(t, err)
+	for _, c := range conns {
+		c.Close()
+	}
+	require.NoError(t, <-cc)
+	require.Len(t, tl.held, 1, "client B, held")
+	srvB, err := acceptTCPSide(ctx, p, tl)
+	require.NoError(t, err, "client B served next")
+	defer srvB.close()
+	k, _, err := bctl.recv(ctx)
+	require.NoError(t, err)
+	require.Equal(t, byte('H'), k, "client B's answer")
 }

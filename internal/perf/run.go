@@ -173,8 +173,10 @@ func runClient(ctx context.Context, p *Params, w io.Writer, addr string) ([]Repo
 }
 
 func serveTCP(ctx context.Context, p *Params, pr *printer, ln *net.TCPListener, keep bool) ([]Report, error) {
+	tl := &tcpListener{TCPListener: ln}
+	defer tl.closeHeld()
 	return serveLoop(ctx, p, pr, keep, func() ([]Report, error) {
-		s, err := acceptTCPSide(ctx, p, ln)
+		s, err := acceptTCPSide(ctx, p, tl)
 		if err != nil {
 			return nil, err
 		}

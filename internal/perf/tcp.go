@@ -14,6 +14,7 @@ package perf
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -72,8 +73,8 @@ func (c *tcpCtl) recv(ctx context.Context) (byte, []byte, error) {
 type tcpSide struct {
 	p    *Params
 	ctl  *tcpCtl
-	ln   *net.TCPListener // server
-	addr string           // client: the server
+	ln   *tcpListener // server
+	addr string       // client: the server
 }
 
 func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) {
@@ -109,19 +110,52 @@ func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) 
 	return &tcpSide{p: p, ctl: c, addr: addr}, nil
 }
 
-// acceptTCPSide takes the next client's control connection and checks its
-// hello; a client that sends none, or other parameters, is refused (a
-// *ClientError).
-func acceptTCPSide(ctx context.Context, p *Params, ln *net.TCPListener) (*tcpSide, error) {
-	conn, err := acceptCtx(ctx, ln)
-	if err != nil {
-		return nil, err
+// tcpListener is a tcp_* server's listener, with the control connections
+// of clients that came while a run accepted its data connections: held for
+// the next run, where they used to be read as data connections and reset.
+type tcpListener struct {
+	*net.TCPListener
+	held []heldConn
+}
+
+// heldConn is a held control connection and what was read from it.
+type heldConn struct {
+	conn *net.TCPConn
+	read []byte
+}
+
+// maxHeld bounds the clients held at once; more are closed.
+const maxHeld = 8
+
+func (l *tcpListener) closeHeld() {
+	for _, h := range l.held {
+		h.conn.Close()
+	}
+	l.held = nil
+}
+
+// acceptTCPSide takes the next client's control connection (one held
+// first) and checks its hello; a client that sends none, or other
+// parameters, is refused (a *ClientError).
+func acceptTCPSide(ctx context.Context, p *Params, ln *tcpListener) (*tcpSide, error) {
+	var conn *net.TCPConn
+	var r io.Reader
+	if len(ln.held) > 0 {
+		h := ln.held[0]
+		ln.held = ln.held[1:]
+		conn, r = h.conn, io.MultiReader(bytes.NewReader(h.read), h.conn)
+	} else {
+		var err error
+		if conn, err = acceptCtx(ctx, ln.TCPListener); err != nil {
+			return nil, err
+		}
+		r = conn
 	}
 	refuse := func(err error) (*tcpSide, error) {
 		conn.Close()
 		return nil, &ClientError{Addr: conn.RemoteAddr(), Err: err}
 	}
-	c := &tcpCtl{conn: conn, r: bufio.NewReader(conn)}
+	c := &tcpCtl{conn: conn, r: bufio.NewReader(r)}
 	hctx, cancel := step(ctx, p.exchangeTimeout(), "hello")
 	defer cancel()
 	k, pl, err := c.recv(hctx)
@@ -191,7 +225,7 @@ func (s *tcpSide) connect(ctx context.Context) ([]*net.TCPConn, error) {
 	}
 	for left := n; left > 0; {
 		sctx, cancel := step(ctx, t, fmt.Sprintf("waiting for the client's connection %d of %d", n-left, n))
-		c, err := acceptCtx(sctx, s.ln)
+		c, err := acceptCtx(sctx, s.ln.TCPListener)
 		cancel()
 		if err != nil {
 			return fail(causeOf(sctx, err))
@@ -200,6 +234,11 @@ func (s *tcpSide) connect(ctx context.Context) ([]*net.TCPConn, error) {
 		_, err = io.ReadFull(c, hdr[:])
 		c.SetReadDeadline(time.Time{})
 		i := int(binary.BigEndian.Uint32(hdr[12:]))
+		if err == nil && string(hdr[:4]) != tcpMagic && hdr[4] == 'H' && len(s.ln.held) < maxHeld {
+			// The next client's hello: its turn comes after this run.
+			s.ln.held = append(s.ln.held, heldConn{c, bytes.Clone(hdr[:])})
+			continue
+		}
 		if err != nil || string(hdr[:4]) != tcpMagic || binary.BigEndian.Uint64(hdr[4:]) != s.ctl.session ||
 			i >= n || conns[i] != nil {
 			c.Close()
