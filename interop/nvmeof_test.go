@@ -136,13 +136,19 @@ func TestNVMeKernelHost(t *testing.T) { nvmeKernelHost(t, false) }
 // siw_get_trailer assembles a split trailer wrongly (nvmeof.CRCMaxFPDU).
 func TestNVMeKernelHostCRC(t *testing.T) { nvmeKernelHost(t, true) }
 
-func nvmeKernelHost(t *testing.T, crc bool) {
-	logs := &logLines{t: t}
+// memSubsystem is nvmeNQN with one 64 MiB namespace in memory.
+func memSubsystem(t *testing.T) (*nvmeof.Subsystem, *nvmeof.MemBackend) {
 	sub, err := nvmeof.NewSubsystem(nvmeNQN)
 	require.NoError(t, err)
 	mem := nvmeof.NewMemBackend(64 << 20)
 	_, err = sub.AddNamespace(mem, 512)
 	require.NoError(t, err)
+	return sub, mem
+}
+
+func nvmeKernelHost(t *testing.T, crc bool) {
+	logs := &logLines{t: t}
+	sub, mem := memSubsystem(t)
 	sub.AllowHost(nvmeHostNQN)
 	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf, AskCRC: crc}, sub)
 	require.NoError(t, err)
@@ -214,11 +220,7 @@ dmesg | grep -iE 'nvme|siw: crc' | tail -20`, hp, nvmeNQN, nvmeNQN, nvmeNQN, nvm
 // back by the other.
 func TestNVMeKernelHostTwoPaths(t *testing.T) {
 	logs := &logLines{t: t}
-	sub, err := nvmeof.NewSubsystem(nvmeNQN)
-	require.NoError(t, err)
-	mem := nvmeof.NewMemBackend(64 << 20)
-	_, err = sub.AddNamespace(mem, 512)
-	require.NoError(t, err)
+	sub, mem := memSubsystem(t)
 	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
 	require.NoError(t, err)
 	defer tg.Close()

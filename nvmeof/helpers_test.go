@@ -66,3 +66,14 @@ func fill(b []byte, seed uint64) {
 		}
 	}
 }
+
+// hostNS connects a host with cfg to a new test target of size octets and
+// opens namespace 1.
+func hostNS(t *testing.T, size int64, cfg HostConfig) (*Controller, *HostNamespace) {
+	t.Helper()
+	_, _, addr := newTestTarget(t, size, TargetConfig{})
+	c := connectHost(t, addr, testNQN, cfg)
+	ns, err := c.Namespace(testCtx(t), 1)
+	require.NoError(t, err)
+	return c, ns
+}

@@ -19,13 +19,10 @@ import (
 // ends its queue, the admin queue taking the controller with it).
 func TestHostDoneContext(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
-	ns, err := c.Namespace(testCtx(t), 1)
-	require.NoError(t, err)
+	c, ns := hostNS(t, 1<<20, HostConfig{IOQueues: 1})
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = c.GetFeatures(done, FeatNumQueues)
+	_, err := c.GetFeatures(done, FeatNumQueues)
 	require.ErrorIs(t, err, context.Canceled)
 	n, err := ns.ReadAtContext(done, make([]byte, 4096), 0)
 	require.ErrorIs(t, err, context.Canceled)
@@ -48,12 +45,9 @@ func TestHostDoneContext(t *testing.T) {
 // sent: a negative length once became Write Zeroes of 65 535 blocks.
 func TestHostRanges(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 64<<20, TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
-	ns, err := c.Namespace(testCtx(t), 1)
-	require.NoError(t, err)
+	_, ns := hostNS(t, 64<<20, HostConfig{IOQueues: 1})
 	data := bytes.Repeat([]byte{0xab}, 64<<10)
-	_, err = ns.WriteAt(data, 0)
+	_, err := ns.WriteAt(data, 0)
 	require.NoError(t, err)
 	ctx := testCtx(t)
 	size := ns.Size()
@@ -258,14 +252,11 @@ func TestDiscoveryLogChanges(t *testing.T) {
 // 32-bit port its int once went negative: an index out of range).
 func TestHostRoundRobinWraps(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 3})
-	ns, err := c.Namespace(testCtx(t), 1)
-	require.NoError(t, err)
+	c, ns := hostNS(t, 1<<20, HostConfig{IOQueues: 3})
 	for _, at := range []uint32{1<<31 - 2, 1<<32 - 2} {
 		c.rr.Store(at)
 		for range 4 {
-			_, err = ns.ReadAt(make([]byte, 4096), 0)
+			_, err := ns.ReadAt(make([]byte, 4096), 0)
 			require.NoError(t, err)
 		}
 	}
