@@ -17,10 +17,11 @@ type CQ struct {
 	ring    []WC
 	head, n int
 	err     error
-	solSeq  uint64        // counts solicited and error completions
+	sols    int           // solicited and error completions queued, not yet polled
 	notify  chan struct{} // capacity 1: something was added
 	waiters atomic.Int32  // goroutines in Wait: add wakes notify only for them
 	solWait chan struct{} // capacity 1: a solicited or error completion was added
+	solWtrs atomic.Int32  // goroutines in WaitSolicited
 
 	// Moderation (cq_mod.go), under mu but for owed.
 	mod     int         // SetModeration's count; 0: every completion wakes
@@ -32,6 +33,9 @@ type CQ struct {
 func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	if cqe <= 0 || cqe > d.attr.MaxCQE {
 		return nil, fmt.Errorf("%w: cqe %d (max %d)", ErrInvalidArg, cqe, d.attr.MaxCQE)
+	}
+	if d.isClosed() {
+		return nil, fmt.Errorf("%w: device", ErrClosed)
 	}
 	return &CQ{ring: make([]WC, cqe), notify: make(chan struct{}, 1), solWait: make(chan struct{}, 1)}, nil
 }
@@ -50,6 +54,13 @@ func (cq *CQ) Poll(wcs []WC) int {
 		cq.head++
 		if cq.head == len(cq.ring) {
 			cq.head = 0
+		}
+	}
+	if cq.sols > 0 {
+		for i := range k {
+			if solicits(&wcs[i]) {
+				cq.sols--
+			}
 		}
 	}
 	cq.n -= k
@@ -125,31 +136,38 @@ func (cq *CQ) PollWait(ctx context.Context, wcs []WC) (int, error) {
 	}
 }
 
-// WaitSolicited blocks until a completion arrives for a Send that carried
-// the Solicited Event bit, or a completion with an error status (what
-// ibv_req_notify_cq with solicited_only reports), or ctx ends. Completions
-// that were already queued when it is called do not count.
+// WaitSolicited blocks until the CQ holds a completion not yet polled for
+// a Send that carried the Solicited Event bit, or one with an error status
+// (what ibv_req_notify_cq with solicited_only reports), the CQ fails
+// (ErrCQOverrun) or ctx ends. One already queued counts: the loop "Poll
+// until empty, then WaitSolicited" loses no wake-up, as ibverbs' "arm, then
+// poll again" does not. Every goroutine waiting returns.
 func (cq *CQ) WaitSolicited(ctx context.Context) error {
-	cq.mu.Lock()
-	seq := cq.solSeq
-	cq.mu.Unlock()
+	cq.solWtrs.Add(1)
+	defer cq.solWtrs.Add(-1)
 	for {
+		cq.mu.Lock()
+		sols, err := cq.sols, cq.err
+		cq.mu.Unlock()
+		if sols > 0 || err != nil {
+			if cq.solWtrs.Load() > 1 {
+				wake(cq.solWait) // pass the news on to the next waiter
+			}
+			if sols > 0 {
+				return nil
+			}
+			return err
+		}
 		select {
 		case <-cq.solWait:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		cq.mu.Lock()
-		now, err := cq.solSeq, cq.err
-		cq.mu.Unlock()
-		if now != seq {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
 	}
 }
+
+// solicits reports whether wc is what WaitSolicited waits for.
+func solicits(wc *WC) bool { return wc.Flags&SolicitedEvent != 0 || wc.Status != Success }
 
 // push adds a completion and wakes Wait; false means the CQ overflowed.
 func (cq *CQ) push(wc WC) bool { return cq.add(wc, false) }
@@ -174,9 +192,9 @@ func (cq *CQ) add(wc WC, mayHold bool) bool {
 	if cq.n == 1 {
 		cq.avail.Store(1)
 	}
-	sol := wc.Flags&SolicitedEvent != 0 || wc.Status != Success
+	sol := solicits(&wc)
 	if sol {
-		cq.solSeq++
+		cq.sols++
 	}
 	if mayHold && !sol && cq.mod > 1 {
 		if cq.unwoken++; cq.unwoken < cq.mod {

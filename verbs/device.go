@@ -78,7 +78,7 @@ func Open(attr DeviceAttr) (*Device, error) {
 		{"MaxInline", &d.MaxInline, attr.MaxInline, 1 << 16},
 		{"MaxIRD", &d.MaxIRD, attr.MaxIRD, mpa.MaxIRDORD},
 		{"MaxORD", &d.MaxORD, attr.MaxORD, mpa.MaxIRDORD},
-		{"MaxMR", &d.MaxMR, attr.MaxMR, 1 << 24}, // the STag index is 24 bits
+		{"MaxMR", &d.MaxMR, attr.MaxMR, 1<<24 - 1}, // the STag index is 24 bits, and 0 is never issued
 		{"MaxCQE", &d.MaxCQE, attr.MaxCQE, 1 << 30},
 		{"MaxPrivData", &d.MaxPrivData, attr.MaxPrivData, DefaultDeviceAttr.MaxPrivData},
 	} {

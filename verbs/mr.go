@@ -271,7 +271,8 @@ func (d *Device) fastReg(mr *MR, pd *PD, buf []byte, access Access, stag uint32)
 	defer d.mu.Unlock()
 	old := mr.b.Load()
 	if !mr.fast || mr.pd != pd || d.mrs.get(mr.idx) != mr || len(buf) == 0 || stag>>8 != mr.idx ||
-		stag == old.stag || d.mrBytes-uint64(len(old.buf))+uint64(len(buf)) > d.attr.MaxMRTotal {
+		stag == old.stag || uint64(len(buf)) > d.attr.MaxMRSize ||
+		d.mrBytes-uint64(len(old.buf))+uint64(len(buf)) > d.attr.MaxMRTotal {
 		return false
 	}
 	d.mrBytes += uint64(len(buf)) - uint64(len(old.buf))

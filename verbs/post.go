@@ -475,6 +475,9 @@ func (pd *PD) CreateSRQ(maxWR, maxSGE int) (*SRQ, error) {
 	if maxWR <= 0 || maxWR > pd.dev.attr.MaxQPWR || maxSGE <= 0 || maxSGE > pd.dev.attr.MaxSGE {
 		return nil, fmt.Errorf("%w: SRQ %d WRs × %d SGEs", ErrInvalidArg, maxWR, maxSGE)
 	}
+	if pd.dev.isClosed() {
+		return nil, fmt.Errorf("%w: device", ErrClosed)
+	}
 	s := &SRQ{pd: pd}
 	s.q.init(maxWR, maxSGE)
 	return s, nil
