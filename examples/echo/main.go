@@ -86,27 +86,30 @@ func (e *endpoint) send(ctx context.Context, msg []byte) error {
 	if _, err := e.qp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: msg}); err != nil {
 		return err
 	}
-	return wait(ctx, e.scq, "send")
+	_, err := wait(ctx, e.scq, "send")
+	return err
 }
 
-// receive waits for the posted receive and returns the message.
+// receive waits for the posted receive and returns the message: as many
+// octets as the completion says arrived.
 func (e *endpoint) receive(ctx context.Context) ([]byte, error) {
-	if err := wait(ctx, e.rcq, "receive"); err != nil {
+	wc, err := wait(ctx, e.rcq, "receive")
+	if err != nil {
 		return nil, err
 	}
-	return e.recv.Buf(), nil
+	return e.recv.Buf()[:wc.ByteLen], nil
 }
 
 // wait waits for one completion on cq and checks its status.
-func wait(ctx context.Context, cq *verbs.CQ, what string) error {
+func wait(ctx context.Context, cq *verbs.CQ, what string) (verbs.WC, error) {
 	var wc [1]verbs.WC
 	if _, err := cq.PollWait(ctx, wc[:]); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return wc[0], fmt.Errorf("%s: %w", what, err)
 	}
 	if wc[0].Status != verbs.Success {
-		return fmt.Errorf("%s: %v", what, wc[0])
+		return wc[0], fmt.Errorf("%s: %v", what, wc[0])
 	}
-	return nil
+	return wc[0], nil
 }
 
 func serve(ctx context.Context, port int) error {

@@ -123,13 +123,18 @@ func get(ctx context.Context, host string, port int, out string, chunk, depth in
 // next one is always for the oldest Read, and once it is written out its
 // slot takes the next Read. A slot is never reused before its completion:
 // until then the buffer is the stack's.
-func readAll(ctx context.Context, qp *verbs.QP, cq *verbs.CQ, o offer, chunk, depth int, w io.Writer) ([]byte, error) {
+func readAll(ctx context.Context, qp *verbs.QP, cq *verbs.CQ, o offer, chunk, depth int, w io.Writer) (_ []byte, err error) {
 	size, n := o.Len, reads(o.Len, chunk)
 	ring, err := qp.PD().RegMR(make([]byte, depth*chunk), verbs.LocalWrite)
 	if err != nil {
 		return nil, err
 	}
-	defer ring.Dereg()
+	defer func() {
+		if err != nil {
+			qp.Close() // Reads may be in flight: ended (flushed) before their buffer goes
+		}
+		ring.Dereg()
+	}()
 	// extent returns where Read i reads, and where it lands in the ring.
 	extent := func(i uint64) (off uint64, slot, length int) {
 		off = i * uint64(chunk)
@@ -150,12 +155,7 @@ func readAll(ctx context.Context, qp *verbs.QP, cq *verbs.CQ, o offer, chunk, de
 				return nil, err
 			}
 		}
-		// PollWait returns completions while there are any, even after
-		// ctx has ended: an interrupt is seen here.
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		k, err := cq.PollWait(ctx, wcs)
+		k, err := cq.PollWait(ctx, wcs) // ctx.Err() once ctx has ended
 		if err != nil {
 			return nil, err
 		}

@@ -99,25 +99,28 @@ func serve(ctx context.Context, path string, port, ird, clients int) error {
 			req.Reject(nil)
 			continue
 		}
+		// Accepted here, so that only a client that connects counts
+		// towards -n; then a goroutine waits for it to leave.
+		actx, cancel := context.WithTimeout(ctx, startTimeout)
+		err = req.Accept(actx, qp, adv)
+		cancel()
+		if err != nil {
+			req.Reject(nil) // what Accept refused before answering (a no-op after)
+			qp.Close()
+			log.Printf("%v: accept: %v", req.RemoteAddr(), err)
+			continue
+		}
 		served++
-		wg.Go(func() { serveClient(ctx, req, qp, adv) })
+		wg.Go(func() { serveClient(ctx, req, qp) })
 	}
 	return nil
 }
 
-// serveClient accepts one client and waits until it leaves: the stack
-// answers its Reads without the program's help.
-func serveClient(ctx context.Context, req *verbs.ConnRequest, qp *verbs.QP, adv []byte) {
+// serveClient waits until an accepted client leaves: the stack answers its
+// Reads without the program's help.
+func serveClient(ctx context.Context, req *verbs.ConnRequest, qp *verbs.QP) {
 	who := req.RemoteAddr()
 	defer qp.Close()
-	actx, cancel := context.WithTimeout(ctx, startTimeout)
-	err := req.Accept(actx, qp, adv)
-	cancel()
-	if err != nil {
-		req.Reject(nil) // what Accept refused before answering (a no-op after)
-		log.Printf("%v: accept: %v", who, err)
-		return
-	}
 	log.Printf("%v: connected; Reads at once: %d asked, %d allowed", who, req.ORD, qp.Params().IRD)
 	start := time.Now()
 	how := "left"
