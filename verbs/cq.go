@@ -12,6 +12,7 @@ import (
 // state (ErrCQOverrun) and the QPs that fill it move to ERROR, as a CQ
 // overrun does in ibverbs: completions are never dropped silently.
 type CQ struct {
+	dev     *Device
 	avail   atomic.Int64 // 0 exactly when n is, so that polling an empty CQ takes no lock
 	mu      sync.Mutex
 	ring    []WC
@@ -37,7 +38,7 @@ func (d *Device) CreateCQ(cqe int) (*CQ, error) {
 	if d.isClosed() {
 		return nil, fmt.Errorf("%w: device", ErrClosed)
 	}
-	return &CQ{ring: make([]WC, cqe), notify: make(chan struct{}, 1), solWait: make(chan struct{}, 1)}, nil
+	return &CQ{dev: d, ring: make([]WC, cqe), notify: make(chan struct{}, 1), solWait: make(chan struct{}, 1)}, nil
 }
 
 // Poll moves up to len(wcs) completions into wcs and returns how many. It

@@ -51,7 +51,8 @@ func TestWaitSolicitedSemantics(t *testing.T) {
 	require.ErrorIs(t, cq.WaitSolicited(ctx()), ErrCQOverrun, "a second call")
 }
 
-// A closed Device makes no CQs or SRQs (its doc said so; it made them), a
+// A QP takes only its device's CQs and SRQs, a closed Device makes no CQs
+// or SRQs (its doc said so; it made them), a
 // fast registration keeps to MaxMRSize as RegMR does (it did not), and
 // MaxMR stays below the 2^24 STag indices (index 0 is never issued: with
 // MaxMR 2^24 and every index in use, RegMR searched forever holding the
@@ -76,8 +77,20 @@ func TestDeviceLimitsKept(t *testing.T) {
 	require.Equal(t, WCRegMR, wc.Opcode)
 	require.Equal(t, LocProtErr, wc.Status, "a fast registration past MaxMRSize")
 
+	// A QP's CQs and SRQ are its device's, as ibverbs asks (EINVAL).
 	d2 := openDev(DeviceAttr{})
 	pd := d2.AllocPD()
+	own, err := d2.CreateCQ(4)
+	require.NoError(t, err)
+	srq, err := c.pd.CreateSRQ(4, 1)
+	require.NoError(t, err)
+	for _, cfg := range []QPConfig{{SendCQ: c.scq, RecvCQ: own}, {SendCQ: own, RecvCQ: c.rcq}, {SendCQ: own, RecvCQ: own, SRQ: srq}} {
+		_, err = pd.CreateQP(cfg)
+		require.ErrorIs(t, err, ErrInvalidArg)
+	}
+	qp, err := pd.CreateQP(QPConfig{SendCQ: own, RecvCQ: own})
+	require.NoError(t, err)
+	qp.Close()
 	require.NoError(t, d2.Close())
 	_, err = d2.CreateCQ(4)
 	require.ErrorIs(t, err, ErrClosed)

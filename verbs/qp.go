@@ -168,6 +168,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	if cfg.SendCQ == nil || cfg.RecvCQ == nil {
 		return nil, fmt.Errorf("%w: QP needs a send and a receive CQ", ErrInvalidArg)
 	}
+	if cfg.SendCQ.dev != d || cfg.RecvCQ.dev != d || cfg.SRQ != nil && cfg.SRQ.pd.dev != d {
+		return nil, fmt.Errorf("%w: a CQ or SRQ of another device", ErrInvalidArg) // as ibverbs' EINVAL
+	}
 	if c.MaxSendWR == 0 {
 		c.MaxSendWR = min(defaultQPWR, a.MaxQPWR)
 	}

@@ -92,10 +92,10 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	help := false
 	boolVar(&help, "h", "help")
 	boolVar(&p.NoPeak, "N", "noPeak")
-	// perftest's device, port and GID index and its CPU frequency check
-	// name nothing here: taken, so that perftest command lines run.
+	// perftest's device, port, GID index and MTU and its CPU frequency
+	// check name nothing here: taken, so that perftest command lines run.
 	var ignored string
-	for _, name := range []string{"d", "ib-dev", "i", "ib-port", "x", "gid-index"} {
+	for _, name := range []string{"d", "ib-dev", "i", "ib-port", "x", "gid-index", "m", "mtu"} {
 		fs.StringVar(&ignored, name, "", "")
 	}
 	var ignoredB bool
@@ -428,8 +428,9 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --loopback        run server and client in this process over 127.0.0.1
       --use_srq         send tests: the receives of all QPs come from one shared receive queue
   -R, --rdma_cm         speak perftest's -R exchange (wire-compatible with ib_TEST -R)
-  -d, -i, -x, -F        perftest's device, port, GID index and CPU frequency check: taken
-                        and ignored (the stack runs over TCP); -c takes RC only
+  -d, -i, -x, -m, -F    perftest's device, port, GID index, MTU and CPU frequency check:
+                        taken and ignored (the stack runs over TCP, its FPDUs sized by
+                        TCP's MSS: see --fpdu); -c takes RC only
   Short options may be joined as getopt's: -n100, -ab.
       --lat-wait=handler|poll  latency tests: take each step on the QP's receive
                         goroutine as data lands (default), or poll memory and the CQ

@@ -60,7 +60,7 @@ func TestDefaults(t *testing.T) {
 // joined short options, the device flags that name nothing here; and
 // numbers out of range refused rather than wrapped or allocated.
 func TestPerftestCommandLines(t *testing.T) {
-	p, _, err := Parse([]string{"write_bw", "-s", "64K", "-n100", "-ab", "-d", "mlx5_0", "-i", "1", "-x", "3", "-F", "-c", "RC", "-N", "host"})
+	p, _, err := Parse([]string{"write_bw", "-s", "64K", "-n100", "-ab", "-d", "mlx5_0", "-i", "1", "-x", "3", "-m", "4096", "-F", "-c", "RC", "-N", "host"})
 	require.NoError(t, err)
 	require.Equal(t, []int{65536, 100}, []int{p.Size, p.Iters})
 	require.True(t, p.All && p.Bidir && p.NoPeak)
