@@ -136,6 +136,7 @@ func statsFromInfo(ti *unix.TCPInfo) Stats {
 		Lost:        ti.Lost,
 		Retransmits: ti.Total_retrans,
 		DataSegsOut: ti.Data_segs_out,
+		DataSegsIn:  ti.Data_segs_in,
 
 		BytesSent:     ti.Bytes_sent,
 		BytesRetrans:  ti.Bytes_retrans,

@@ -26,6 +26,7 @@ type Stats struct {
 	Lost        uint32 // segments currently presumed lost
 	Retransmits uint32 // segments retransmitted in total (tcpi_total_retrans)
 	DataSegsOut uint32 // segments sent with data, retransmissions included (tcpi_data_segs_out): about one per write with TCP_NODELAY
+	DataSegsIn  uint32 // segments received with data (tcpi_data_segs_in)
 
 	BytesSent     uint64 // payload octets sent, retransmissions included
 	BytesRetrans  uint64 // payload octets retransmitted

@@ -173,8 +173,11 @@ func TestRxAnswerBurst(t *testing.T) {
 	after, err := s.qp.TCPInfo()
 	require.NoError(t, err)
 	segs := after.DataSegsOut - before.DataSegsOut
-	t.Logf("%d small Reads answered in %d TCP segments", burst, segs)
-	require.LessOrEqual(t, segs, uint32(burst/8), "about one write per Read")
+	in := after.DataSegsIn - before.DataSegsIn
+	t.Logf("%d small Reads answered in %d TCP segments, to Requests that came in %d", burst, segs, in)
+	// A write for each piece of the burst at most (one or two pieces
+	// unless the machine is loaded), not one per Read.
+	require.LessOrEqual(t, segs, max(in+2, burst/8), "about one write per Read")
 
 	// Small, large, small: the large one is the transmit loop's, and the
 	// small ones after it wait for it.

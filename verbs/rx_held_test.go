@@ -55,8 +55,11 @@ func TestRxHandlerBurst(t *testing.T) {
 	after, err := s.qp.TCPInfo()
 	require.NoError(t, err)
 	segs := after.DataSegsOut - before.DataSegsOut
-	t.Logf("%d answers in %d TCP segments", burst, segs)
-	require.LessOrEqual(t, segs, uint32(burst/8), "about one write per answer")
+	in := after.DataSegsIn - before.DataSegsIn
+	t.Logf("%d answers in %d TCP segments, to a burst that came in %d", burst, segs, in)
+	// A write for each piece of the burst at most (one piece, here,
+	// unless the machine is loaded: CI once saw 14), not one per answer.
+	require.LessOrEqual(t, segs, max(in+2, burst/8), "about one write per answer")
 }
 
 // TestRxSendCapped: what the receive goroutine sends of its held posts
