@@ -301,7 +301,7 @@ func (c *Controller) keepAlive(kato time.Duration) {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), closingKey{}, true), kato)
+		ctx, cancel := closeOwnCtx(kato)
 		_, err := c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminKeepAlive, 0, 0, 0, 0) }, 0, "Keep Alive", nil)
 		cancel()
 		if err != nil && !isStatus(err) {
@@ -472,7 +472,7 @@ var ErrShutdownFatal = errors.New("nvmeof: controller fatal status at shutdown")
 // shutdown sets CC.SHN, waits for CSTS.SHST to say done, and disconnects
 // the admin queue.
 func (c *Controller) shutdown() error {
-	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), closingKey{}, true), shutdownWait)
+	ctx, cancel := closeOwnCtx(shutdownWait)
 	defer cancel()
 	err := c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20|1<<14)
 	for err == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/goiwarp/iwarp/verbs"
 )
@@ -317,6 +318,11 @@ func (q *hqueue) acquire(ctx context.Context) (int, error) {
 type closingKey struct{}
 
 func closing(ctx context.Context) bool { return ctx.Value(closingKey{}) != nil }
+
+// closeOwnCtx is the context of such a command, bounded by d.
+func closeOwnCtx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithValue(context.Background(), closingKey{}, true), d)
+}
 
 // take counts slot i as held, unless the queue is draining and the command
 // is not Close's own: the slot then goes back.
