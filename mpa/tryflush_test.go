@@ -4,6 +4,7 @@ package mpa
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"testing"
@@ -39,12 +40,20 @@ func smallBufPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 // peer that reads nothing fills the socket, TryFlush then reports octets
 // left and returns at once, and once the peer reads, TryFlush and Flush
 // deliver the stream whole and in order (what remained of a cut iovec,
-// arena and referenced payloads alike, and FPDUs appended after it).
+// arena and referenced payloads alike, and FPDUs appended after it). With
+// small FPDUs only, all of them sit in one piece of the arena, which goes
+// out with write(2) rather than writev: the socket fills in that path too.
 func TestTryFlushNeverWaits(t *testing.T) {
+	for _, maxLen := range []int{6000, 1000} {
+		t.Run(fmt.Sprintf("maxLen=%d", maxLen), func(t *testing.T) { testTryFlushNeverWaits(t, maxLen) })
+	}
+}
+
+func testTryFlushNeverWaits(t *testing.T, maxLen int) {
 	tx, rx := smallBufPair(t)
 	w := NewWriter(tx, true, false)
 	rng := rand.New(rand.NewPCG(7, 8))
-	msgs := randMsgs(rng, 2000, 6000) // payloads above copyMax are referenced, not copied
+	msgs := randMsgs(rng, 2000, maxLen) // payloads above copyMax are referenced, not copied
 	partial := false
 	for i, m := range msgs {
 		require.NoError(t, w.Append(m[0], m[1]))
@@ -52,6 +61,9 @@ func TestTryFlushNeverWaits(t *testing.T) {
 			continue
 		}
 		before, queued := w.Written(), w.Buffered()
+		if maxLen <= copyMax {
+			require.Len(t, w.vecs, 1, "small FPDUs queue as one piece of the arena")
+		}
 		start := time.Now()
 		all, err := w.TryFlush()
 		require.NoError(t, err)

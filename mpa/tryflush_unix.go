@@ -41,31 +41,43 @@ func (w *Writer) TryFlush() (all bool, err error) {
 	if w.raw == nil {
 		return false, nil
 	}
-	iov := w.iov[:0]
-	for _, v := range w.vecs {
-		if len(v) > 0 {
-			iov = append(iov, syscall.Iovec{Base: &v[0]})
-			iov[len(iov)-1].SetLen(len(v))
+	// One piece (a small message's FPDUs, framed into the arena) goes
+	// out with write(2): writev would have the kernel copy in and check
+	// an iovec array, and this side build and clear one.
+	var iov iovecs
+	call := "write"
+	if len(w.vecs) == 1 && len(w.vecs[0]) > 0 {
+		w.rawOne = w.vecs[0]
+	} else {
+		call = "writev"
+		iov = w.iov[:0]
+		for _, v := range w.vecs {
+			if len(v) > 0 {
+				iov = append(iov, syscall.Iovec{Base: &v[0]})
+				iov[len(iov)-1].SetLen(len(v))
+			}
+		}
+		w.iov = iov
+		if len(iov) == 0 {
+			w.reset()
+			return true, nil
 		}
 	}
-	w.iov = iov
-	if len(iov) == 0 {
-		w.reset()
-		return true, nil
-	}
 	if w.rawFn == nil {
-		w.rawFn = w.rawWritev // once: a method value made per call would allocate
+		w.rawFn = w.rawWrite // once: a method value made per call would allocate
 	}
-	if err := w.raw.Write(w.rawFn); err != nil {
+	err = w.raw.Write(w.rawFn)
+	w.rawOne = nil
+	clear(iov) // drop the pointers to caller memory
+	if err != nil {
 		return false, err
 	}
 	n, errno := w.rawN, w.rawErrno
-	clear(iov) // drop the pointers to caller memory
 	switch {
 	case errno == syscall.EAGAIN:
 		return false, nil
 	case errno != 0:
-		return false, os.NewSyscallError("writev", errno)
+		return false, os.NewSyscallError(call, errno)
 	}
 	w.written += uint64(n)
 	if n == w.queued {
@@ -76,11 +88,17 @@ func (w *Writer) TryFlush() (all bool, err error) {
 	return false, nil
 }
 
-// rawWritev is TryFlush's syscall.RawConn callback: one writev(2) of w.iov
-// that never waits for room.
-func (w *Writer) rawWritev(fd uintptr) bool {
+// rawWrite is TryFlush's syscall.RawConn callback: one write(2) of
+// w.rawOne or writev(2) of w.iov, that never waits for room.
+func (w *Writer) rawWrite(fd uintptr) bool {
 	for {
-		r, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+		var r uintptr
+		var e syscall.Errno
+		if p := w.rawOne; len(p) > 0 {
+			r, _, e = syscall.Syscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		} else {
+			r, _, e = syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+		}
 		if e == syscall.EINTR {
 			continue
 		}

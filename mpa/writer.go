@@ -47,7 +47,8 @@ type Writer struct {
 	raw      syscall.RawConn // the socket, for TryFlush; nil on other streams
 	rawFn    func(uintptr) bool
 	iov      iovecs // TryFlush's iovecs, grown as needed
-	rawN     int    // what rawFn's writev returned
+	rawOne   []byte // TryFlush's one piece, when that is all it writes
+	rawN     int    // what rawFn's write returned
 	rawErrno syscall.Errno
 
 	// small is the arena of a Writer that sends a small FPDU with none
