@@ -213,6 +213,14 @@ func TestQPStats(t *testing.T) {
 	cs, ss := c.qp.Stats(), s.qp.Stats()
 	require.Greater(t, cs.FPDUsSent, before.FPDUsSent)
 	require.GreaterOrEqual(t, ss.FPDUsReceived, cs.FPDUsSent-before.FPDUsSent, "every FPDU the client sent arrived")
+	// The receive side publishes its count before a completion and when it
+	// waits for the socket: once all is in, the count is exact, that of a
+	// last RDMA Write (which completes nothing on this side) included.
+	src, wdst := c.regMR(t, 3000, LocalWrite), s.regMR(t, 3000, LocalWrite|RemoteWrite)
+	_, err := c.qp.PostSend(SendWR{ID: 9, Opcode: OpRDMAWrite, SGL: []SGE{src.SGE(0, 3000)}, RemoteAddr: wdst.Addr(), RKey: wdst.RKey()})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return s.qp.Stats().FPDUsReceived == c.qp.Stats().FPDUsSent }, 5*time.Second, time.Millisecond,
+		"received %d, sent %d", s.qp.Stats().FPDUsReceived, c.qp.Stats().FPDUsSent)
 	require.Greater(t, cs.OctetsSent, uint64(2*3000), "a Send and a Write of 3000 octets")
 	require.NoError(t, cs.TCPErr)
 	require.NotZero(t, cs.TCP.BytesAcked)

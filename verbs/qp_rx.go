@@ -36,6 +36,10 @@ type rxState struct {
 	stags stagCache // the region of the last RDMA Write
 
 	sinceKick int // octets read since the loop last woke CQ waiters it held back (cq_mod.go)
+	// seen counts the FPDUs received; qp.rxSeen is published, its value
+	// when last stored (rxPublish). A locked add per FPDU waited for the
+	// stores of the payload copied before it.
+	seen, published uint64
 	// answerDue: Read or Atomic Responses were queued while more requests
 	// were buffered; rxLoop has rxAnswer send them when the buffer runs
 	// out of whole FPDUs, in one write.
@@ -79,7 +83,12 @@ func (qp *QP) rxLoop() {
 			// Counted before anything is placed or completed: an
 			// application that sees this FPDU's data and answers at once
 			// must find its answer sent inline (txInline).
-			qp.rxSeen.Add(1)
+			// Published now if the transmit side has run since the last
+			// store (txSend then goes inline only if rxSeen moved on);
+			// otherwise rxSeen differs from txRxSeen already.
+			if x.seen++; qp.txRxSeen.Load() == x.published {
+				qp.rxPublish()
+			}
 			if x.sinceKick += n; x.sinceKick >= moderateMax {
 				qp.rxKick()
 			}
@@ -89,6 +98,9 @@ func (qp *QP) rxLoop() {
 			err = x.r.Finish()
 		}
 		if err == nil {
+			if x.act != actNone || !x.r.NextBuffered() {
+				qp.rxPublish() // for Stats: before a completion, and when the loop may wait
+			}
 			err = qp.rxCommit()
 		}
 		if err == nil {
@@ -123,6 +135,7 @@ func (qp *QP) rxLoop() {
 			qp.releaseHold() // the initiator's first FPDU checked out
 		}
 		if err != nil {
+			qp.rxPublish()
 			qp.rxKick()
 			qp.rxFailed(err)
 			// Keep reading until the peer closes or the linger ends, so that
@@ -130,6 +143,15 @@ func (qp *QP) rxLoop() {
 			io.Copy(io.Discard, qp.conn)
 			return
 		}
+	}
+}
+
+// rxPublish stores the count of FPDUs received in rxSeen.
+func (qp *QP) rxPublish() {
+	x := &qp.rx
+	if x.published != x.seen {
+		x.published = x.seen
+		qp.rxSeen.Store(x.seen)
 	}
 }
 

@@ -12,9 +12,12 @@ import (
 // QPStats are a QP's counters since it connected, for monitoring; reading
 // them costs a few atomic loads and, for TCP, one getsockopt.
 type QPStats struct {
-	FPDUsSent     uint64 // FPDUs handed to TCP
-	OctetsSent    uint64 // stream octets handed to TCP: FPDUs with their framing (length, pad, CRC, markers)
-	FPDUsReceived uint64 // FPDUs received (checked or being checked)
+	FPDUsSent  uint64 // FPDUs handed to TCP
+	OctetsSent uint64 // stream octets handed to TCP: FPDUs with their framing (length, pad, CRC, markers)
+	// FPDUsReceived counts the FPDUs received (checked or being checked),
+	// as of the receive side's last completion or wait for the socket:
+	// during a burst it may lag by what one read brought.
+	FPDUsReceived uint64
 
 	// ReadsOutstanding are our RDMA Reads and atomics awaiting their
 	// responses; ReadsOwed the peer's that we have yet to answer.
