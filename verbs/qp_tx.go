@@ -42,12 +42,13 @@ type txState struct {
 	rr    *readJob // Read Response in progress
 	rrOff int
 
-	flushTo   uint64 // SQ entries below this are queued whole and complete at the next flush
-	writtenTo uint64 // SQ entries below this went out in full (an Append may flush first)
-	copiedTo  uint64 // SQ entries below this went out or are the Writer's own copy: they may complete
-	doneAt    uint64 // the writer's Written() when txCompleted last ran
-	doneTo    uint64 // SQ entries below this were completed
-	finSent   bool   // Disconnect's FIN has gone (txFIN)
+	flushTo    uint64 // SQ entries below this are queued whole and complete at the next flush
+	writtenTo  uint64 // SQ entries below this went out in full (an Append may flush first)
+	writtenPub uint64 // writtenTo as last stored in qp.sqWritten
+	copiedTo   uint64 // SQ entries below this went out or are the Writer's own copy: they may complete
+	doneAt     uint64 // the writer's Written() when txCompleted last ran
+	doneTo     uint64 // SQ entries below this were completed
+	finSent    bool   // Disconnect's FIN has gone (txFIN)
 
 	fpdus uint64   // FPDUs queued (Stats)
 	stats *txStats // what flush publishes for Stats
@@ -357,14 +358,14 @@ func (qp *QP) txOwed() bool {
 }
 
 // txPending reports whether the transmit loop has work left: octets a
-// tryFlush left too.
+// tryFlush left too. WRs a poster has yet to publish in sqPub do not count
+// (no sqMu, two locked instructions a message fewer): their PostSend comes
+// to txInline after, which sends them or wakes the loop.
 func (qp *QP) txPending() bool {
 	if qp.txOwed() || qp.tx.w.Buffered() > 0 {
 		return true
 	}
-	qp.sqMu.Lock()
-	defer qp.sqMu.Unlock()
-	return qp.sqNext.Load() != qp.sqTail
+	return qp.sqNext.Load() != qp.sqPub.Load()
 }
 
 // txFill queues FPDUs until a batch is full or nothing is ready. Messages are
@@ -712,7 +713,10 @@ func (qp *QP) txQueued() {
 func (qp *QP) txCompleted() {
 	t := &qp.tx
 	t.doneAt = t.w.Written()
-	qp.sqWritten.Store(t.writtenTo)
+	if t.writtenPub != t.writtenTo { // a locked store only when it moved (txRun calls twice)
+		t.writtenPub = t.writtenTo
+		qp.sqWritten.Store(t.writtenTo)
+	}
 	to := max(t.writtenTo, t.copiedTo)
 	if t.doneTo >= to {
 		return
