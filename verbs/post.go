@@ -144,21 +144,30 @@ func (qp *QP) enqueue(wrs []SendWR) (n, wire int, idle bool, err error) {
 		qp.sqPub.Store(qp.sqTail)
 		qp.sqMu.Unlock()
 	}()
-	idle = qp.sqNext.Load() == qp.sqTail
+	// Whether the transmit side has taken all matters only to a post that
+	// may go out inline (txSend): when something arrived since the
+	// transmit side last ran. Otherwise the loop is woken anyway, and
+	// sqNext, which the loop stores for every WR, is not read here (its
+	// line would move to this core and back for each post).
+	idle = qp.rxSeen.Load() != qp.txRxSeen.Load() && qp.sqNext.Load() == qp.sqTail
 	for i := range wrs {
 		wr := &wrs[i]
 		if qp.sqFlushed {
 			qp.sendCQ.push(WC{ID: wr.ID, Status: WRFlushErr, Opcode: wr.Opcode.wcOp(), QP: qp})
 			continue
 		}
-		if qp.sqTail-qp.sqHead == uint64(len(qp.sq)) {
+		if qp.sqFull() {
 			return i, wire, false, ErrQueueFull
 		}
 		if err := qp.fill(qp.sqTail, wr); err != nil {
 			return i, wire, false, err
 		}
-		if e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]; !e.op.responded() {
+		e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
+		if !e.op.responded() {
 			wire += int(e.length)
+		}
+		if segs := qp.sqSlot(qp.sqTail); int(e.nseg) < len(segs) {
+			clear(segs[e.nseg:]) // what an earlier WR left there (retireLocked clears only an empty SQ)
 		}
 		qp.sqTail++
 		if qp.sqTail%sqPubEvery == 0 {
@@ -198,7 +207,7 @@ func (qp *QP) PostRegMR(id uint64, flags SendFlags, mr *MR, buf []byte, access A
 	case qp.sqFlushed:
 		stag = mr.nextSTag() // never bound: the WR is flushed
 		qp.sendCQ.push(WC{ID: id, Status: WRFlushErr, Opcode: WCRegMR, QP: qp})
-	case qp.sqTail-qp.sqHead == uint64(len(qp.sq)):
+	case qp.sqFull():
 		qp.sqMu.Unlock()
 		return 0, ErrQueueFull
 	default:
@@ -212,6 +221,17 @@ func (qp *QP) PostRegMR(id uint64, flags SendFlags, mr *MR, buf []byte, access A
 	qp.sqMu.Unlock()
 	wake(qp.wake)
 	return stag, nil
+}
+
+// sqFull reports whether the SQ is full, reading sqHead, which the
+// transmit side writes, only when the head last seen says so. Called with
+// sqMu held.
+func (qp *QP) sqFull() bool {
+	if qp.sqTail-qp.sqHeadSeen < uint64(len(qp.sq)) {
+		return false
+	}
+	qp.sqHeadSeen = qp.sqHead
+	return qp.sqTail-qp.sqHeadSeen == uint64(len(qp.sq))
 }
 
 // fill validates wr and copies it into the SQ slot of index idx. A WR it

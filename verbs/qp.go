@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/mpa"
+	"golang.org/x/sys/cpu"
 )
 
 // QPState is the state of a queue pair: siw's IDLE, RTS, CLOSING,
@@ -86,25 +87,49 @@ type QP struct {
 	// use an entry's fields without the lock once they own it. sqNext is
 	// written only by the transmit side with txMu held (nextSQ, flushAll),
 	// and is atomic so that nextSQ may advance it without sqMu.
-	sqMu           sync.Mutex
-	sq             []sqe
-	sqSegs         [][]byte // gather lists: MaxSendSGE per slot
-	sqInline       []byte   // inline data: MaxInline per slot, allocated on first use
-	sqExt          []sqeExt // allocated on first use (sqExtOf)
-	sqHead, sqTail uint64
-	sqNext         atomic.Uint64
+	//
+	// A poster and the transmit loop often run on two cores, so the fields
+	// are grouped by who writes them, each group on cache lines of its own:
+	// a line one side writes and the other reads moves between the cores
+	// on every access (write_bw -s 64 -t 128: the poster's stagCache
+	// lookup, next to sqNext, missed on every post). The slices are
+	// written once; sqMu, taken by both, is alone.
+	sq       []sqe
+	sqSegs   [][]byte // gather lists: MaxSendSGE per slot
+	sqInline []byte   // inline data: MaxInline per slot, allocated on first use
+	sqExt    []sqeExt // allocated on first use (sqExtOf)
+	_        cpu.CacheLinePad
+	sqMu     sync.Mutex
+	_        cpu.CacheLinePad
+	// The posters' side.
+	sqTail     uint64
+	sqHeadSeen uint64    // sqHead when a poster last looked: the ring is full only if it still is
+	sqFlushed  bool      // ERROR reached: new WRs flush at once
+	sqStags    stagCache // the posters' last local region, under sqMu
+	_          cpu.CacheLinePad
 	// sqPub is sqTail as the transmit loop reads it without sqMu, stored
 	// by posters (enqueue: every sqPubEvery WRs and when a post ends), so
 	// that the loop takes WRs while a poster is still filling a batch
 	// instead of waiting on sqMu for it (and then behind the poster).
-	sqPub     atomic.Uint64
-	sqFlushed bool          // ERROR reached: new WRs flush at once
-	sqStags   stagCache     // the posters' last local region, under sqMu
-	sqIdle    chan struct{} // closed when the SQ drains (Disconnect)
+	// Under sqMu it equals sqTail.
+	sqPub atomic.Uint64
+	_     cpu.CacheLinePad
+	// The transmit side's (and, for Reads and atomics, the receive side's).
+	sqHead uint64
+	sqNext atomic.Uint64
 	// sqWritten: SQ entries below it were handed to TCP in full by a
 	// successful write; flushAll completes those that a write completes
 	// (txCompleted runs only when the transmit loop runs dry).
 	sqWritten atomic.Uint64
+	// sqDoneTo, under sqMu: the WRs below it that complete once written
+	// (doneWhenWritten) are done, without a store into their entries,
+	// which a poster on another core would take back on its next lap.
+	sqDoneTo uint64
+	// sqCleared, under sqMu: the gather lists below it hold no references
+	// to user memory (retireLocked clears them when the SQ empties).
+	sqCleared uint64
+	sqIdle    chan struct{} // closed when the SQ drains (Disconnect)
+	_         cpu.CacheLinePad
 
 	rq recvQueue // the QP's own receive queue (unused with an SRQ)
 
@@ -119,9 +144,13 @@ type QP struct {
 	ird    int  // negotiated: Read Requests we serve at once
 	ord    int  // negotiated: Read Requests we have outstanding
 
+	// Read by every post (enqueue), written seldom: a line of their own,
+	// away from txMu and tx, which the transmit loop writes all the time.
+	rxSeen   atomic.Uint64 // FPDUs received, as last published; with txRxSeen, tells request/response traffic
+	txRxSeen atomic.Uint64 // rxSeen when the transmit side last ran
+	_        cpu.CacheLinePad
+
 	txMu       sync.Mutex                    // held by whoever runs the transmit side: the loop, or PostSend
-	rxSeen     atomic.Uint64                 // FPDUs received; with txRxSeen, tells request/response traffic
-	txRxSeen   atomic.Uint64                 // rxSeen when the transmit side last ran
 	tx         txState                       // guarded by txMu
 	txStats    txStats                       // tx's counters, for Stats
 	txParked   atomic.Bool                   // the transmit loop waits for work, its arena given back

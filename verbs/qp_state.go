@@ -165,7 +165,7 @@ func (qp *QP) flushAll() {
 	for i := qp.sqHead; i < qp.sqTail; i++ {
 		e := &qp.sq[i%uint64(len(qp.sq))]
 		switch {
-		case e.done:
+		case qp.sqeDone(i, e):
 		case i < written && e.op.doneWhenWritten():
 			e.done = true // written in full before the error: a success, as it would have been
 		case i == blamed && blame != Success:
@@ -244,21 +244,38 @@ func (qp *QP) completeSQ(idx uint64, st WCStatus, rx bool) {
 func (qp *QP) retireLocked(rx bool) {
 	for next := qp.sqNext.Load(); qp.sqHead != next; {
 		e := &qp.sq[qp.sqHead%uint64(len(qp.sq))]
-		if !e.done {
-			return
+		if !qp.sqeDone(qp.sqHead, e) {
+			break
 		}
 		if e.signaled || e.status != Success {
 			if !qp.sendCQ.add(WC{ID: e.id, Status: e.status, Opcode: e.op.wcOp(), ByteLen: uint32(e.length), QP: qp}, rx) {
 				qp.fatal(errCQOverrun, nil, 0) // takes no lock of the SQ's
 			}
 		}
-		clear(qp.sqSlot(qp.sqHead)) // drop references to user memory
 		qp.sqHead++
 	}
-	if qp.sqIdle != nil && qp.sqHead == qp.sqTail {
-		close(qp.sqIdle) // Disconnect waits for it
-		qp.sqIdle = nil
+	if qp.sqHead == qp.sqPub.Load() { // sqTail, on the posters' line
+		// Drop the retired WRs' references to user memory once the SQ is
+		// empty, not one WR at a time: a poster on another core refills
+		// those slots, and would take each line back from this one.
+		// While the SQ streams, a slot's references last a lap at most
+		// (the poster clears what a WR leaves unused: enqueue).
+		from := max(qp.sqCleared, qp.sqHead-min(qp.sqHead, uint64(len(qp.sq))))
+		for i := from; i < qp.sqHead; i++ {
+			clear(qp.sqSlot(i))
+		}
+		qp.sqCleared = qp.sqHead
+		if qp.sqIdle != nil {
+			close(qp.sqIdle) // Disconnect waits for it
+			qp.sqIdle = nil
+		}
 	}
+}
+
+// sqeDone reports whether SQ entry e, index idx, is done: marked so, or
+// below sqDoneTo and complete once written. Called with sqMu held.
+func (qp *QP) sqeDone(idx uint64, e *sqe) bool {
+	return e.done || idx < qp.sqDoneTo && e.op.doneWhenWritten()
 }
 
 // Close closes the QP: if it is connected, the connection ends in order

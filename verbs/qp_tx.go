@@ -140,7 +140,9 @@ func (qp *QP) txFIN() {
 // inside an Append, which it does for small FPDUs when its arena fills.
 func (qp *QP) txRun(all bool) (bool, error) {
 	t := &qp.tx
-	qp.txRxSeen.Store(qp.rxSeen.Load())
+	if seen := qp.rxSeen.Load(); seen != qp.txRxSeen.Load() {
+		qp.txRxSeen.Store(seen) // only when it moved: posters read it (enqueue)
+	}
 	didWork := false
 	for {
 		worked, err := qp.txFill()
@@ -722,15 +724,8 @@ func (qp *QP) txCompleted() {
 		return
 	}
 	qp.sqMu.Lock()
-	// Entries below sqHead are retired (done already); from sqHead on, every
-	// slot holds the entry of its own index.
-	for i := max(t.doneTo, qp.sqHead); i < to; i++ {
-		e := &qp.sq[i%uint64(len(qp.sq))]
-		if e.op.doneWhenWritten() {
-			e.done = true
-		}
-	}
 	t.doneTo = to
+	qp.sqDoneTo = to
 	qp.retireLocked(false)
 	qp.sqMu.Unlock()
 }
