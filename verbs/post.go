@@ -238,8 +238,16 @@ func (qp *QP) sqFull() bool {
 // refuses may leave the slot's gather list set; the slot is not posted.
 func (qp *QP) fill(idx uint64, wr *SendWR) error {
 	e := &qp.sq[idx%uint64(len(qp.sq))]
-	*e = sqe{id: wr.ID, op: wr.Opcode, raddr: wr.RemoteAddr, rkey: wr.RKey, invKey: wr.InvalidateRKey,
-		signaled: qp.cfg.SigAll || wr.Flags&Signaled != 0, fence: wr.Flags&Fence != 0, solicit: wr.Flags&Solicited != 0}
+	// Field by field into the slot: a composite literal is built on the
+	// stack and copied in with 16-octet loads, which cannot take their
+	// data from the narrower stores that built it and so wait for every
+	// store before them to reach the cache, the last WR's included, whose
+	// lines the transmit loop on another core may hold (11 % of write_bw
+	// -s 64 -t 128 on that copy).
+	*e = sqe{}
+	e.id, e.op, e.raddr, e.rkey, e.invKey = wr.ID, wr.Opcode, wr.RemoteAddr, wr.RKey, wr.InvalidateRKey
+	e.signaled = qp.cfg.SigAll || wr.Flags&Signaled != 0
+	e.fence, e.solicit = wr.Flags&Fence != 0, wr.Flags&Solicited != 0
 	switch wr.Opcode {
 	case OpRDMAWriteWithImm, OpImmediate, OpAtomicFetchAdd, OpAtomicCmpSwap:
 		if !qp.ext {

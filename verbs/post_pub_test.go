@@ -64,3 +64,44 @@ func TestPostPublishesEveryWR(t *testing.T) {
 	barrier(t, c, s)
 	requireSame(t, src.Buf()[:next*msg], dst.Buf()[:next*msg])
 }
+
+// The SQ holds exactly MaxSendWR WRs, whatever that is: a post past it is
+// refused, lap after lap (the poster reads the transmit side's head only
+// when the head it saw last says the ring is full: sqFull), and every WR
+// completes in order with its data.
+func TestSQHoldsMaxSendWR(t *testing.T) {
+	checkRoutines(t)
+	for _, depth := range []int{1, 3, 5, 100, 128} {
+		t.Run(fmt.Sprint(depth), func(t *testing.T) {
+			cp := defaultCap()
+			cp.MaxSendWR = depth
+			c, s := connect(t, pairOpts{cap: cp})
+			const msg, laps = 8, 3
+			src := c.regFilled(t, laps*depth*msg, 0, 3)
+			dst := s.regMR(t, laps*depth*msg, LocalWrite|RemoteWrite)
+			var wc [1]WC
+			for lap := range laps {
+				wrs := make([]SendWR, depth+1)
+				for i := range wrs {
+					m := min(lap*depth+i, laps*depth-1) * msg
+					wrs[i] = SendWR{ID: uint64(lap*depth + i), Opcode: OpRDMAWrite, Flags: Signaled,
+						SGL: []SGE{src.SGE(m, msg)}, RemoteAddr: dst.Addr() + uint64(m), RKey: dst.RKey()}
+				}
+				n, err := c.qp.PostSend(wrs...)
+				require.ErrorIs(t, err, ErrQueueFull, "lap %d", lap)
+				require.Equal(t, depth, n, "lap %d", lap)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				for i := range depth {
+					for c.scq.Poll(wc[:]) == 0 {
+						require.NoError(t, c.scq.Wait(ctx), "lap %d: WR %d never completed", lap, i)
+					}
+					require.Equal(t, Success, wc[0].Status)
+					require.Equal(t, uint64(lap*depth+i), wc[0].ID, "in posting order")
+				}
+				cancel()
+			}
+			barrier(t, c, s)
+			requireSame(t, src.Buf(), dst.Buf())
+		})
+	}
+}
