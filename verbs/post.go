@@ -160,6 +160,7 @@ func (qp *QP) enqueue(wrs []SendWR) (n, wire int, idle bool, err error) {
 			return i, wire, false, ErrQueueFull
 		}
 		if err := qp.fill(qp.sqTail, wr); err != nil {
+			clear(qp.sqSlot(qp.sqTail)) // what fill put there before it refused the WR
 			return i, wire, false, err
 		}
 		e := &qp.sq[qp.sqTail%uint64(len(qp.sq))]
@@ -215,6 +216,7 @@ func (qp *QP) PostRegMR(id uint64, flags SendFlags, mr *MR, buf []byte, access A
 		qp.sq[qp.sqTail%uint64(len(qp.sq))] = sqe{id: id, op: opRegMR,
 			signaled: qp.cfg.SigAll || flags&Signaled != 0, fence: flags&Fence != 0}
 		*qp.sqExtOf(qp.sqTail) = sqeExt{regMR: mr, regBuf: buf, regAcc: access, regSTag: stag}
+		clear(qp.sqSlot(qp.sqTail)) // no gather list: drop what an earlier WR left (retireLocked clears only an empty SQ)
 		qp.sqTail++
 		qp.sqPub.Store(qp.sqTail)
 	}

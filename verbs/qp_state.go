@@ -258,8 +258,10 @@ func (qp *QP) retireLocked(rx bool) {
 		// Drop the retired WRs' references to user memory once the SQ is
 		// empty, not one WR at a time: a poster on another core refills
 		// those slots, and would take each line back from this one.
-		// While the SQ streams, a slot's references last a lap at most
-		// (the poster clears what a WR leaves unused: enqueue).
+		// While WRs remain (a stream, an outstanding Read), a retired
+		// slot keeps its references until the SQ empties or a post
+		// reuses the slot, a lap at most: posters clear what a WR leaves
+		// unused (enqueue, PostRegMR).
 		from := max(qp.sqCleared, qp.sqHead-min(qp.sqHead, uint64(len(qp.sq))))
 		for i := from; i < qp.sqHead; i++ {
 			clear(qp.sqSlot(i))

@@ -650,9 +650,11 @@ func (qp *QP) txSQ() error {
 		if !ok {
 			// An error completion ends an RC QP, as in ibverbs (siw sends
 			// a local catastrophic Terminate too): the WRs after it flush.
+			// (e.op read first: once completed, the slot may be refilled.)
+			op := e.op
 			qp.completeSQ(t.curIdx, LocProtErr, false)
 			qp.fatal(rdmap.Errorf(rdmap.ETypeLocalCatastrophic, rdmap.CodeCatastrophicStream,
-				"%v of STag %#x failed", e.op, key), nil, 0)
+				"%v of STag %#x failed", op, key), nil, 0)
 			return nil
 		}
 		qp.completeSQ(t.curIdx, Success, false)

@@ -40,6 +40,7 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	if err := ddp.CheckMsgLen(mo32, uint32(n), clampU32(x.recv.total)); err != nil {
 		x.recvOn = false
 		qp.rxFatal(err)
+		qp.rxPublish() // the count before the completion, as rxLoop does
 		qp.recvCQ.push(WC{ID: x.recv.id, Status: LocLenErr, Opcode: WCRecv, QP: qp})
 		x.recv.release()
 		return err

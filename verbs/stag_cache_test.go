@@ -230,3 +230,27 @@ func fillSTagCaches(t *testing.T, c, s *side, buf []byte) (mr, src, peer *MR) {
 	require.Equal(t, mr, s.qp.rq.stags.mr, "the RQ's cache")
 	return mr, src, peer
 }
+
+// A WR that fill refuses after taking an element of its gather list into
+// its SQ slot leaves no reference there: on an idle QP, a region
+// deregistered after the refusal is collected.
+func TestRefusedWRLetsGo(t *testing.T) {
+	checkRoutines(t)
+	cp := defaultCap()
+	cp.MaxSendSGE = 2
+	c, _ := connect(t, pairOpts{cap: cp})
+	mem := new([1 << 20]byte)
+	mr, err := c.pd.RegMR(mem[:], LocalWrite)
+	require.NoError(t, err)
+	bad := SGE{Addr: mr.Addr(), Length: 8, LKey: mr.LKey() + 1}
+	_, err = c.qp.PostSend(SendWR{ID: 1, Opcode: OpSend, SGL: []SGE{mr.SGE(0, 8), bad}})
+	require.ErrorIs(t, err, ErrLocalProt)
+	gone := weak.Make(mem)
+	require.NoError(t, mr.Dereg())
+	mem = nil
+	for range 3 {
+		runtime.GC()
+	}
+	require.True(t, gone.Value() == nil, "the refused WR's slot keeps a deregistered region's memory")
+	runtime.KeepAlive(c.qp)
+}
