@@ -237,14 +237,15 @@ func (qp *QP) sqFull() bool {
 }
 
 // fill validates wr and copies it into the SQ slot of index idx. A WR it
-// refuses may leave the slot's gather list set; the slot is not posted.
+// refuses may leave the slot's gather list set (enqueue clears it); the
+// slot is not posted.
 func (qp *QP) fill(idx uint64, wr *SendWR) error {
 	e := &qp.sq[idx%uint64(len(qp.sq))]
 	// Field by field into the slot: a composite literal is built on the
 	// stack and copied in with 16-octet loads, which cannot take their
 	// data from the narrower stores that built it and so wait for every
 	// store before them to reach the cache, the last WR's included, whose
-	// lines the transmit loop on another core may hold (11 % of write_bw
+	// lines the transmit loop on another core may hold (10 % of write_bw
 	// -s 64 -t 128 on that copy).
 	*e = sqe{}
 	e.id, e.op, e.raddr, e.rkey, e.invKey = wr.ID, wr.Opcode, wr.RemoteAddr, wr.RKey, wr.InvalidateRKey
