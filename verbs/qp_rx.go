@@ -36,10 +36,10 @@ type rxState struct {
 	stags stagCache // the region of the last RDMA Write
 
 	sinceKick int // octets read since the loop last woke CQ waiters it held back (cq_mod.go)
-	// seen counts the FPDUs received; qp.rxSeen is published, its value
-	// when last stored (rxPublish). A locked add per FPDU waited for the
-	// stores of the payload copied before it.
-	seen, published uint64
+	// seen counts the FPDUs received; rxPublish stores it in qp.rxSeen,
+	// not every FPDU: a locked add per FPDU waited for the stores of the
+	// payload copied before it.
+	seen uint64
 	// answerDue: Read or Atomic Responses were queued while more requests
 	// were buffered; rxLoop has rxAnswer send them when the buffer runs
 	// out of whole FPDUs, in one write.
@@ -86,7 +86,7 @@ func (qp *QP) rxLoop() {
 			// Published now if the transmit side has run since the last
 			// store (txSend then goes inline only if rxSeen moved on);
 			// otherwise rxSeen differs from txRxSeen already.
-			if x.seen++; qp.txRxSeen.Load() == x.published {
+			if x.seen++; qp.txRxSeen.Load() == qp.rxSeen.Load() {
 				qp.rxPublish()
 			}
 			if x.sinceKick += n; x.sinceKick >= moderateMax {
@@ -148,10 +148,8 @@ func (qp *QP) rxLoop() {
 
 // rxPublish stores the count of FPDUs received in rxSeen.
 func (qp *QP) rxPublish() {
-	x := &qp.rx
-	if x.published != x.seen {
-		x.published = x.seen
-		qp.rxSeen.Store(x.seen)
+	if seen := qp.rx.seen; qp.rxSeen.Load() != seen {
+		qp.rxSeen.Store(seen)
 	}
 }
 

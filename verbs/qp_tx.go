@@ -42,13 +42,12 @@ type txState struct {
 	rr    *readJob // Read Response in progress
 	rrOff int
 
-	flushTo    uint64 // SQ entries below this are queued whole and complete at the next flush
-	writtenTo  uint64 // SQ entries below this went out in full (an Append may flush first)
-	writtenPub uint64 // writtenTo as last stored in qp.sqWritten
-	copiedTo   uint64 // SQ entries below this went out or are the Writer's own copy: they may complete
-	doneAt     uint64 // the writer's Written() when txCompleted last ran
-	doneTo     uint64 // SQ entries below this were completed
-	finSent    bool   // Disconnect's FIN has gone (txFIN)
+	flushTo   uint64 // SQ entries below this are queued whole and complete at the next flush
+	writtenTo uint64 // SQ entries below this went out in full (an Append may flush first)
+	copiedTo  uint64 // SQ entries below this went out or are the Writer's own copy: they may complete
+	doneAt    uint64 // the writer's Written() when txCompleted last ran
+	doneTo    uint64 // SQ entries below this were completed
+	finSent   bool   // Disconnect's FIN has gone (txFIN)
 
 	fpdus uint64   // FPDUs queued (Stats)
 	stats *txStats // what flush publishes for Stats
@@ -717,8 +716,7 @@ func (qp *QP) txQueued() {
 func (qp *QP) txCompleted() {
 	t := &qp.tx
 	t.doneAt = t.w.Written()
-	if t.writtenPub != t.writtenTo { // a locked store only when it moved (txRun calls twice)
-		t.writtenPub = t.writtenTo
+	if qp.sqWritten.Load() != t.writtenTo { // a locked store only when it moved (txRun calls twice)
 		qp.sqWritten.Store(t.writtenTo)
 	}
 	to := max(t.writtenTo, t.copiedTo)
