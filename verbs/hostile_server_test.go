@@ -1397,6 +1397,7 @@ func TestHostileServerRTR(t *testing.T) {
 		require.Equal(t, wcString(1, WCRecv, Success), wcOf(waitWC(t, s.q.rcq)))
 		require.Equal(t, "early", string(s.rbuf.region()[:5]))
 		s.p.wantNothing(t, 200*time.Millisecond, "the Send is held until the RTR's answer")
+		require.Zero(t, s.q.qp.Stats().ReadsOutstanding, "the RTR is no Read of the user's")
 		s.p.send(t, rrULPDU(s.p.rtr.SinkSTag(), s.p.rtr.SinkTO(), true, nil))
 		u := s.p.wantULPDU(t, "the held Send")
 		require.Equal(t, "held", string(u[ddp.UntaggedHdrLen:]))

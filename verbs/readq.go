@@ -61,6 +61,18 @@ func (q *readQueue) at(i int) *readJob {
 // happen before (a push is followed by a wake-up of whoever pops).
 func (q *readQueue) len() int { return int(q.count.Load()) }
 
+// ops returns how many queued jobs are operations a WR posted: all but a
+// peer-to-peer start-up's Read RTR, which, when queued, is the oldest.
+func (q *readQueue) ops() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.n
+	if n > 0 && q.at(q.head).rtr {
+		n--
+	}
+	return n
+}
+
 // push appends j; the callers keep within the queue's room (IRD/ORD checks).
 func (q *readQueue) push(j readJob) {
 	q.mu.Lock()

@@ -20,7 +20,8 @@ type QPStats struct {
 	FPDUsReceived uint64
 
 	// ReadsOutstanding are our RDMA Reads and atomics awaiting their
-	// responses; ReadsOwed the peer's that we have yet to answer.
+	// responses (not counting a peer-to-peer start-up's Read RTR); ReadsOwed
+	// the peer's that we have yet to answer.
 	ReadsOutstanding, ReadsOwed int
 
 	// How the connection ended, once it has (see QP.Err): a Terminate sent
@@ -42,7 +43,7 @@ func (qp *QP) Stats() QPStats {
 		FPDUsSent:        qp.txStats.fpdus.Load(),
 		OctetsSent:       qp.txStats.octets.Load(),
 		FPDUsReceived:    qp.rxSeen.Load(),
-		ReadsOutstanding: qp.ordq.len(),
+		ReadsOutstanding: qp.ordq.ops(),
 		ReadsOwed:        qp.irdq.len(),
 	}
 	var te *TerminateError
