@@ -365,6 +365,11 @@ type recvQueue struct {
 	maxSGE     int
 	flushed    bool
 	stags      stagCache // under mu
+
+	// An SRQ's low watermark (SRQ.ArmLimit): limitCh, when armed, is
+	// closed once fewer than limit receives are posted.
+	limit   int
+	limitCh chan struct{}
 }
 
 func (q *recvQueue) init(n, maxSGE int) {
@@ -434,6 +439,7 @@ func (q *recvQueue) pop(dst *recvBuf) bool {
 	}
 	clear(segs)
 	q.head++
+	q.checkLimit()
 	return true
 }
 
@@ -491,30 +497,4 @@ func (qp *QP) PostRecv(wrs ...RecvWR) (int, error) {
 		return 0, fmt.Errorf("%w: QP uses an SRQ", ErrInvalidArg)
 	}
 	return qp.rq.post(qp.pd, wrs, qp.recvCQ, qp)
-}
-
-// SRQ is a shared receive queue: QPs created with it take their receive
-// buffers from it.
-type SRQ struct {
-	pd *PD
-	q  recvQueue
-}
-
-// CreateSRQ creates a shared receive queue with room for maxWR receives of
-// up to maxSGE elements each.
-func (pd *PD) CreateSRQ(maxWR, maxSGE int) (*SRQ, error) {
-	if maxWR <= 0 || maxWR > pd.dev.attr.MaxQPWR || maxSGE <= 0 || maxSGE > pd.dev.attr.MaxSGE {
-		return nil, fmt.Errorf("%w: SRQ %d WRs × %d SGEs", ErrInvalidArg, maxWR, maxSGE)
-	}
-	if pd.dev.isClosed() {
-		return nil, fmt.Errorf("%w: device", ErrClosed)
-	}
-	s := &SRQ{pd: pd}
-	s.q.init(maxWR, maxSGE)
-	return s, nil
-}
-
-// PostRecv posts receive buffers to the SRQ.
-func (s *SRQ) PostRecv(wrs ...RecvWR) (int, error) {
-	return s.q.post(s.pd, wrs, nil, nil)
 }

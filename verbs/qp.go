@@ -303,7 +303,8 @@ func (qp *QP) RemoteAddr() net.Addr {
 func (qp *QP) PeerPrivateData() []byte { return qp.peerPD }
 
 // Done is closed when the QP has reached ERROR and flushed its work
-// requests.
+// requests. A QP on an SRQ takes no receive from it after that (what
+// ibverbs tells with IBV_EVENT_QP_LAST_WQE_REACHED).
 func (qp *QP) Done() <-chan struct{} { return qp.done }
 
 // Err returns why the QP left RTS: a *TerminateError (a Terminate we sent
