@@ -67,6 +67,10 @@ type latLoop struct {
 
 	tSample, tEnd int64
 	sampled       uint64
+	// tNow is the clock as of the last post or wait (tick): one reading
+	// an iteration, as tcp_lat takes, since a reading costs 50-100 ns in a
+	// VM and a -D run's deadline and window need no finer time.
+	tNow int64
 
 	scnt, rcnt, lastSig uint64
 	signaled            bool // WR scnt is signaled
@@ -164,6 +168,16 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 	return latReport(size, s.tposted, rtt), nil
 }
 
+// timeUp reports whether a -D run's time is over, as of tNow.
+func (s *latLoop) timeUp() bool { return s.deadline > 0 && s.tNow >= s.deadline }
+
+// tick reads the clock while the loop waits.
+func (s *latLoop) tick() {
+	if s.dur {
+		s.tNow = s.now()
+	}
+}
+
 // step runs the loop until it must wait. done: the loop is over (err says
 // why, if not by its count or its duration); moved: it got somewhere.
 func (s *latLoop) step() (done, moved bool, err error) {
@@ -237,6 +251,7 @@ func (s *latLoop) step() (done, moved bool, err error) {
 // a Write the value the peer polls for.
 func (s *latLoop) next() {
 	t := s.now()
+	s.tNow = t
 	if !s.dur {
 		s.tposted = append(s.tposted, t)
 	}
@@ -260,7 +275,7 @@ func (s *latLoop) next() {
 // sample counts a sample of a -D run inside its measured window.
 func (s *latLoop) sample() {
 	if s.dur {
-		if t := s.now(); t >= s.tSample && t < s.tEnd {
+		if t := s.tNow; t >= s.tSample && t < s.tEnd {
 			s.sampled++
 		}
 	}
@@ -315,6 +330,8 @@ func (s *latLoop) poll() error {
 		}
 		if moved {
 			idle = 0
+		} else {
+			s.tick()
 		}
 		spinMem := s.phase == latRecv && s.v == verbWrite
 		if idle++; idle < s.spin || s.phase == latPost {

@@ -26,9 +26,12 @@ func (s *latLoop) drive() error {
 		err      error
 		done     = make(chan struct{})
 	)
-	resume := func() {
+	resume := func(tick bool) {
 		mu.Lock()
 		if !finished {
+			if tick {
+				s.tick()
+			}
 			var d bool
 			if d, _, err = s.step(); d {
 				finished = true
@@ -38,14 +41,14 @@ func (s *latLoop) drive() error {
 		mu.Unlock()
 	}
 	qp := s.q.qp
-	qp.SetRxHandler(resume)
+	qp.SetRxHandler(func() { resume(false) })
 	defer func() {
 		qp.SetRxHandler(nil)
 		mu.Lock()
 		finished = true
 		mu.Unlock()
 	}()
-	resume()
+	resume(false)
 	t := time.NewTicker(latTick)
 	defer t.Stop()
 	for {
@@ -56,7 +59,7 @@ func (s *latLoop) drive() error {
 			if e := s.ctx.Err(); e != nil {
 				return e
 			}
-			resume()
+			resume(true)
 		}
 	}
 }
