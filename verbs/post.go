@@ -147,7 +147,7 @@ func (qp *QP) enqueue(wrs []SendWR) (n, wire int, idle bool, err error) {
 	// Whether the transmit side has taken all matters only to a post that
 	// may go out inline (txSend): when something arrived since the
 	// transmit side last ran. Otherwise the loop is woken anyway, and
-	// sqNext, which the loop stores for every WR, is not read here (its
+	// sqNext, which the loop stores as it takes WRs, is not read here (its
 	// line would move to this core and back for each post).
 	idle = qp.rxSeen.Load() != qp.txRxSeen.Load() && qp.sqNext.Load() == qp.sqTail
 	for i := range wrs {

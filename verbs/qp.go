@@ -85,8 +85,10 @@ type QP struct {
 	// carried out or awaiting completion; [sqNext, sqTail) wait for the
 	// transmit loop. Slots are reused only after retirement, so the loops may
 	// use an entry's fields without the lock once they own it. sqNext is
-	// written only by the transmit side with txMu held (nextSQ, flushAll),
-	// and is atomic so that nextSQ may advance it without sqMu.
+	// written only by the transmit side with txMu held (txPublish,
+	// flushAll), and is atomic so that it may advance without sqMu; it
+	// may lag behind the entries the transmit side has taken (tx.next),
+	// never behind those it completed.
 	//
 	// A poster and the transmit loop often run on two cores, so the fields
 	// are grouped by who writes them, each group on cache lines of its own:

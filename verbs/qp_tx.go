@@ -33,6 +33,12 @@ type txState struct {
 	atomicMSN uint32 // MSN of the last Atomic Response (QN 3)
 
 	sqSeen uint64 // the SQ's sqPub when nextSQ last looked: entries below it are posted
+	// next is sqNext as the transmit side has taken entries; it is stored
+	// into sqNext (txPublish) when it matters to others: before
+	// completions, under sqMu when a WR may be held back, and when txRun
+	// returns. Stored for every WR, a locked instruction, it was 4 % of
+	// write_bw -s 64 -t 128.
+	next uint64
 
 	cur    *sqe   // SQ WR in progress
 	curIdx uint64 // its SQ index
@@ -142,6 +148,7 @@ func (qp *QP) txRun(all bool) (bool, error) {
 	if seen := qp.rxSeen.Load(); seen != qp.txRxSeen.Load() {
 		qp.txRxSeen.Store(seen) // only when it moved: posters read it (enqueue)
 	}
+	t.next = qp.sqNext.Load() // flushAll, under txMu too, may have moved it
 	didWork := false
 	for {
 		worked, err := qp.txFill()
@@ -174,6 +181,7 @@ func (qp *QP) txRun(all bool) (bool, error) {
 			}
 		}
 		if err != nil {
+			qp.txPublish()
 			return didWork, err
 		}
 		didWork = didWork || worked
@@ -420,7 +428,7 @@ func (qp *QP) nextSQ() (*sqe, uint64) {
 		return nil, 0 // the peer has closed (peerClosed), or we may not send first (holdFirst)
 	}
 	t := &qp.tx
-	idx := qp.sqNext.Load()
+	idx := t.next
 	if idx >= t.sqSeen {
 		if t.sqSeen = qp.sqPub.Load(); idx >= t.sqSeen {
 			return nil, 0
@@ -434,15 +442,27 @@ func (qp *QP) nextSQ() (*sqe, uint64) {
 		// freeing its ORD slot, sees sqNext still behind a WR held here.
 		qp.sqMu.Lock()
 		defer qp.sqMu.Unlock()
-		if e.fence && qp.ordq.len() > 0 {
-			return nil, 0 // rx wakes us when a Read completes
+		if e.fence && qp.ordq.len() > 0 || e.op.responded() && qp.ordq.len() >= qp.ord {
+			// Held: a fence waits for every Read to complete, and RFC
+			// 5040 section 6.5 and RFC 7306 section 5.2 allow no more
+			// than ORD outstanding. rx wakes us when a Read completes.
+			qp.txPublish()
+			return nil, 0
 		}
-		if e.op.responded() && qp.ordq.len() >= qp.ord {
-			return nil, 0 // RFC 5040 section 6.5, RFC 7306 section 5.2: no more than ORD outstanding
-		}
+		t.next = idx + 1
+		qp.txPublish()
+		return e, idx
 	}
-	qp.sqNext.Store(idx + 1)
+	t.next = idx + 1
 	return e, idx
+}
+
+// txPublish stores the entries the transmit side has taken into sqNext,
+// for those that read it: retirement, the posters, wakeHeld.
+func (qp *QP) txPublish() {
+	if qp.sqNext.Load() != qp.tx.next {
+		qp.sqNext.Store(qp.tx.next)
+	}
 }
 
 // append queues an FPDU (mpa.Writer.Append). If the writer flushed what it
@@ -651,11 +671,13 @@ func (qp *QP) txSQ() error {
 			// a local catastrophic Terminate too): the WRs after it flush.
 			// (e.op read first: once completed, the slot may be refilled.)
 			op := e.op
+			qp.txPublish() // retireLocked goes up to sqNext
 			qp.completeSQ(t.curIdx, LocProtErr, false)
 			qp.fatal(rdmap.Errorf(rdmap.ETypeLocalCatastrophic, rdmap.CodeCatastrophicStream,
 				"%v of STag %#x failed", op, key), nil, 0)
 			return nil
 		}
+		qp.txPublish()
 		qp.completeSQ(t.curIdx, Success, false)
 	}
 	return nil
@@ -715,6 +737,7 @@ func (qp *QP) txQueued() {
 // copies of (txQueued).
 func (qp *QP) txCompleted() {
 	t := &qp.tx
+	qp.txPublish() // retireLocked goes up to sqNext
 	t.doneAt = t.w.Written()
 	if qp.sqWritten.Load() != t.writtenTo { // a locked store only when it moved (txRun calls twice)
 		qp.sqWritten.Store(t.writtenTo)
