@@ -81,8 +81,8 @@ type QP struct {
 	closed    bool       // Close was called
 	closeOnce sync.Once
 
-	// Send queue ring, guarded by sqMu. Entries [sqHead, sqNext) are being
-	// carried out or awaiting completion; [sqNext, sqTail) wait for the
+	// Send queue ring, guarded by sqMu. Entries [sqHead, tx.next) are being
+	// carried out or awaiting completion; [tx.next, sqTail) wait for the
 	// transmit loop. Slots are reused only after retirement, so the loops may
 	// use an entry's fields without the lock once they own it. sqNext is
 	// written only by the transmit side with txMu held (txPublish,

@@ -458,7 +458,7 @@ func (qp *QP) nextSQ() (*sqe, uint64) {
 }
 
 // txPublish stores the entries the transmit side has taken into sqNext,
-// for those that read it: retirement, the posters, wakeHeld.
+// for those that read it: retirement, the posters, wakeHeld, txPending.
 func (qp *QP) txPublish() {
 	if qp.sqNext.Load() != qp.tx.next {
 		qp.sqNext.Store(qp.tx.next)
