@@ -258,3 +258,91 @@ func ExampleTerminateError() {
 	// DDP tagged buffer error: invalid STag
 	// peer: verbs: sent Terminate (DDP tagged buffer error: invalid STag): ddp: invalid STag: STag 0xbad00bad TO 0x1000 len 9
 }
+
+// A server that shares one SRQ among its connections refills it when its
+// low watermark fires, not after every message: a Send that finds the SRQ
+// empty would end its connection (iWARP has no receiver-not-ready retry).
+func ExampleSRQ_ArmLimit() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// The server: eight 32-octet receives in an SRQ, armed at three.
+	sdev, _ := verbs.Open(verbs.DeviceAttr{})
+	defer sdev.Close()
+	spd := sdev.AllocPD()
+	const depth, size = 8, 32
+	bufs, _ := spd.RegMR(make([]byte, depth*size), verbs.LocalWrite)
+	srq, err := spd.CreateSRQ(depth, 1)
+	if err != nil {
+		log.Fatal(err)
+	}
+	next := uint64(0) // the next receive's ID; its buffer is slot ID % depth
+	refill := func() {
+		for srq.Len() < depth {
+			srq.PostRecv(verbs.RecvWR{ID: next, SGL: []verbs.SGE{bufs.SGE(int(next%depth)*size, size)}})
+			next++
+		}
+	}
+	refill()
+	low, _ := srq.ArmLimit(3)
+	scq, _ := sdev.CreateCQ(64)
+	ln, err := sdev.Listen(ctx, "tcp", "127.0.0.1:0", verbs.ConnConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for range 2 { // each connection on a QP of its own, sharing the SRQ
+			req, err := ln.GetRequest(ctx)
+			if err != nil {
+				return
+			}
+			qp, _ := spd.CreateQP(verbs.QPConfig{SendCQ: scq, RecvCQ: scq, SRQ: srq})
+			req.Accept(ctx, qp, nil)
+		}
+	}()
+
+	// Two clients, taking turns.
+	cdev, _ := verbs.Open(verbs.DeviceAttr{})
+	defer cdev.Close()
+	var clients [2]*verbs.QP
+	for i := range clients {
+		cq, _ := cdev.CreateCQ(16)
+		clients[i], _ = cdev.AllocPD().CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
+		if err := clients[i].Dial(ctx, "tcp", ln.Addr().String(), verbs.ConnConfig{}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for i := range 12 {
+		msg := fmt.Sprintf("client %d, message %d", i%2, i)
+		clients[i%2].PostSend(verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: []byte(msg)})
+		var wc [1]verbs.WC
+		if _, err := scq.PollWait(ctx, wc[:]); err != nil || wc[0].Status != verbs.Success {
+			log.Fatal(err, wc[0])
+		}
+		off := int(wc[0].ID%depth) * size
+		fmt.Printf("%s\n", bufs.Buf()[off:off+int(wc[0].ByteLen)])
+		select {
+		case <-low: // closed before the completion that took the SRQ below three
+			fmt.Printf("low watermark: %d posted; refilled, armed again\n", srq.Len())
+			refill()
+			low, _ = srq.ArmLimit(3)
+		default:
+		}
+	}
+	// Output:
+	// client 0, message 0
+	// client 1, message 1
+	// client 0, message 2
+	// client 1, message 3
+	// client 0, message 4
+	// client 1, message 5
+	// low watermark: 2 posted; refilled, armed again
+	// client 0, message 6
+	// client 1, message 7
+	// client 0, message 8
+	// client 1, message 9
+	// client 0, message 10
+	// client 1, message 11
+	// low watermark: 2 posted; refilled, armed again
+}
