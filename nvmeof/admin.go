@@ -23,6 +23,10 @@ const (
 	// CTRATT: 128-bit host identifiers (HIDS) and traffic based keep alive
 	// (TBKAS: any command, not only Keep Alive, restarts the timer).
 	ctrattr = 1<<0 | 1<<6
+	// aecSMART: the Async Event Configuration bits of the SMART / health
+	// critical warnings (spare, temperature, reliability, read only,
+	// volatile memory backup).
+	aecSMART = 0x1f
 )
 
 // numd returns a Get Log Page's length in octets.
@@ -210,6 +214,17 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 		c.setKATO(v)
 		return 0, StatusSuccess
 	case fid == FeatAsyncEvent:
+		// Only events a controller may raise can be enabled, as in Linux's
+		// nvmet: the SMART / health critical warnings, which NVMe makes
+		// mandatory (never raised here), on an NVM controller; OAES
+		// announces no optional one.
+		mask := uint32(aecSMART)
+		if c.discovery() {
+			mask = 0
+		}
+		if v&^mask != 0 {
+			return 0, StatusInvalidField | DNR
+		}
 		c.mu.Lock()
 		c.aec = v
 		c.mu.Unlock()

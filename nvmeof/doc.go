@@ -27,7 +27,8 @@
 // Get Log Page for error information, SMART / health, firmware slots and,
 // on the discovery controller, the discovery log; Set/Get Features Number
 // of Queues, Keep Alive Timer (traffic based, CTRATT.TBKAS: a controller
-// that hears nothing for KATO is torn down), Async Event Configuration and
+// that hears nothing for KATO is torn down), Async Event Configuration (the
+// SMART warnings NVMe makes mandatory, never raised, as Linux's nvmet) and
 // Volatile Write Cache; Asynchronous Event Requests (held: no events are
 // raised); Keep Alive; Abort (never aborts). I/O queues implement Read,
 // Write, Flush, Write Zeroes and Dataset Management (Deallocate: the range reads

@@ -50,6 +50,14 @@ func TestDiscovery(t *testing.T) {
 	requireStatus(t, err, StatusInvalidField|DNR)
 	err = c.GetLogPage(testCtx(t), LogSMART, 0, 0, make([]byte, 512))
 	requireStatus(t, err, StatusInvalidLogPage|DNR)
+	// Nor SMART warnings, nor (in OAES) discovery log change notices: no
+	// asynchronous event may be enabled.
+	for _, aec := range []uint32{1, 1 << 31} {
+		_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, aec)
+		requireStatus(t, err, StatusInvalidField|DNR)
+	}
+	_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, 0)
+	require.NoError(t, err)
 	// Discovery has no I/O queues: a Connect for one is refused.
 	_, err = Connect(testCtx(t), "tcp", addr, "nqn.2024-01.io.goiwarp:nothere", HostConfig{})
 	requireStatus(t, err, StatusConnectInvalidParm|DNR)
@@ -174,6 +182,16 @@ func TestAdminAndIOCommands(t *testing.T) {
 	require.EqualValues(t, 1, v)
 	_, err = c.GetFeatures(testCtx(t), 0x77)
 	requireStatus(t, err, StatusInvalidField|DNR)
+	// Async Event Configuration: the SMART critical warnings may be
+	// enabled; a notice this target never raises (namespace attributes,
+	// bit 8) may not, as with Linux's nvmet, whose OAES announces it.
+	_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, 0x1f)
+	require.NoError(t, err)
+	_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, 0x1f|1<<8)
+	requireStatus(t, err, StatusInvalidField|DNR)
+	v, err = c.GetFeatures(testCtx(t), FeatAsyncEvent)
+	require.NoError(t, err)
+	require.EqualValues(t, 0x1f, v, "the refused value changed nothing")
 	require.Equal(t, "goiwarp NVMe/iWARP target", c.Info.Model)
 	require.EqualValues(t, ControllerIO, c.Info.CtrlType)
 	require.EqualValues(t, 5, c.Info.MDTS)
