@@ -241,29 +241,7 @@ func TestSRQ(t *testing.T) {
 		require.NoError(t, err)
 	}
 	rcq, _ := d.CreateCQ(64)
-	ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{})
-	require.NoError(t, err)
-	defer ln.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	var clients []*side
-	for i := 0; i < 3; i++ {
-		scq, _ := d.CreateCQ(16)
-		qp, err := pd.CreateQP(QPConfig{SendCQ: scq, RecvCQ: rcq, SRQ: srq, Cap: QPCap{MaxSendWR: 4, MaxSendSGE: 1}})
-		require.NoError(t, err)
-		defer qp.Close()
-		c := newSide(t, pairOpts{})
-		defer c.qp.Close()
-		go func() {
-			req, err := ln.GetRequest(ctx)
-			if err == nil {
-				req.Accept(ctx, qp, nil)
-			}
-		}()
-		err = c.qp.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{})
-		require.NoError(t, err)
-		clients = append(clients, c)
-	}
+	clients := srqServer(t, srq, rcq, 3) // srq_test.go
 	for i, c := range clients {
 		_, err := c.qp.PostSend(SendWR{ID: uint64(i), Opcode: OpSend, Flags: Inline, InlineData: []byte{byte(i)}})
 		require.NoError(t, err)
