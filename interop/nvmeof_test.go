@@ -271,6 +271,62 @@ dmesg | grep -iE 'nvme' | tail -20`, p1, p2, nvmeNQN, nvmeNQN)
 	require.Equal(t, 2, logs.count(`q1: connected`), "an I/O queue for each path")
 }
 
+// A namespace added to the subsystem while the kernel's host is connected:
+// the host enabled Namespace Attribute Notices (OAES), its held
+// Asynchronous Event Request completes with the notice, it reads the
+// Changed Namespace List and rescans, and the new namespace (4 KiB blocks)
+// appears as a block device that takes I/O, with no reconnect.
+func TestNVMeKernelHostNamespaceAdded(t *testing.T) {
+	logs := &logLines{t: t}
+	sub, _ := memSubsystem(t)
+	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
+	require.NoError(t, err)
+	defer tg.Close()
+	hp := freePort(t)
+	_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp))
+	require.NoError(t, err)
+	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1; echo "CONNECT rc=$?"
+waitdev && echo "DEVICE present"
+sleep 1
+echo "READY"
+for i in $(seq 120); do [ -b /dev/nvme0n2 ] && break; sleep 0.25; done
+[ -b /dev/nvme0n2 ] && echo "NS2 present"
+echo "NS2_SECTORS $(cat /sys/block/nvme0n2/size)"
+echo "NS2_BLOCK $(cat /sys/block/nvme0n2/queue/logical_block_size)"
+dd if=/dev/urandom of=/tmp/pat bs=1M count=4 2>/dev/null
+echo "PATTERN $(sha256sum /tmp/pat | cut -d' ' -f1)"
+dd if=/tmp/pat of=/dev/nvme0n2 bs=1M seek=1 oflag=direct 2>&1 | tail -1; echo "WRITE rc=$?"
+dd if=/dev/nvme0n2 of=/tmp/back bs=1M skip=1 count=4 iflag=direct 2>&1 | tail -1
+echo "READBACK $(sha256sum /tmp/back | cut -d' ' -f1)"
+echo "RESCANS $(dmesg | grep -c 'rescanning namespaces')"
+$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
+dmesg | grep -iE 'nvme' | tail -20`, hp, nvmeNQN, nvmeNQN)
+	vm := nvmeVM(t, script)
+	const step = 2 * time.Minute
+	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
+	guestLine(t, vm, "DEVICE present", step)
+	guestLine(t, vm, "READY", step)
+	mem2 := nvmeof.NewMemBackend(16 << 20)
+	ns, err := sub.AddNamespace(mem2, 4096)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, ns.ID)
+	guestLine(t, vm, "NS2 present", step)
+	require.Equal(t, "32768", guestValue(t, vm, "NS2_SECTORS", step), "16 MiB in 512-octet sectors")
+	require.Equal(t, "4096", guestValue(t, vm, "NS2_BLOCK", step))
+	pattern := guestValue(t, vm, "PATTERN", step)
+	require.Equal(t, "WRITE rc=0", guestLine(t, vm, "WRITE rc=", step))
+	require.Equal(t, pattern, guestValue(t, vm, "READBACK", step))
+	require.Equal(t, "1", guestValue(t, vm, "RESCANS", step), "the host rescanned on the notice (dmesg)")
+	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
+	_, err = vm.Wait(vmCtx(t, vm, step))
+	require.NoError(t, err)
+	buf := make([]byte, 4<<20)
+	_, err = mem2.ReadAt(buf, 1<<20)
+	require.NoError(t, err)
+	sum := sha256.Sum256(buf)
+	require.Equal(t, pattern, hex.EncodeToString(sum[:]), "namespace 2's octets 1 MiB .. 5 MiB")
+}
+
 // buildNvmet builds cmd/iwarp-nvmet.
 func buildNvmet(t *testing.T) string {
 	t.Helper()

@@ -72,13 +72,14 @@ func (c *controller) execAdmin(r *request) (res uint64, st Status, out []byte, h
 	case AdminAbort:
 		res = 1 // not aborted: commands here finish without waiting on anything abortable
 	case AdminAER:
-		if c.aers > aerl {
+		if len(c.heldAER) > aerl {
 			return 0, StatusAERLimitExceeded | DNR, nil, false // as nvmet: retrying cannot help
 		}
-		// Held until the controller ends: this target raises no
-		// asynchronous events yet (namespaces do not change while hosts
-		// are connected).
-		c.aers++
+		if ev, ok := c.takeEvent(); ok {
+			return ev, StatusSuccess, nil, false
+		}
+		// Held until an event (events.go) or the controller's end.
+		c.heldAER = append(c.heldAER, r.idx)
 		return 0, StatusSuccess, nil, true
 	}
 	return res, st, out, false
@@ -105,10 +106,10 @@ func (c *controller) controllerInfo() ControllerInfo {
 	}
 	// Several controllers, through several ports, on one subsystem (one
 	// for each admin Connect): Linux refuses a second controller of a
-	// subsystem whose CMIC says otherwise. No events are raised, so OAES
-	// announces none.
+	// subsystem whose CMIC says otherwise. OAES: a namespace added raises
+	// a notice (events.go).
 	ci.Serial, ci.Model, ci.SubNQN = c.sub.Serial, c.sub.Model, c.sub.NQN
-	ci.CtrlType, ci.CMIC = ControllerIO, cmicMultiPort|cmicMultiCtrl
+	ci.CtrlType, ci.CMIC, ci.OAES = ControllerIO, cmicMultiPort|cmicMultiCtrl, aecNSAttr
 	ci.NN, ci.ONCS, ci.VWC = maxNSID, oncsDSM|oncsWriteZeroes, 1
 	return ci
 }
@@ -185,6 +186,8 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 		cnt := c.sub.counters
 		c.sub.countMu.Unlock()
 		log = appendSMARTLog(nil, cnt, uint64(time.Since(c.t.start).Hours()))
+	case lid == LogChangedNS && !c.discovery():
+		log = c.changedNSLog(cmd.CDW(10)&(1<<15) != 0)
 	case lid == LogFirmware && !c.discovery():
 		log = make([]byte, firmwareLogSize)
 		log[0] = 1 // slot 1 active
@@ -215,10 +218,10 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 		return 0, StatusSuccess
 	case fid == FeatAsyncEvent:
 		// Only events a controller may raise can be enabled, as in Linux's
-		// nvmet: the SMART / health critical warnings, which NVMe makes
-		// mandatory (never raised here), on an NVM controller; OAES
-		// announces no optional one.
-		mask := uint32(aecSMART)
+		// nvmet: on an NVM controller the SMART / health critical
+		// warnings, which NVMe makes mandatory (never raised here), and
+		// Namespace Attribute Notices (OAES).
+		mask := uint32(aecSMART | aecNSAttr)
 		if c.discovery() {
 			mask = 0
 		}

@@ -18,7 +18,7 @@ type controller struct {
 	hostNQN string
 	hostID  [16]byte
 	admin   *tqueue
-	aers    int // held Asynchronous Event Requests; the admin queue's goroutine owns it
+	heldAER []int // slots of held Asynchronous Event Requests; the admin queue's goroutine owns it
 
 	lastSeen atomic.Int64  // nanoseconds since the target started, at the last command
 	kato     atomic.Uint32 // ms, 0: no keep-alive timeout
@@ -29,10 +29,16 @@ type controller struct {
 	nrQueues int // I/O queues granted by Set Features, 0 until then
 	aec      uint32
 	vwc      bool
-	kaStop   chan struct{}
-	kaPoke   chan struct{} // setKATO tells the keep-alive goroutine
-	dead     bool
-	shstDone time.Time // testShutdownLag: when CSTS.SHST turns done
+	// Events (events.go): the Changed Namespace List, whether the notice
+	// is masked until the host reads it, and events waiting for an AER.
+	changedNS  []uint32
+	nsOverflow bool
+	nsMasked   bool
+	events     []uint32
+	kaStop     chan struct{}
+	kaPoke     chan struct{} // setKATO tells the keep-alive goroutine
+	dead       bool
+	shstDone   time.Time // testShutdownLag: when CSTS.SHST turns done
 }
 
 func (c *controller) discovery() bool { return c.sub == nil }
@@ -86,6 +92,9 @@ func (c *controller) shutdown(why string) {
 	}
 	c.mu.Unlock()
 	c.t.removeController(c)
+	if c.sub != nil {
+		c.sub.detach(c)
+	}
 	c.t.logf("nvmeof: controller %d (%s, host %s) ended: %s", c.id, c.nqn(), c.hostNQN, why)
 	for _, q := range qs {
 		q.qp.Close()
@@ -258,6 +267,9 @@ func (q *tqueue) connect(r *request) (uint64, Status) {
 		q.ctrl = c
 		q.noSQFlow = cmd.CATTR()&4 != 0
 		c.setKATO(cmd.KATO())
+		if sub != nil {
+			sub.attach(c)
+		}
 		t.logf("nvmeof: controller %d: host %s (%v) connected to %s, KATO %d ms", c.id, cd.HostNQN, q.qp.RemoteAddr(), c.nqn(), cmd.KATO())
 		return uint64(c.id), StatusSuccess
 	}

@@ -182,16 +182,17 @@ func TestAdminAndIOCommands(t *testing.T) {
 	require.EqualValues(t, 1, v)
 	_, err = c.GetFeatures(testCtx(t), 0x77)
 	requireStatus(t, err, StatusInvalidField|DNR)
-	// Async Event Configuration: the SMART critical warnings may be
-	// enabled; a notice this target never raises (namespace attributes,
-	// bit 8) may not, as with Linux's nvmet, whose OAES announces it.
-	_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, 0x1f)
-	require.NoError(t, err)
+	// Async Event Configuration: the SMART critical warnings and
+	// Namespace Attribute Notices may be enabled; a notice this target
+	// never raises (firmware activation, bit 9) may not, as with Linux's
+	// nvmet, whose OAES does not announce it either.
 	_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, 0x1f|1<<8)
+	require.NoError(t, err)
+	_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, 0x1f|1<<9)
 	requireStatus(t, err, StatusInvalidField|DNR)
 	v, err = c.GetFeatures(testCtx(t), FeatAsyncEvent)
 	require.NoError(t, err)
-	require.EqualValues(t, 0x1f, v, "the refused value changed nothing")
+	require.EqualValues(t, 0x1f|1<<8, v, "the refused value changed nothing")
 	require.Equal(t, "goiwarp NVMe/iWARP target", c.Info.Model)
 	require.EqualValues(t, ControllerIO, c.Info.CtrlType)
 	require.EqualValues(t, 5, c.Info.MDTS)

@@ -144,6 +144,7 @@ type Subsystem struct {
 
 	mu        sync.RWMutex
 	ns        []*Namespace
+	ctrls     map[*controller]struct{} // its controllers, told of namespaces added
 	anyHost   bool
 	hosts     []string
 	counters  smartCounters
@@ -164,7 +165,11 @@ func NewSubsystem(nqn string) (*Subsystem, error) {
 // AddNamespace adds a namespace over b with the given block size (0:
 // 512) and returns it; its NSID is the next free one. Its NGUID and UUID
 // derive from the subsystem's NQN and the NSID, so that a restarted target
-// presents the same identity.
+// presents the same identity. It may be called while hosts are connected:
+// each controller of the subsystem lists the NSID in its Changed Namespace
+// List (log page 04h) and, if its host enabled Namespace Attribute
+// Notices, completes an Asynchronous Event Request with one, upon which
+// Linux's host rescans and shows the new namespace.
 func (s *Subsystem) AddNamespace(b Backend, blockSize int) (*Namespace, error) {
 	if blockSize == 0 {
 		blockSize = 512
@@ -176,7 +181,6 @@ func (s *Subsystem) AddNamespace(b Backend, blockSize int) (*Namespace, error) {
 		return nil, fmt.Errorf("nvmeof: a backend of %d octets holds no block of %d", b.Size(), blockSize)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	ns := &Namespace{ID: uint32(len(s.ns) + 1), Backend: b, BlockSize: blockSize}
 	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", s.NQN, ns.ID))
 	copy(ns.NGUID[:], h[:16])
@@ -184,7 +188,31 @@ func (s *Subsystem) AddNamespace(b Backend, blockSize int) (*Namespace, error) {
 	ns.UUID[6] = ns.UUID[6]&0x0f | 0x40 // version 4 layout
 	ns.UUID[8] = ns.UUID[8]&0x3f | 0x80
 	s.ns = append(s.ns, ns)
+	ctrls := make([]*controller, 0, len(s.ctrls))
+	for c := range s.ctrls {
+		ctrls = append(ctrls, c)
+	}
+	s.mu.Unlock()
+	for _, c := range ctrls {
+		c.nsChanged(ns.ID)
+	}
 	return ns, nil
+}
+
+// attach and detach keep the subsystem's list of its live controllers.
+func (s *Subsystem) attach(c *controller) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctrls == nil {
+		s.ctrls = map[*controller]struct{}{}
+	}
+	s.ctrls[c] = struct{}{}
+}
+
+func (s *Subsystem) detach(c *controller) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.ctrls, c)
 }
 
 // AllowHost admits hostNQN; once a host is named, only named hosts are.

@@ -11,7 +11,9 @@ import (
 // subsystem with shared namespaces (Linux refuses a second controller of a
 // subsystem whose CMIC says otherwise), traffic based keep alive and
 // 128-bit host identifiers in CTRATT (bit 6 and bit 0; it was bit 2, NVM
-// Sets), and no asynchronous events it never raises.
+// Sets), and of the optional asynchronous events the one it raises:
+// Namespace Attribute Notices on an NVM controller (TestNamespaceAddedNotice),
+// none on discovery.
 func TestIdentifySaysWhatItDoes(t *testing.T) {
 	checkRoutines(t)
 	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
@@ -20,7 +22,7 @@ func TestIdentifySaysWhatItDoes(t *testing.T) {
 	require.NotEqual(t, a.ID, b.ID)
 	require.EqualValues(t, 3, b.Info.CMIC, "CMIC: multi-port, multi-controller")
 	require.EqualValues(t, 1<<6|1<<0, b.Info.CTRATT)
-	require.Zero(t, b.Info.OAES)
+	require.EqualValues(t, 1<<8, b.Info.OAES, "OAES: Namespace Attribute Notices")
 	ns, err := b.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, ns.Info.NMIC, "NMIC: shared")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/goiwarp/iwarp/verbs"
@@ -48,6 +49,12 @@ type tqueue struct {
 	maxData  int
 	closeErr error
 	ended    chan struct{} // closed when run has torn the queue down
+
+	// An admin queue's wake-up for events (events.go): kick cancels the
+	// context of its wait for completions.
+	kickMu     sync.Mutex
+	kicked     bool
+	kickCancel context.CancelFunc
 }
 
 // tslot is a command in flight: its SQE, where its data is, and the
@@ -167,13 +174,25 @@ func (q *tqueue) run(req *verbs.ConnRequest) {
 	// pile up.
 	admitted := time.Now()
 	for {
+		if q.qid == 0 && q.ctrl != nil && q.takeKick() {
+			if !q.deliver() {
+				return
+			}
+			continue
+		}
 		ctx, cancel := q.t.ctx, context.CancelFunc(nil)
-		if q.ctrl == nil {
+		switch {
+		case q.ctrl == nil:
 			ctx, cancel = context.WithDeadline(q.t.ctx, admitted.Add(connectWait))
+		case q.qid == 0:
+			ctx, cancel = q.kickable(q.t.ctx)
 		}
 		n, err := q.cq.PollWait(ctx, q.wcs)
 		if cancel != nil {
 			cancel()
+		}
+		if err != nil && q.qid == 0 && q.ctrl != nil && q.t.ctx.Err() == nil && ctx.Err() != nil {
+			continue // kicked: deliver the events at the top
 		}
 		if err != nil {
 			switch {

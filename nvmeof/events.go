@@ -1,0 +1,136 @@
+package nvmeof
+
+import (
+	"context"
+	"encoding/binary"
+)
+
+// Asynchronous events: a namespace added to a subsystem while hosts are
+// connected raises a Namespace Attribute Changed notice on each of its
+// controllers that enabled it (Async Event Configuration bit 8), completing
+// a held Asynchronous Event Request, as Linux's nvmet does. The host then
+// reads the Changed Namespace List (log page 04h) and rescans.
+
+// LogChangedNS is the Changed Namespace List log page.
+const LogChangedNS = 0x04
+
+const (
+	// aecNSAttr enables Namespace Attribute Notices (Async Event
+	// Configuration), and OAES announces them.
+	aecNSAttr = 1 << 8
+	// maxChangedNS is how many NSIDs the Changed Namespace List holds
+	// (4 KiB); past that it holds 0xFFFFFFFF alone.
+	maxChangedNS = 1024
+	// aerNSChanged is the completion dword 0 of the notice: type 2
+	// (notice), information 0 (namespace attribute changed), log page
+	// 04h.
+	aerNSChanged = 2 | 0<<8 | LogChangedNS<<16
+)
+
+// nsChanged records that namespace id appeared and raises the notice if
+// the host enabled it and has read the log since the last one (a notice
+// is masked until then, as in Linux's nvmet).
+func (c *controller) nsChanged(id uint32) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	switch {
+	case c.changedNS == nil && c.nsOverflow:
+	case len(c.changedNS) == maxChangedNS:
+		c.changedNS, c.nsOverflow = nil, true
+	default:
+		c.changedNS = append(c.changedNS, id)
+	}
+	raise := c.aec&aecNSAttr != 0 && !c.nsMasked
+	if raise {
+		c.nsMasked = true
+		c.events = append(c.events, aerNSChanged)
+	}
+	c.mu.Unlock()
+	if raise {
+		c.admin.kick()
+	}
+}
+
+// takeEvent returns an event waiting for an AER, if any.
+func (c *controller) takeEvent() (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.events) == 0 {
+		return 0, false
+	}
+	ev := c.events[0]
+	c.events = c.events[1:]
+	return uint64(ev), true
+}
+
+// changedNSLog returns the Changed Namespace List and empties it; a read
+// without Retain Asynchronous Event (rae) unmasks the notice.
+func (c *controller) changedNSLog(rae bool) []byte {
+	log := make([]byte, 4*maxChangedNS)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nsOverflow {
+		binary.LittleEndian.PutUint32(log, 0xffffffff)
+	}
+	for i, id := range c.changedNS {
+		binary.LittleEndian.PutUint32(log[4*i:], id)
+	}
+	c.changedNS, c.nsOverflow = nil, false
+	if !rae {
+		c.nsMasked = false
+	}
+	return log
+}
+
+// kick wakes the admin queue's goroutine to deliver events (deliver).
+func (q *tqueue) kick() {
+	q.kickMu.Lock()
+	q.kicked = true
+	if q.kickCancel != nil {
+		q.kickCancel()
+	}
+	q.kickMu.Unlock()
+}
+
+// takeKick reports whether a kick came since it last looked.
+func (q *tqueue) takeKick() bool {
+	q.kickMu.Lock()
+	defer q.kickMu.Unlock()
+	k := q.kicked
+	q.kicked = false
+	return k
+}
+
+// kickable returns the context an admin queue waits for completions in:
+// parent, also ended by a kick, at once if one came since takeKick.
+func (q *tqueue) kickable(parent context.Context) (context.Context, context.CancelFunc) {
+	q.kickMu.Lock()
+	defer q.kickMu.Unlock()
+	ctx, cancel := context.WithCancel(parent)
+	q.kickCancel = cancel
+	if q.kicked {
+		cancel()
+	}
+	return ctx, cancel
+}
+
+// deliver completes held AERs with the events waiting for them; false
+// ends the queue.
+func (q *tqueue) deliver() bool {
+	c := q.ctrl
+	for len(c.heldAER) > 0 {
+		ev, ok := c.takeEvent()
+		if !ok {
+			return true
+		}
+		idx := c.heldAER[0]
+		c.heldAER = c.heldAER[1:]
+		if !q.respond(idx, ev, StatusSuccess, nil) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,115 @@
+package nvmeof
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A namespace added while a host is connected, as Linux's nvmet raises
+// it: the Changed Namespace List (log page 04h) names it; a held AER
+// completes with a Namespace Attribute Changed notice (type 2, information
+// 0, log page 04h) only if the host enabled the notice, and only once
+// until the host reads the list without Retain Asynchronous Event; a
+// notice raised with no AER held waits for the next; and the namespace
+// serves I/O at once.
+func TestNamespaceAddedNotice(t *testing.T) {
+	checkRoutines(t)
+	_, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	ctx := testCtx(t)
+	q := c.admin
+	postAER := func() int {
+		t.Helper()
+		i, err := q.acquire(ctx)
+		require.NoError(t, err)
+		NewAdmin(q.cmd(i), AdminAER, 0, 0, 0, 0)
+		require.NoError(t, q.submit(i, 0))
+		return i
+	}
+	noticed := func(i int, within time.Duration) bool {
+		t.Helper()
+		select {
+		case <-q.slots[i].done:
+			require.Equal(t, StatusSuccess, q.slots[i].st)
+			require.EqualValues(t, 2|LogChangedNS<<16, q.slots[i].res, "a notice: namespace attribute changed, log page 04h")
+			q.releaseSlot(i)
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	add := func() uint32 {
+		t.Helper()
+		ns, err := sub.AddNamespace(NewMemBackend(1<<20), 512)
+		require.NoError(t, err)
+		return ns.ID
+	}
+	changed := func() []uint32 {
+		t.Helper()
+		log := make([]byte, 4096)
+		require.NoError(t, c.GetLogPage(ctx, LogChangedNS, 0xffffffff, 0, log))
+		var ids []uint32
+		for i := 0; i < len(log); i += 4 {
+			if id := binary.LittleEndian.Uint32(log[i:]); id != 0 {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	const quiet = 200 * time.Millisecond
+
+	// Not enabled: listed, not noticed.
+	aer := postAER()
+	require.EqualValues(t, 2, add())
+	require.False(t, noticed(aer, quiet), "Namespace Attribute Notices are off")
+	require.Equal(t, []uint32{2}, changed())
+	require.Empty(t, changed(), "a read empties the list")
+
+	// Enabled: the held AER completes.
+	_, err := c.SetFeatures(ctx, FeatAsyncEvent, aecNSAttr)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, add())
+	require.True(t, noticed(aer, 5*time.Second), "the held AER completes with the notice")
+
+	// Masked until the list is read; a read that retains the event
+	// (RAE) leaves it masked.
+	aer = postAER()
+	require.EqualValues(t, 4, add())
+	require.False(t, noticed(aer, quiet), "masked: the host has not read the list")
+	st, _ := raw(t, q, func(cm Command, _ []byte) int {
+		NewAdmin(cm, AdminGetLogPage, 0, 0xffffffff, LogChangedNS|1<<15|1023<<16, 0)
+		cm.SGL().SetKeyed(0, 4096, 0, false)
+		return 0
+	})
+	require.Equal(t, StatusSuccess, st)
+	require.EqualValues(t, 5, add())
+	require.False(t, noticed(aer, quiet), "still masked after a read with RAE")
+	require.Equal(t, []uint32{5}, changed(), "the RAE read emptied the list too, as nvmet's does")
+	require.EqualValues(t, 6, add())
+	require.True(t, noticed(aer, 5*time.Second), "unmasked by the read without RAE")
+
+	// Raised with no AER held: the next AER takes it at once.
+	require.Equal(t, []uint32{6}, changed())
+	require.EqualValues(t, 7, add())
+	require.True(t, noticed(postAER(), 5*time.Second))
+
+	// The host finds the new namespaces and uses one.
+	list := make([]byte, IdentifySize)
+	require.NoError(t, c.Identify(ctx, CNSActiveNSList, 0, list))
+	for i := range 7 {
+		require.EqualValues(t, i+1, binary.LittleEndian.Uint32(list[4*i:]), "active namespace %d", i)
+	}
+	ns, err := c.Namespace(ctx, 7)
+	require.NoError(t, err)
+	w := make([]byte, 4096)
+	fill(w, 7)
+	_, err = ns.WriteAt(w, 8192)
+	require.NoError(t, err)
+	r := make([]byte, len(w))
+	_, err = ns.ReadAt(r, 8192)
+	require.NoError(t, err)
+	require.Equal(t, w, r)
+}
