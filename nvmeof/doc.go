@@ -53,9 +53,12 @@
 // io.WriterAt view of a namespace that spreads commands over the I/O
 // queues. The host's data buffers are registered once per command slot
 // (keyed SGL, address subtype: no invalidation) and small writes go in the
-// capsule. Controller.Close shuts down as NVMe asks and Linux's host
-// does: new commands fail with ErrClosed, those in flight finish, the I/O
-// queues disconnect, then CC.SHN and the admin queue's disconnect.
+// capsule. With HostConfig.WatchNamespaces the host keeps an Asynchronous
+// Event Request outstanding and Controller.WaitNamespaceChange returns
+// the namespaces the controller reports added. Controller.Close shuts down
+// as NVMe asks and Linux's host does: new commands fail with ErrClosed,
+// those in flight finish (not the standing AER), the I/O queues
+// disconnect, then CC.SHN and the admin queue's disconnect.
 //
 // A subsystem has a controller for each admin Connect, through any of the
 // target's listeners, and says so (CMIC multi-port and multi-controller,

@@ -1,7 +1,11 @@
 package nvmeof
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +116,78 @@ func TestNamespaceAddedNotice(t *testing.T) {
 	_, err = ns.ReadAt(r, 8192)
 	require.NoError(t, err)
 	require.Equal(t, w, r)
+}
+
+// The Go host's side (HostConfig.WatchNamespaces): it enables the notice
+// and keeps an AER outstanding; WaitNamespaceChange returns the NSIDs the
+// Changed Namespace List gave; Close does not wait for the standing AER
+// (the admin queue still ends in order); a host that does not watch gets
+// ErrNoWatch.
+func TestHostWatchesNamespaces(t *testing.T) {
+	checkRoutines(t)
+	var mu sync.Mutex
+	var logs []string
+	_, sub, addr := newTestTarget(t, 1<<20, TargetConfig{Logf: func(f string, a ...any) {
+		mu.Lock()
+		logs = append(logs, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}})
+	c, err := Connect(testCtx(t), "tcp", addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true})
+	require.NoError(t, err)
+	ctx := testCtx(t)
+	v, err := c.GetFeatures(ctx, FeatAsyncEvent)
+	require.NoError(t, err)
+	require.EqualValues(t, aecNSAttr, v, "the host enabled the notice")
+
+	add := func() uint32 {
+		t.Helper()
+		ns, err := sub.AddNamespace(NewMemBackend(1<<20), 512)
+		require.NoError(t, err)
+		return ns.ID
+	}
+	require.EqualValues(t, 2, add())
+	ids, err := c.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{2}, ids)
+	// Two in a row: the second is listed with the first or noticed after.
+	add()
+	add()
+	var seen []uint32
+	for len(seen) < 2 {
+		ids, err := c.WaitNamespaceChange(ctx)
+		require.NoError(t, err)
+		seen = append(seen, ids...)
+	}
+	require.Equal(t, []uint32{3, 4}, seen)
+	ns, err := c.Namespace(ctx, 4)
+	require.NoError(t, err)
+	_, err = ns.WriteAt(make([]byte, 512), 0)
+	require.NoError(t, err)
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = c.WaitNamespaceChange(short)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "nothing changed since")
+
+	start := time.Now()
+	require.NoError(t, c.Close())
+	// Not a measure of speed: a drain that waited for the AER would take
+	// all of shutdownWait and then end the admin queue abruptly.
+	require.Less(t, time.Since(start), shutdownWait/2, "Close waited for the standing AER")
+	_, err = c.WaitNamespaceChange(ctx)
+	require.Error(t, err, "the controller has ended")
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range logs {
+			if strings.Contains(l, "q0 ctrl") && strings.HasSuffix(l, ": disconnected") {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "the admin queue ended in order, its AER outstanding")
+
+	other := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	_, err = other.WaitNamespaceChange(ctx)
+	require.ErrorIs(t, err, ErrNoWatch)
 }

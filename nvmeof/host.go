@@ -39,6 +39,11 @@ type HostConfig struct {
 	// the NVMe/RDMA CM request, filled in). Its MPA CRC policy is taken as
 	// mpa.CRCOff unless AskCRC is set.
 	ConnConfig verbs.ConnConfig
+	// WatchNamespaces enables the controller's Namespace Attribute Notices
+	// (if its OAES announces them) and keeps an Asynchronous Event Request
+	// outstanding, so that WaitNamespaceChange learns of namespaces added
+	// while connected, as Linux's host does to rescan.
+	WatchNamespaces bool
 	// AskCRC asks the target for MPA CRCs and, unless ConnConfig.MaxFPDU
 	// is set, sends FPDUs of at most CRCMaxFPDU octets, each in a TCP
 	// segment of its own. Off by default, as Linux's nvme-rdma. Linux siw
@@ -72,6 +77,7 @@ type Controller struct {
 	rr      atomic.Uint32
 	maxData int
 
+	events    hostEvents // HostConfig.WatchNamespaces
 	kaStop    chan struct{}
 	kaOnce    sync.Once
 	kaWG      sync.WaitGroup
@@ -208,6 +214,11 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 		}
 		c.io = append(c.io, q)
 		if _, err := c.fabricsConnect(ctx, q, c.ID, 0); err != nil {
+			return err
+		}
+	}
+	if c.cfg.WatchNamespaces && c.Info.OAES&aecNSAttr != 0 {
+		if err := c.watchNamespaces(ctx); err != nil {
 			return err
 		}
 	}
@@ -446,6 +457,7 @@ func (c *Controller) Close() error {
 		if c.admin != nil {
 			c.closeErr = c.shutdown()
 		}
+		c.events.wg.Wait() // its AER ended with the admin queue
 		if c.ownDev {
 			c.dev.Close()
 		}

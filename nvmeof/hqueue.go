@@ -484,6 +484,30 @@ func (q *hqueue) adminCmd(ctx context.Context, fill func(Command), n int, op str
 	return res, err
 }
 
+// standingCmd runs a command that stays outstanding until the controller
+// has something to say (an Asynchronous Event Request): as adminCmd, but
+// its slot does not count as held, so that Close's drain does not wait
+// for it; the queue's end wakes it.
+func (q *hqueue) standingCmd(ctx context.Context, fill func(Command), op string) (uint64, error) {
+	i, err := q.acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	q.gate.Lock()
+	q.held--
+	if q.held == 0 && q.idle != nil {
+		close(q.idle)
+		q.idle = nil
+	}
+	q.gate.Unlock()
+	fill(q.cmd(i))
+	res, err := q.run(ctx, i, 0, op)
+	if err == nil || isStatus(err) {
+		q.free <- i // not held: no count to give back
+	}
+	return res, err
+}
+
 func isStatus(err error) bool {
 	var se *StatusError
 	return errors.As(err, &se)
