@@ -187,7 +187,17 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 		c.sub.countMu.Unlock()
 		log = appendSMARTLog(nil, cnt, uint64(time.Since(c.t.start).Hours()))
 	case lid == LogChangedNS && !c.discovery():
-		log = c.changedNSLog(cmd.CDW(10)&(1<<15) != 0)
+		// Reading the list empties it, so it is read whole or not at
+		// all (nvmet refuses any other length too).
+		if n != 4*maxChangedNS || off != 0 {
+			return nil, StatusInvalidField | DNR
+		}
+		out := r.out(n)
+		if out == nil {
+			return nil, StatusInternalError
+		}
+		c.changedNSLog(out, cmd.CDW(10)&(1<<15) != 0)
+		return out, StatusSuccess
 	case lid == LogFirmware && !c.discovery():
 		log = make([]byte, firmwareLogSize)
 		log[0] = 1 // slot 1 active

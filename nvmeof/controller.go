@@ -266,10 +266,10 @@ func (q *tqueue) connect(r *request) (uint64, Status) {
 		}
 		q.ctrl = c
 		q.noSQFlow = cmd.CATTR()&4 != 0
-		c.setKATO(cmd.KATO())
 		if sub != nil {
-			sub.attach(c)
+			sub.attach(c) // before the keep-alive timer, whose expiry detaches it
 		}
+		c.setKATO(cmd.KATO())
 		t.logf("nvmeof: controller %d: host %s (%v) connected to %s, KATO %d ms", c.id, cd.HostNQN, q.qp.RemoteAddr(), c.nqn(), cmd.KATO())
 		return uint64(c.id), StatusSuccess
 	}

@@ -66,10 +66,10 @@ func (c *controller) takeEvent() (uint64, bool) {
 	return uint64(ev), true
 }
 
-// changedNSLog returns the Changed Namespace List and empties it; a read
-// without Retain Asynchronous Event (rae) unmasks the notice.
-func (c *controller) changedNSLog(rae bool) []byte {
-	log := make([]byte, 4*maxChangedNS)
+// changedNSLog puts the Changed Namespace List in log (4 KiB) and empties
+// it; a read without Retain Asynchronous Event (rae) unmasks the notice.
+func (c *controller) changedNSLog(log []byte, rae bool) {
+	clear(log)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.nsOverflow {
@@ -82,7 +82,6 @@ func (c *controller) changedNSLog(rae bool) []byte {
 	if !rae {
 		c.nsMasked = false
 	}
-	return log
 }
 
 // kick wakes the admin queue's goroutine to deliver events (deliver).
@@ -114,7 +113,12 @@ func (q *tqueue) kickable(parent context.Context) (context.Context, context.Canc
 	if q.kicked {
 		cancel()
 	}
-	return ctx, cancel
+	return ctx, func() {
+		q.kickMu.Lock()
+		q.kickCancel = nil
+		q.kickMu.Unlock()
+		cancel()
+	}
 }
 
 // deliver completes held AERs with the events waiting for them; false

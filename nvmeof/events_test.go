@@ -3,12 +3,14 @@ package nvmeof
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/verbs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -190,4 +192,89 @@ func TestHostWatchesNamespaces(t *testing.T) {
 	other := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
 	_, err = other.WaitNamespaceChange(ctx)
 	require.ErrorIs(t, err, ErrNoWatch)
+}
+
+// A read of the Changed Namespace List that the target refuses (an offset,
+// a length other than the whole 4 KiB) leaves the list as it was: reading
+// it empties it.
+func TestChangedNSRefusedReadKeepsList(t *testing.T) {
+	checkRoutines(t)
+	_, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	ns, err := sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name      string
+		numd, lpo uint32
+	}{{"offset 2", 1023, 2}, {"offset 4", 1022, 4}, {"512 octets", 127, 0}} {
+		st, _ := raw(t, c.admin, func(cm Command, _ []byte) int {
+			NewAdmin(cm, AdminGetLogPage, 0, 0xffffffff, LogChangedNS|tc.numd<<16, 0)
+			cm.SetCDW(12, tc.lpo)
+			cm.SGL().SetKeyed(0, (tc.numd+1)*4, 0, false)
+			return 0
+		})
+		require.Equal(t, StatusInvalidField|DNR, st, tc.name)
+	}
+	log := make([]byte, 4096)
+	require.NoError(t, c.GetLogPage(testCtx(t), LogChangedNS, 0xffffffff, 0, log))
+	require.EqualValues(t, ns.ID, binary.LittleEndian.Uint32(log), "the refused reads left the list")
+}
+
+// gateFlush holds its first Flush until released, so that a test can
+// keep a queue's goroutine busy.
+type gateFlush struct {
+	*MemBackend
+	entered, release chan struct{}
+}
+
+func (g *gateFlush) Flush() error {
+	select {
+	case g.entered <- struct{}{}:
+		<-g.release
+	default:
+	}
+	return g.MemBackend.Flush()
+}
+
+// An admin queue whose CQ overruns ends, as an I/O queue does: the wait
+// that a namespace notice interrupts (kick) is told from the CQ's own
+// error. (Found by review: the loop took every error for a kick and spun.)
+func TestAdminCQOverrunEndsQueue(t *testing.T) {
+	checkRoutines(t)
+	g := &gateFlush{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+	tg, _, addr := newBackendTarget(t, g, TargetConfig{Logf: func(string, ...any) {}})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	tg.mu.Lock()
+	var tc *controller
+	for _, x := range tg.ctrls {
+		tc = x
+	}
+	tg.mu.Unlock()
+	tq := tc.admin
+	// CC.SHN flushes the namespace: the admin queue's goroutine waits in
+	// the gate while its CQ fills with completions it never takes.
+	go c.propertySet(context.Background(), PropCC, CCEnable|6<<16|4<<20|1<<14)
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no flush")
+	}
+	hm := c.admin.slots[0].mr
+	sge := []verbs.SGE{tq.recvMR.SGE(0, 1)}
+	for deadline := time.Now().Add(20 * time.Second); tq.cq.Err() == nil && time.Now().Before(deadline); {
+		_, err := tq.qp.PostSend(verbs.SendWR{ID: 0, Opcode: verbs.OpRDMAWrite, Flags: verbs.Signaled, SGL: sge,
+			RemoteAddr: hm.Addr(), RKey: hm.RKey()})
+		if errors.Is(err, verbs.ErrQueueFull) {
+			time.Sleep(100 * time.Microsecond)
+			continue
+		}
+		require.NoError(t, err)
+	}
+	require.ErrorIs(t, tq.cq.Err(), verbs.ErrCQOverrun)
+	close(g.release)
+	select {
+	case <-tq.ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the admin queue did not end on ErrCQOverrun")
+	}
 }

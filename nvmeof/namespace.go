@@ -203,6 +203,12 @@ func (s *Subsystem) AddNamespace(b Backend, blockSize int) (*Namespace, error) {
 func (s *Subsystem) attach(c *controller) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	c.mu.Lock()
+	dead := c.dead
+	c.mu.Unlock()
+	if dead {
+		return // shut down already: its detach has run
+	}
 	if s.ctrls == nil {
 		s.ctrls = map[*controller]struct{}{}
 	}

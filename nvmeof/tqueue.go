@@ -191,8 +191,8 @@ func (q *tqueue) run(req *verbs.ConnRequest) {
 		if cancel != nil {
 			cancel()
 		}
-		if err != nil && q.qid == 0 && q.ctrl != nil && q.t.ctx.Err() == nil && ctx.Err() != nil {
-			continue // kicked: deliver the events at the top
+		if q.qid == 0 && q.ctrl != nil && errors.Is(err, context.Canceled) && q.t.ctx.Err() == nil {
+			continue // kicked: deliver the events at the top (a CQ's own error ends the queue below)
 		}
 		if err != nil {
 			switch {
