@@ -337,12 +337,20 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 			c.csts = CSTSReady
 		}
 	case v&CCEnable == 0 && old&CCEnable != 0:
-		// A reset: the I/O queues go, CSTS.RDY clears.
+		// A reset: the I/O queues go, CSTS.RDY clears, and the held
+		// AERs are aborted with every other outstanding command (the
+		// host reposts its own; one answered later would carry a CID the
+		// host may have reused).
 		c.csts &^= CSTSReady | CSTSFatal
 		for _, q := range c.ioq {
 			drop = append(drop, q)
 		}
 		clear(c.ioq)
+		c.events = nil
+		for _, idx := range c.heldAER { // this is the admin queue's goroutine
+			q.abandon(idx)
+		}
+		c.heldAER = nil
 	}
 	shn := v&CCShnMask != 0 && old&CCShnMask == 0
 	if shn {

@@ -121,6 +121,14 @@ func (q *tqueue) kickable(parent context.Context) (context.Context, context.Canc
 	}
 }
 
+// abandon frees the slot of a held AER without answering it (a reset).
+func (q *tqueue) abandon(idx int) {
+	s := &q.slots[idx]
+	q.active--
+	s.busy = false
+	q.free = append(q.free, idx)
+}
+
 // deliver completes held AERs with the events waiting for them; false
 // ends the queue.
 func (q *tqueue) deliver() bool {

@@ -278,3 +278,53 @@ func TestAdminCQOverrunEndsQueue(t *testing.T) {
 		t.Fatal("the admin queue did not end on ErrCQOverrun")
 	}
 }
+
+// A controller reset (CC.EN 1 → 0) aborts the held AERs with every other
+// outstanding command: once enabled again the host may hold four new ones
+// (AERL 3), and no stale one answers later.
+func TestResetDropsHeldAERs(t *testing.T) {
+	checkRoutines(t)
+	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	q := rawQueue(t, addr, 0, 16, 16)
+	st, _ := raw(t, q, func(c Command, d []byte) int {
+		NewConnect(c, 0, 0, 15, 0)
+		ConnectData{CntlID: DynamicCntlID, SubNQN: testNQN, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555555"}.Append(d[:0])
+		c.SGL().SetInCapsule(0, 1024)
+		return 1024
+	})
+	require.Equal(t, StatusSuccess, st)
+	enable := func(on bool) {
+		t.Helper()
+		v := uint32(6<<16 | 4<<20)
+		if on {
+			v |= CCEnable
+		}
+		st, _ := raw(t, q, func(c Command, _ []byte) int { NewPropertySet(c, 0, PropCC, v); return 0 })
+		require.Equal(t, StatusSuccess, st)
+	}
+	postAER := func() int {
+		t.Helper()
+		i, err := q.acquire(testCtx(t))
+		require.NoError(t, err)
+		NewAdmin(q.cmd(i), AdminAER, 0, 0, 0, 0)
+		require.NoError(t, q.submit(i, 0))
+		return i
+	}
+	enable(true)
+	stale := []int{postAER(), postAER()}
+	enable(false)
+	enable(true)
+	var fresh []int
+	for range aerl + 1 {
+		fresh = append(fresh, postAER())
+	}
+	st, _ = raw(t, q, func(c Command, _ []byte) int { NewAdmin(c, AdminAER, 0, 0, 0, 0); return 0 })
+	require.Equal(t, StatusAERLimitExceeded|DNR, st, "a fifth")
+	for _, i := range append(stale, fresh...) {
+		select {
+		case <-q.slots[i].done:
+			t.Fatalf("an AER was answered (%v): the stale ones still counted, or answered late", q.slots[i].st)
+		default:
+		}
+	}
+}
