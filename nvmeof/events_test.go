@@ -328,3 +328,18 @@ func TestResetDropsHeldAERs(t *testing.T) {
 		}
 	}
 }
+
+// A subsystem holds as many namespaces as Identify Controller's NN says
+// (maxNSID), no more: a namespace beyond it could be neither listed nor
+// addressed by a host.
+func TestNamespaceLimit(t *testing.T) {
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	for range maxNSID {
+		_, err := sub.AddNamespace(NewMemBackend(512), 512)
+		require.NoError(t, err)
+	}
+	_, err = sub.AddNamespace(NewMemBackend(512), 512)
+	require.Error(t, err)
+	require.Len(t, sub.namespaces(), maxNSID)
+}

@@ -181,6 +181,10 @@ func (s *Subsystem) AddNamespace(b Backend, blockSize int) (*Namespace, error) {
 		return nil, fmt.Errorf("nvmeof: a backend of %d octets holds no block of %d", b.Size(), blockSize)
 	}
 	s.mu.Lock()
+	if len(s.ns) >= maxNSID {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("nvmeof: %s holds %d namespaces, as many as Identify announces (NN)", s.NQN, maxNSID)
+	}
 	ns := &Namespace{ID: uint32(len(s.ns) + 1), Backend: b, BlockSize: blockSize}
 	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", s.NQN, ns.ID))
 	copy(ns.NGUID[:], h[:16])
