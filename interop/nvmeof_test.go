@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,11 +205,7 @@ dmesg | grep -iE 'nvme|siw: crc' | tail -20`, hp, nvmeNQN, nvmeNQN, nvmeNQN, nvm
 		nvmeJudgeCRC(t, pcap)
 	}
 	// What the namespace holds here is the guest's pattern.
-	buf := make([]byte, 16<<20)
-	_, err = mem.ReadAt(buf, 4<<20)
-	require.NoError(t, err)
-	sum := sha256.Sum256(buf)
-	require.Equal(t, pattern, hex.EncodeToString(sum[:]), "the namespace's octets 4 MiB .. 20 MiB")
+	requireHolds(t, mem, 4<<20, 16<<20, pattern, "the namespace's octets 4 MiB .. 20 MiB")
 	require.GreaterOrEqual(t, logs.count(`q2: connected`), 1, "a second I/O queue")
 	require.GreaterOrEqual(t, logs.count(`nqn.2014-08.org.nvmexpress.discovery, KATO`), 1, "a discovery controller")
 }
@@ -263,11 +260,7 @@ dmesg | grep -iE 'nvme' | tail -20`, p1, p2, nvmeNQN, nvmeNQN)
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
 	_, err = vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
-	buf := make([]byte, 4<<20)
-	_, err = mem.ReadAt(buf, 1<<20)
-	require.NoError(t, err)
-	sum := sha256.Sum256(buf)
-	require.Equal(t, pattern, hex.EncodeToString(sum[:]), "the namespace's octets 1 MiB .. 5 MiB")
+	requireHolds(t, mem, 1<<20, 4<<20, pattern, "the namespace's octets 1 MiB .. 5 MiB")
 	require.Equal(t, 2, logs.count(`q1: connected`), "an I/O queue for each path")
 }
 
@@ -320,11 +313,18 @@ dmesg | grep -iE 'nvme' | tail -20`, hp, nvmeNQN, nvmeNQN)
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
 	_, err = vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
-	buf := make([]byte, 4<<20)
-	_, err = mem2.ReadAt(buf, 1<<20)
+	requireHolds(t, mem2, 1<<20, 4<<20, pattern, "namespace 2's octets 1 MiB .. 5 MiB")
+}
+
+// requireHolds checks that n octets of r from off are the guest's pattern
+// (its SHA-256, hex).
+func requireHolds(t *testing.T, r io.ReaderAt, off int64, n int, pattern, what string) {
+	t.Helper()
+	buf := make([]byte, n)
+	_, err := r.ReadAt(buf, off)
 	require.NoError(t, err)
 	sum := sha256.Sum256(buf)
-	require.Equal(t, pattern, hex.EncodeToString(sum[:]), "namespace 2's octets 1 MiB .. 5 MiB")
+	require.Equal(t, pattern, hex.EncodeToString(sum[:]), what)
 }
 
 // buildNvmet builds cmd/iwarp-nvmet.

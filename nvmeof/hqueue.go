@@ -341,6 +341,12 @@ func (q *hqueue) take(i int, own bool) bool {
 
 // releaseSlot gives a slot back.
 func (q *hqueue) releaseSlot(i int) {
+	q.unhold()
+	q.free <- i
+}
+
+// unhold counts one slot fewer as held, and wakes a drain at zero.
+func (q *hqueue) unhold() {
 	q.gate.Lock()
 	q.held--
 	if q.held == 0 && q.idle != nil {
@@ -348,7 +354,6 @@ func (q *hqueue) releaseSlot(i int) {
 		q.idle = nil
 	}
 	q.gate.Unlock()
-	q.free <- i
 }
 
 func (q *hqueue) draining() bool {
@@ -493,13 +498,7 @@ func (q *hqueue) standingCmd(ctx context.Context, fill func(Command), op string)
 	if err != nil {
 		return 0, err
 	}
-	q.gate.Lock()
-	q.held--
-	if q.held == 0 && q.idle != nil {
-		close(q.idle)
-		q.idle = nil
-	}
-	q.gate.Unlock()
+	q.unhold()
 	fill(q.cmd(i))
 	res, err := q.run(ctx, i, 0, op)
 	if err == nil || isStatus(err) {
