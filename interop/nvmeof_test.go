@@ -268,7 +268,8 @@ dmesg | grep -iE 'nvme' | tail -20`, p1, p2, nvmeNQN, nvmeNQN)
 // the host enabled Namespace Attribute Notices (OAES), its held
 // Asynchronous Event Request completes with the notice, it reads the
 // Changed Namespace List and rescans, and the new namespace (4 KiB blocks)
-// appears as a block device that takes I/O, with no reconnect.
+// appears as a block device that takes I/O, with no reconnect. Removed
+// again, its block device goes and the first namespace's stays.
 func TestNVMeKernelHostNamespaceAdded(t *testing.T) {
 	logs := &logLines{t: t}
 	sub, _ := memSubsystem(t)
@@ -292,6 +293,10 @@ dd if=/tmp/pat of=/dev/nvme0n2 bs=1M seek=1 oflag=direct 2>&1 | tail -1; echo "W
 dd if=/dev/nvme0n2 of=/tmp/back bs=1M skip=1 count=4 iflag=direct 2>&1 | tail -1
 echo "READBACK $(sha256sum /tmp/back | cut -d' ' -f1)"
 echo "RESCANS $(dmesg | grep -c 'rescanning namespaces')"
+echo "REMOVE_READY"
+for i in $(seq 120); do [ -b /dev/nvme0n2 ] || break; sleep 0.25; done
+[ -b /dev/nvme0n2 ] || echo "NS2 gone"
+[ -b /dev/nvme0n1 ] && echo "NS1 still present"
 $NVME disconnect -n %s; echo "DISCONNECT rc=$?"
 dmesg | grep -iE 'nvme' | tail -20`, hp, nvmeNQN, nvmeNQN)
 	vm := nvmeVM(t, script)
@@ -310,6 +315,10 @@ dmesg | grep -iE 'nvme' | tail -20`, hp, nvmeNQN, nvmeNQN)
 	require.Equal(t, "WRITE rc=0", guestLine(t, vm, "WRITE rc=", step))
 	require.Equal(t, pattern, guestValue(t, vm, "READBACK", step))
 	require.Equal(t, "1", guestValue(t, vm, "RESCANS", step), "the host rescanned on the notice (dmesg)")
+	guestLine(t, vm, "REMOVE_READY", step)
+	require.NoError(t, sub.RemoveNamespace(vmCtx(t, vm, step), 2))
+	guestLine(t, vm, "NS2 gone", step)
+	guestLine(t, vm, "NS1 still present", step)
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
 	_, err = vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)

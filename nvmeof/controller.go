@@ -407,14 +407,7 @@ func (c *controller) flushAll() bool {
 	if c.sub == nil {
 		return true
 	}
-	ok := true
-	for _, ns := range c.sub.namespaces() {
-		if err := ns.Backend.Flush(); err != nil {
-			c.t.logf("nvmeof: controller %d: namespace %d: flush at shutdown: %v", c.id, ns.ID, err)
-			ok = false
-		}
-	}
-	return ok
+	return c.flushEach(" at shutdown").OK()
 }
 
 // plan checks a command before its data moves: whether the queue and

@@ -31,19 +31,20 @@
 // Async Event Configuration (the SMART warnings NVMe makes mandatory, never
 // raised, and Namespace Attribute Notices, as Linux's nvmet) and Volatile
 // Write Cache; Asynchronous Event Requests, held until an event: a
-// namespace added while hosts are connected (Subsystem.AddNamespace) raises
-// a Namespace Attribute Changed notice and is listed in the Changed
-// Namespace List (log page 04h), upon which Linux's host rescans; Keep
-// Alive; Abort (never aborts). I/O queues implement Read, Write, Flush,
-// Write Zeroes and Dataset Management (Deallocate: the range reads as
-// zeros; a Backend may zero itself, Zeroer: memory is cleared, a file gets
-// fallocate as in Linux's nvmet, zeroed in place or a hole punched). Bad
-// input gets the status the specifications prescribe, with DNR: invalid
-// opcodes, namespaces, fields, SGL types, offsets and lengths, LBAs out of
-// range, transfers beyond MDTS, commands before Connect or before CC.EN
-// (Command Sequence Error), Connect errors with the Invalid Parameter
-// offset, and a host that overruns its SQ. A broken connection ends its
-// queue, and an admin queue's its controller.
+// namespace added or removed while hosts are connected
+// (Subsystem.AddNamespace, RemoveNamespace) raises a Namespace Attribute
+// Changed notice and is listed in the Changed Namespace List (log page
+// 04h), upon which Linux's host rescans; Keep Alive; Abort (never aborts).
+// I/O queues implement Read, Write, Flush, Write Zeroes and Dataset
+// Management (Deallocate: the range reads as zeros; a Backend may zero
+// itself, Zeroer: memory is cleared, a file gets fallocate as in Linux's
+// nvmet, zeroed in place or a hole punched). Bad input gets the status the
+// specifications prescribe, with DNR: invalid opcodes, namespaces, fields,
+// SGL types, offsets and lengths, LBAs out of range, transfers beyond MDTS,
+// commands before Connect or before CC.EN (Command Sequence Error), Connect
+// errors with the Invalid Parameter offset, and a host that overruns its
+// SQ. A broken connection ends its queue, and an admin queue's its
+// controller.
 //
 // # Host
 //

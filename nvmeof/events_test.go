@@ -343,3 +343,86 @@ func TestNamespaceLimit(t *testing.T) {
 	require.Error(t, err)
 	require.Len(t, sub.namespaces(), maxNSID)
 }
+
+// gateWrite holds its first WriteAt until released.
+type gateWrite struct {
+	*MemBackend
+	entered, release chan struct{}
+}
+
+func (g *gateWrite) WriteAt(p []byte, off int64) (int, error) {
+	select {
+	case g.entered <- struct{}{}:
+		<-g.release
+	default:
+	}
+	return g.MemBackend.WriteAt(p, off)
+}
+
+// A namespace removed while a host is connected (as disabling one in
+// Linux's nvmet): the host is told (Changed Namespace List, notice), the
+// namespace leaves the active list and reads as an inactive NSID, commands
+// naming it get Invalid Namespace, its NSID is not reused, and
+// RemoveNamespace returns only once a command using its Backend has
+// finished, which completes normally.
+func TestNamespaceRemoved(t *testing.T) {
+	checkRoutines(t)
+	_, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	g := &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(g.release) }) }
+	t.Cleanup(release) // before the target's Close, which waits for the write
+	ns2, err := sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true})
+	ctx := testCtx(t)
+	h2, err := c.Namespace(ctx, ns2.ID)
+	require.NoError(t, err)
+	_, err = h2.WriteAt(make([]byte, 512), 0)
+	require.NoError(t, err)
+
+	require.NoError(t, sub.RemoveNamespace(ctx, ns2.ID))
+	ids, err := c.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{ns2.ID}, ids)
+	list := make([]byte, IdentifySize)
+	require.NoError(t, c.Identify(ctx, CNSActiveNSList, 0, list))
+	require.EqualValues(t, 1, binary.LittleEndian.Uint32(list))
+	require.Zero(t, binary.LittleEndian.Uint32(list[4:]), "namespace 2 is not active")
+	id := make([]byte, IdentifySize)
+	require.NoError(t, c.Identify(ctx, CNSNamespace, ns2.ID, id))
+	require.Zero(t, binary.LittleEndian.Uint64(id), "NSZE of an inactive NSID")
+	_, err = h2.ReadAt(make([]byte, 512), 0)
+	requireStatus(t, err, StatusInvalidNamespace|DNR)
+	require.Error(t, sub.RemoveNamespace(ctx, ns2.ID), "removed already")
+	require.Error(t, sub.RemoveNamespace(ctx, 9), "never there")
+
+	// Not reused; and a removal waits for the write in progress.
+	ns3, err := sub.AddNamespace(g, 512)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, ns3.ID)
+	ids, err = c.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{3}, ids)
+	h3, err := c.Namespace(ctx, 3)
+	require.NoError(t, err)
+	w := make([]byte, 4096)
+	fill(w, 3)
+	wrote := make(chan error, 1)
+	go func() { _, err := h3.WriteAt(w, 4096); wrote <- err }()
+	<-g.entered
+	removed := make(chan error, 1)
+	go func() { removed <- sub.RemoveNamespace(ctx, 3) }()
+	select {
+	case err := <-removed:
+		t.Fatalf("RemoveNamespace returned (%v) while a write used the backend", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	require.NoError(t, <-removed)
+	require.NoError(t, <-wrote, "the write that had started completes")
+	got := make([]byte, len(w))
+	_, err = g.ReadAt(got, 4096)
+	require.NoError(t, err)
+	require.Equal(t, w, got)
+}

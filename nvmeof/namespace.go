@@ -1,6 +1,7 @@
 package nvmeof
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Backend is a namespace's storage: ReadAt and WriteAt at octet offsets
@@ -122,6 +124,8 @@ type Namespace struct {
 	BlockSize int // 512 .. 64 KiB, a power of two
 	NGUID     [16]byte
 	UUID      [16]byte
+
+	refs atomic.Int64 // commands using Backend (Subsystem.use), which RemoveNamespace waits out
 }
 
 // Blocks returns the namespace's size in logical blocks.
@@ -192,10 +196,7 @@ func (s *Subsystem) AddNamespace(b Backend, blockSize int) (*Namespace, error) {
 	ns.UUID[6] = ns.UUID[6]&0x0f | 0x40 // version 4 layout
 	ns.UUID[8] = ns.UUID[8]&0x3f | 0x80
 	s.ns = append(s.ns, ns)
-	ctrls := make([]*controller, 0, len(s.ctrls))
-	for c := range s.ctrls {
-		ctrls = append(ctrls, c)
-	}
+	ctrls := s.controllers()
 	s.mu.Unlock()
 	for _, c := range ctrls {
 		c.nsChanged(ns.ID)
@@ -242,6 +243,61 @@ func (s *Subsystem) Allowed(hostNQN string) bool {
 	return s.anyHost || slices.Contains(s.hosts, hostNQN)
 }
 
+// RemoveNamespace takes namespace id out of the subsystem, as disabling
+// it does in Linux's nvmet: commands that name it from then on get Invalid
+// Namespace, and each controller lists it in its Changed Namespace List and
+// raises a Namespace Attribute Changed notice (see AddNamespace), upon
+// which Linux's host drops the block device. It returns once the commands
+// already using its Backend have finished, so that the caller may close
+// the Backend then, or when ctx ends. NSIDs are not reused.
+func (s *Subsystem) RemoveNamespace(ctx context.Context, id uint32) error {
+	s.mu.Lock()
+	if id == 0 || id > uint32(len(s.ns)) || s.ns[id-1] == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("nvmeof: %s has no namespace %d", s.NQN, id)
+	}
+	ns := s.ns[id-1]
+	s.ns[id-1] = nil
+	ctrls := s.controllers()
+	s.mu.Unlock()
+	for _, c := range ctrls {
+		c.nsChanged(id)
+	}
+	for ns.refs.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// controllers returns the subsystem's live controllers (mu held).
+func (s *Subsystem) controllers() []*controller {
+	ctrls := make([]*controller, 0, len(s.ctrls))
+	for c := range s.ctrls {
+		ctrls = append(ctrls, c)
+	}
+	return ctrls
+}
+
+// use returns the namespace with the given NSID counted as in use
+// (Namespace.refs) until the caller's done, or nil: a command's hold on
+// its Backend, which RemoveNamespace waits out.
+func (s *Subsystem) use(id uint32) *Namespace {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if id == 0 || id > uint32(len(s.ns)) || s.ns[id-1] == nil {
+		return nil
+	}
+	ns := s.ns[id-1]
+	ns.refs.Add(1)
+	return ns
+}
+
+func (ns *Namespace) done() { ns.refs.Add(-1) }
+
 // namespace returns the namespace with the given NSID, or nil.
 func (s *Subsystem) namespace(id uint32) *Namespace {
 	s.mu.RLock()
@@ -256,7 +312,13 @@ func (s *Subsystem) namespace(id uint32) *Namespace {
 func (s *Subsystem) namespaces() []*Namespace {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return slices.Clone(s.ns)
+	var nss []*Namespace
+	for _, ns := range s.ns {
+		if ns != nil { // removed
+			nss = append(nss, ns)
+		}
+	}
+	return nss
 }
 
 func (s *Subsystem) count(write bool, octets int) {

@@ -46,10 +46,16 @@ func (c *controller) planIO(cmd Command) (dir, need int, st Status) {
 	return 0, 0, StatusInvalidOpcode | DNR
 }
 
-// execIO runs an NVM command set command.
+// execIO runs an NVM command set command. Its namespace was there when
+// planIO looked, but may have been removed while its data moved.
 func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 	cmd := r.cmd
-	ns := c.sub.namespace(cmd.NSID())
+	ns := c.sub.use(cmd.NSID())
+	if ns != nil {
+		defer ns.done()
+	} else if cmd.Opcode() != IOFlush || cmd.NSID() != 0xffffffff {
+		return 0, StatusInvalidNamespace | DNR, nil
+	}
 	switch cmd.Opcode() {
 	case IORead:
 		off := int64(cmd.SLBA()) * int64(ns.BlockSize)
@@ -72,17 +78,10 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		c.sub.count(true, len(r.in))
 		return 0, StatusSuccess, nil
 	case IOFlush:
-		nss := []*Namespace{ns}
-		if ns == nil {
-			nss = c.sub.namespaces()
+		if ns != nil {
+			return 0, c.flush(ns, ""), nil
 		}
-		for _, ns := range nss {
-			if err := ns.Backend.Flush(); err != nil {
-				c.t.logf("nvmeof: namespace %d: flush: %v", ns.ID, err)
-				return 0, 0x280 | DNR, nil
-			}
-		}
-		return 0, StatusSuccess, nil
+		return 0, c.flushEach(""), nil
 	case IOWriteZeroes:
 		return 0, zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1, false), nil
 	case IODSM:
@@ -106,6 +105,31 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		return 0, StatusSuccess, nil
 	}
 	return 0, StatusInvalidOpcode | DNR, nil
+}
+
+// flush commits ns's written data (Backend.Flush): Write Fault if it
+// cannot; when says why, for the log.
+func (c *controller) flush(ns *Namespace, when string) Status {
+	if err := ns.Backend.Flush(); err != nil {
+		c.t.logf("nvmeof: controller %d: namespace %d: flush%s: %v", c.id, ns.ID, when, err)
+		return 0x280 | DNR
+	}
+	return StatusSuccess
+}
+
+// flushEach flushes every namespace of the subsystem, each held (use) so
+// that one removed meanwhile is not flushed after its Backend was let go.
+func (c *controller) flushEach(when string) Status {
+	st := StatusSuccess
+	for _, n := range c.sub.namespaces() {
+		if ns := c.sub.use(n.ID); ns != nil {
+			if s := c.flush(ns, when); !s.OK() {
+				st = s
+			}
+			ns.done()
+		}
+	}
+	return st
 }
 
 var zeros = make([]byte, 64<<10)
