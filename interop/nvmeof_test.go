@@ -147,16 +147,30 @@ func memSubsystem(t *testing.T) (*nvmeof.Subsystem, *nvmeof.MemBackend) {
 	return sub, mem
 }
 
-func nvmeKernelHost(t *testing.T, crc bool) {
+// serveTarget serves sub with cfg on n loopback ports of its own until
+// the test ends, its log collected.
+func serveTarget(t *testing.T, cfg nvmeof.TargetConfig, sub *nvmeof.Subsystem, n int) (*logLines, []int) {
+	t.Helper()
 	logs := &logLines{t: t}
+	cfg.Logf = logs.logf
+	tg, err := nvmeof.NewTarget(cfg, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	var ports []int
+	for range n {
+		p := freePort(t)
+		_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		require.NoError(t, err)
+		ports = append(ports, p)
+	}
+	return logs, ports
+}
+
+func nvmeKernelHost(t *testing.T, crc bool) {
 	sub, mem := memSubsystem(t)
 	sub.AllowHost(nvmeHostNQN)
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf, AskCRC: crc}, sub)
-	require.NoError(t, err)
-	defer tg.Close()
-	hp := freePort(t)
-	_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp))
-	require.NoError(t, err)
+	logs, ports := serveTarget(t, nvmeof.TargetConfig{AskCRC: crc}, sub, 1)
+	hp := ports[0]
 	var pcap string
 	stop := func() int { return 0 }
 	if crc || os.Getenv("IWARP_PCAP_DIR") != "" {
@@ -195,7 +209,7 @@ dmesg | grep -iE 'nvme|siw: crc' | tail -20`, hp, nvmeNQN, nvmeNQN, nvmeNQN, nvm
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
 	siwCRCErrors := guestValue(t, vm, "SIW_CRC_ERRORS", step)
 	recoveries := guestValue(t, vm, "ERROR_RECOVERIES", step)
-	_, err = vm.Wait(vmCtx(t, vm, step))
+	_, err := vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
 	if crc {
 		assert.Equal(t, "0", siwCRCErrors, "siw's CRC errors (dmesg)")
@@ -216,16 +230,9 @@ dmesg | grep -iE 'nvme|siw: crc' | tail -20`, hp, nvmeNQN, nvmeNQN, nvmeNQN, nvm
 // namespace it sees as one (NMIC shared). What goes in by one path comes
 // back by the other.
 func TestNVMeKernelHostTwoPaths(t *testing.T) {
-	logs := &logLines{t: t}
 	sub, mem := memSubsystem(t)
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
-	require.NoError(t, err)
-	defer tg.Close()
-	p1, p2 := freePort(t), freePort(t)
-	for _, p := range []int{p1, p2} {
-		_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", p))
-		require.NoError(t, err)
-	}
+	logs, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 2)
+	p1, p2 := ports[0], ports[1]
 	script := fmt.Sprintf(`for p in %d %d; do
   $NVME connect -t rdma -a 10.0.2.2 -s $p -q $HOSTNQN -n %s -i 1; echo "CONNECT $p rc=$?"
 done
@@ -258,7 +265,7 @@ dmesg | grep -iE 'nvme' | tail -20`, p1, p2, nvmeNQN, nvmeNQN)
 	t.Logf("the namespace by the second path: %s", guestValue(t, vm, "DEVICE2", step))
 	require.Equal(t, pattern, guestValue(t, vm, "READBACK", step), "the 4 MiB read back by the other path")
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
-	_, err = vm.Wait(vmCtx(t, vm, step))
+	_, err := vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
 	requireHolds(t, mem, 1<<20, 4<<20, pattern, "the namespace's octets 1 MiB .. 5 MiB")
 	require.Equal(t, 2, logs.count(`q1: connected`), "an I/O queue for each path")
@@ -271,14 +278,9 @@ dmesg | grep -iE 'nvme' | tail -20`, p1, p2, nvmeNQN, nvmeNQN)
 // appears as a block device that takes I/O, with no reconnect. Removed
 // again, its block device goes and the first namespace's stays.
 func TestNVMeKernelHostNamespaceAdded(t *testing.T) {
-	logs := &logLines{t: t}
 	sub, _ := memSubsystem(t)
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
-	require.NoError(t, err)
-	defer tg.Close()
-	hp := freePort(t)
-	_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp))
-	require.NoError(t, err)
+	_, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
+	hp := ports[0]
 	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1; echo "CONNECT rc=$?"
 waitdev && echo "DEVICE present"
 sleep 1
