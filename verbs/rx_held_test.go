@@ -16,6 +16,26 @@ import (
 func TestRxHandlerBurst(t *testing.T) {
 	checkRoutines(t)
 	const burst = 64
+	// A transmit loop that happens to be running when the burst comes
+	// takes the answers as they are posted, each in a write of its own:
+	// under -race on a loaded machine about one run in ten (and as often
+	// before the changes this test came with). Held answers go in one
+	// write; three tries, one of which must show it.
+	for try := range 3 {
+		segs, in := rxHandlerBurst(t, burst)
+		t.Logf("%d answers in %d TCP segments, to a burst that came in %d", burst, segs, in)
+		// A write for each piece of the burst at most, not one per answer.
+		if segs <= max(in+2, uint32(burst/8)) {
+			return
+		}
+		t.Logf("try %d: about one write per answer", try+1)
+	}
+	t.Fatal("answers to a burst went out about one write each, three times")
+}
+
+// rxHandlerBurst runs the burst on a new pair and returns the server's data
+// segments out and in while it did.
+func rxHandlerBurst(t *testing.T, burst int) (segs, in uint32) {
 	c, s := connect(t, pairOpts{})
 	defer c.qp.Close()
 	defer s.qp.Close()
@@ -54,12 +74,7 @@ func TestRxHandlerBurst(t *testing.T) {
 	}
 	after, err := s.qp.TCPInfo()
 	require.NoError(t, err)
-	segs := after.DataSegsOut - before.DataSegsOut
-	in := after.DataSegsIn - before.DataSegsIn
-	t.Logf("%d answers in %d TCP segments, to a burst that came in %d", burst, segs, in)
-	// A write for each piece of the burst at most (one piece, here,
-	// unless the machine is loaded: CI once saw 14), not one per answer.
-	require.LessOrEqual(t, segs, max(in+2, burst/8), "about one write per answer")
+	return after.DataSegsOut - before.DataSegsOut, after.DataSegsIn - before.DataSegsIn
 }
 
 // TestRxSendCapped: what the receive goroutine sends of its held posts
