@@ -266,8 +266,9 @@ func (q *tqueue) connect(r *request) (uint64, Status) {
 		}
 		q.ctrl = c
 		q.noSQFlow = cmd.CATTR()&4 != 0
-		if sub != nil {
-			sub.attach(c) // before the keep-alive timer, whose expiry detaches it
+		if sub != nil && !sub.attach(c) { // before the keep-alive timer, whose expiry detaches it
+			t.removeController(c)
+			return invalidParam(true, connOffSubNQN)
 		}
 		c.setKATO(cmd.KATO())
 		t.logf("nvmeof: controller %d: host %s (%v) connected to %s, KATO %d ms", c.id, cd.HostNQN, q.qp.RemoteAddr(), c.nqn(), cmd.KATO())

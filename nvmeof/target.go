@@ -155,6 +155,40 @@ func (t *Target) AddSubsystem(s *Subsystem) error {
 	}
 	t.subs[s.NQN] = s
 	t.genctr++
+	s.mu.Lock()
+	s.gone = false // back after a RemoveSubsystem
+	s.mu.Unlock()
+	return nil
+}
+
+// RemoveSubsystem takes the subsystem named nqn off a running target, as
+// deleting it from Linux's nvmet does: the discovery log stops listing
+// it, Connects to it are refused, its controllers end (their hosts see
+// the queues disconnect), and its namespaces are removed
+// (Subsystem.RemoveNamespace). It returns once no command uses their
+// Backends, which the caller may then flush and close, or when ctx ends.
+func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
+	t.mu.Lock()
+	s := t.subs[nqn]
+	if s == nil {
+		t.mu.Unlock()
+		return fmt.Errorf("nvmeof: no subsystem %q", nqn)
+	}
+	delete(t.subs, nqn)
+	t.genctr++
+	t.mu.Unlock()
+	s.mu.Lock()
+	s.gone = true
+	ctrls := s.controllers()
+	s.mu.Unlock()
+	for _, c := range ctrls {
+		c.shutdown("its subsystem was removed")
+	}
+	for _, ns := range s.namespaces() {
+		if err := s.RemoveNamespace(ctx, ns.ID); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -1,0 +1,193 @@
+package nvmeof
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Subsystem is an NVM subsystem: an NQN, its namespaces (NSID 1, 2, ...)
+// and the hosts it admits.
+type Subsystem struct {
+	NQN    string
+	Serial string
+	Model  string
+
+	mu        sync.RWMutex
+	ns        []*Namespace
+	ctrls     map[*controller]struct{} // its controllers, told of namespaces added
+	gone      bool                     // taken off its target: no controller attaches
+	anyHost   bool
+	hosts     []string
+	counters  smartCounters
+	countMu   sync.Mutex
+	nextCtlID atomic.Uint32
+}
+
+// NewSubsystem returns a subsystem named nqn that admits any host until
+// AllowHost names one.
+func NewSubsystem(nqn string) (*Subsystem, error) {
+	if !validNQN(nqn) || nqn == DiscoveryNQN {
+		return nil, fmt.Errorf("nvmeof: %q is not a valid subsystem NQN", nqn)
+	}
+	h := sha256.Sum256([]byte(nqn))
+	return &Subsystem{NQN: nqn, Serial: fmt.Sprintf("%x", h[:10]), Model: "goiwarp NVMe/iWARP target", anyHost: true}, nil
+}
+
+func (s *Subsystem) attach(c *controller) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gone {
+		return false
+	}
+	c.mu.Lock()
+	dead := c.dead
+	c.mu.Unlock()
+	if dead {
+		return true // shut down already: its detach has run
+	}
+	if s.ctrls == nil {
+		s.ctrls = map[*controller]struct{}{}
+	}
+	s.ctrls[c] = struct{}{}
+	return true
+}
+
+func (s *Subsystem) detach(c *controller) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.ctrls, c)
+}
+
+// AllowHost admits hostNQN; once a host is named, only named hosts are.
+func (s *Subsystem) AllowHost(hostNQN string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.anyHost = false
+	if !slices.Contains(s.hosts, hostNQN) {
+		s.hosts = append(s.hosts, hostNQN)
+	}
+}
+
+// SetAllowedHosts replaces the hosts the subsystem admits, as nvmet's
+// attr_allow_any_host and allowed_hosts do: anyHost admits every host,
+// else only those named (none: no host). Controllers already connected
+// stay connected, as in nvmet.
+func (s *Subsystem) SetAllowedHosts(anyHost bool, hosts ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.anyHost = anyHost
+	s.hosts = slices.Compact(slices.Sorted(slices.Values(hosts)))
+}
+
+// Allowed reports whether hostNQN may connect.
+func (s *Subsystem) Allowed(hostNQN string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.anyHost || slices.Contains(s.hosts, hostNQN)
+}
+
+// RemoveNamespace takes namespace id out of the subsystem, as disabling
+// it does in Linux's nvmet: commands that name it from then on get Invalid
+// Namespace, and each controller lists it in its Changed Namespace List and
+// raises a Namespace Attribute Changed notice (see AddNamespace), upon
+// which Linux's host drops the block device. It returns once the commands
+// already using its Backend have finished, so that the caller may close
+// the Backend then, or when ctx ends. AddNamespace does not reuse the NSID
+// (AddNamespaceConfig may).
+func (s *Subsystem) RemoveNamespace(ctx context.Context, id uint32) error {
+	s.mu.Lock()
+	if id == 0 || id > uint32(len(s.ns)) || s.ns[id-1] == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("nvmeof: %s has no namespace %d", s.NQN, id)
+	}
+	ns := s.ns[id-1]
+	s.ns[id-1] = nil
+	ctrls := s.controllers()
+	s.mu.Unlock()
+	for _, c := range ctrls {
+		c.nsChanged(id)
+	}
+	ns.removed.Store(true)
+	if ns.refs.Load() == 0 {
+		ns.drain()
+	}
+	select {
+	case <-ns.drained:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// controllers returns the subsystem's live controllers (mu held).
+func (s *Subsystem) controllers() []*controller {
+	ctrls := make([]*controller, 0, len(s.ctrls))
+	for c := range s.ctrls {
+		ctrls = append(ctrls, c)
+	}
+	return ctrls
+}
+
+// use returns the namespace with the given NSID counted as in use
+// (Namespace.refs) until the caller's done, or nil: a command's hold on
+// its Backend, which RemoveNamespace waits out.
+func (s *Subsystem) use(id uint32) *Namespace {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if id == 0 || id > uint32(len(s.ns)) || s.ns[id-1] == nil {
+		return nil
+	}
+	ns := s.ns[id-1]
+	ns.refs.Add(1)
+	return ns
+}
+
+func (ns *Namespace) done() {
+	if ns.refs.Add(-1) == 0 && ns.removed.Load() {
+		ns.drain()
+	}
+}
+
+// drain tells RemoveNamespace that no command uses the Backend any more:
+// the last command's done after the removal, or the removal itself when
+// none was running (both may, hence the Once).
+func (ns *Namespace) drain() { ns.drainOnce.Do(func() { close(ns.drained) }) }
+
+// namespace returns the namespace with the given NSID, or nil.
+func (s *Subsystem) namespace(id uint32) *Namespace {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if id == 0 || id > uint32(len(s.ns)) {
+		return nil
+	}
+	return s.ns[id-1]
+}
+
+// namespaces returns the namespaces in NSID order.
+func (s *Subsystem) namespaces() []*Namespace {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var nss []*Namespace
+	for _, ns := range s.ns {
+		if ns != nil { // removed
+			nss = append(nss, ns)
+		}
+	}
+	return nss
+}
+
+func (s *Subsystem) count(write bool, octets int) {
+	s.countMu.Lock()
+	if write {
+		s.counters.writes++
+		s.counters.writeBytes += uint64(octets)
+	} else {
+		s.counters.reads++
+		s.counters.readBytes += uint64(octets)
+	}
+	s.countMu.Unlock()
+}

@@ -1,0 +1,205 @@
+package nvmeof
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// activeNSIDs returns the controller's active namespace list (CNS 02h).
+func activeNSIDs(t *testing.T, c *Controller) []uint32 {
+	t.Helper()
+	list := make([]byte, IdentifySize)
+	require.NoError(t, c.Identify(testCtx(t), CNSActiveNSList, 0, list))
+	var ids []uint32
+	for i := 0; i < len(list); i += 4 {
+		id := binary.LittleEndian.Uint32(list[i:])
+		if id == 0 {
+			break
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// A namespace at an NSID and with the identity the caller gives (as
+// nvmetcli's saved configurations name them), next to one that takes the
+// defaults; an NSID in use or beyond NN is refused; a removed NSID may be
+// given again, and the host sees it come back with its identity.
+func TestAddNamespaceConfig(t *testing.T) {
+	checkRoutines(t)
+	_, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true})
+	ctx := testCtx(t)
+
+	nguid := [16]byte{0x5e, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+	uuid := [16]byte{0xc0, 0xff, 0xee, 3, 4, 5, 0x46, 7, 0x88, 9, 10, 11, 12, 13, 14, 15}
+	ns5, err := sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 5, BlockSize: 4096, NGUID: nguid, UUID: uuid})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, ns5.ID)
+	ids, err := c.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{5}, ids)
+	require.Equal(t, []uint32{1, 5}, activeNSIDs(t, c), "NSIDs 2 to 4 stay inactive")
+
+	h5, err := c.Namespace(ctx, 5)
+	require.NoError(t, err)
+	require.Equal(t, nguid, h5.Info.NGUID)
+	require.Equal(t, 4096, h5.BlockSize())
+	desc := make([]byte, IdentifySize)
+	require.NoError(t, c.Identify(ctx, CNSNSDescriptors, 5, desc))
+	require.Equal(t, nguid[:], desc[4:20], "NIDT 2, the NGUID")
+	require.EqualValues(t, nidtUUID, desc[20])
+	require.Equal(t, uuid[:], desc[24:40], "NIDT 3, the UUID")
+	w := make([]byte, 8192)
+	fill(w, 5)
+	_, err = h5.WriteAt(w, 4096)
+	require.NoError(t, err)
+
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 5})
+	require.ErrorContains(t, err, "NSID 5 is in use")
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: maxNSID + 1})
+	require.ErrorContains(t, err, "beyond 1024")
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{BlockSize: 1000})
+	require.ErrorContains(t, err, "block size 1000")
+
+	// The default: one past the highest NSID, with an identity derived
+	// from the NQN and NSID.
+	ns6, err := sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, ns6.ID)
+	require.NotEqual(t, [16]byte{}, ns6.NGUID)
+	require.NotEqual(t, ns6.NGUID, ns5.NGUID)
+	ids, err = c.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{6}, ids)
+
+	// Disabled and enabled again, as in nvmet: the same NSID, the same
+	// identity, the data its backend kept.
+	b5 := ns5.Backend
+	require.NoError(t, sub.RemoveNamespace(ctx, 5))
+	ids, err = c.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{5}, ids)
+	require.Equal(t, []uint32{1, 6}, activeNSIDs(t, c))
+	_, err = sub.AddNamespaceConfig(b5, NamespaceConfig{ID: 5, BlockSize: 4096, NGUID: nguid, UUID: uuid})
+	require.NoError(t, err)
+	ids, err = c.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{5}, ids)
+	require.Equal(t, []uint32{1, 5, 6}, activeNSIDs(t, c))
+	h5, err = c.Namespace(ctx, 5)
+	require.NoError(t, err)
+	require.Equal(t, nguid, h5.Info.NGUID)
+	got := make([]byte, len(w))
+	_, err = h5.ReadAt(got, 4096)
+	require.NoError(t, err)
+	require.Equal(t, w, got)
+}
+
+// SetAllowedHosts replaces the access list, as nvmet's allow_any_host and
+// allowed_hosts: a host taken off it can no longer connect or discover the
+// subsystem, while its controller already connected keeps working; an
+// empty list without anyHost admits no host.
+func TestSetAllowedHosts(t *testing.T) {
+	checkRoutines(t)
+	_, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	ctx := testCtx(t)
+	const hostA = "nqn.2014-08.org.nvmexpress:uuid:0a0a0a0a-0000-4000-8000-000000000001"
+	const hostB = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-0000-4000-8000-000000000002"
+	cA := connectHost(t, addr, testNQN, HostConfig{HostNQN: hostA, IOQueues: 1})
+	hA, err := cA.Namespace(ctx, 1)
+	require.NoError(t, err)
+
+	sub.SetAllowedHosts(false, hostB, hostB)
+	require.False(t, sub.Allowed(hostA))
+	require.True(t, sub.Allowed(hostB))
+	_, err = Connect(ctx, "tcp", addr, testNQN, HostConfig{HostNQN: hostA})
+	requireStatus(t, err, StatusConnectInvalidHost|DNR)
+	ents, err := Discover(ctx, "tcp", addr, HostConfig{HostNQN: hostA})
+	require.NoError(t, err)
+	require.Empty(t, ents, "the discovery log lists what the host may reach")
+	ents, err = Discover(ctx, "tcp", addr, HostConfig{HostNQN: hostB})
+	require.NoError(t, err)
+	require.Len(t, ents, 1)
+	connectHost(t, addr, testNQN, HostConfig{HostNQN: hostB})
+	_, err = hA.WriteAt(make([]byte, 512), 0)
+	require.NoError(t, err, "a connected controller stays, as in nvmet")
+
+	sub.SetAllowedHosts(false)
+	require.False(t, sub.Allowed(hostB), "no list and not any host: nobody")
+	sub.SetAllowedHosts(true)
+	require.True(t, sub.Allowed(hostA))
+	connectHost(t, addr, testNQN, HostConfig{HostNQN: hostA})
+}
+
+// RemoveSubsystem on a running target: the hosts connected to it lose
+// their queues, it leaves the discovery log, Connects to it are refused,
+// and it returns only once a command that was using a namespace's backend
+// has finished; the other subsystem is untouched, and the removed one can
+// be added back.
+func TestRemoveSubsystem(t *testing.T) {
+	checkRoutines(t)
+	tg, sub1, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	ctx := testCtx(t)
+	sub2, err := NewSubsystem(testNQN + "-2")
+	require.NoError(t, err)
+	g := &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(g.release) }) }
+	t.Cleanup(release)
+	_, err = sub2.AddNamespace(g, 512)
+	require.NoError(t, err)
+	require.NoError(t, tg.AddSubsystem(sub2))
+	require.Error(t, tg.AddSubsystem(sub2), "twice")
+
+	c1 := connectHost(t, addr, sub1.NQN, HostConfig{IOQueues: 1})
+	c2 := connectHost(t, addr, sub2.NQN, HostConfig{IOQueues: 1})
+	h2, err := c2.Namespace(ctx, 1)
+	require.NoError(t, err)
+	wrote := make(chan error, 1)
+	go func() { _, err := h2.WriteAt(make([]byte, 4096), 0); wrote <- err }()
+	<-g.entered
+
+	removed := make(chan error, 1)
+	go func() { removed <- tg.RemoveSubsystem(ctx, sub2.NQN) }()
+	select {
+	case <-c2.IOQueueDone(0):
+	case <-time.After(10 * time.Second):
+		t.Fatal("the removed subsystem's host kept its queue")
+	}
+	select {
+	case err := <-removed:
+		t.Fatalf("RemoveSubsystem returned (%v) while a write used a namespace's backend", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	require.NoError(t, <-removed)
+	require.Error(t, <-wrote, "the host lost the queue the write was on")
+	require.Error(t, tg.RemoveSubsystem(ctx, sub2.NQN), "removed already")
+
+	ents, err := Discover(ctx, "tcp", addr, HostConfig{})
+	require.NoError(t, err)
+	require.Len(t, ents, 1)
+	require.Equal(t, sub1.NQN, ents[0].SubNQN)
+	_, err = Connect(ctx, "tcp", addr, sub2.NQN, HostConfig{})
+	requireStatus(t, err, StatusConnectInvalidParm|DNR)
+	h1, err := c1.Namespace(ctx, 1)
+	require.NoError(t, err)
+	_, err = h1.WriteAt(make([]byte, 512), 0)
+	require.NoError(t, err, "the other subsystem's host carries on")
+
+	// Back, with a namespace again (its old one was removed with it).
+	require.NoError(t, tg.AddSubsystem(sub2))
+	_, err = sub2.AddNamespaceConfig(g, NamespaceConfig{ID: 1})
+	require.NoError(t, err)
+	c2 = connectHost(t, addr, sub2.NQN, HostConfig{IOQueues: 1})
+	h2, err = c2.Namespace(context.Background(), 1)
+	require.NoError(t, err)
+	_, err = h2.WriteAt(make([]byte, 512), 0)
+	require.NoError(t, err)
+}
