@@ -1,12 +1,27 @@
 // Command iwarp-nvmet is an NVMe over Fabrics target on iWARP (NVMe/RDMA
-// over this repository's userspace stack): one namespace backed by memory
-// or a file, and a discovery controller on the same port, which the Linux
-// kernel's nvme-rdma host (over siw or an iWARP NIC) connects to. Its
-// bench mode is a Go NVMe/RDMA host that measures a target.
+// over this repository's userspace stack), which the Linux kernel's
+// nvme-rdma host (over siw or an iWARP NIC) connects to: one namespace
+// backed by memory or a file, or what a configuration saved by nvmetcli
+// (Linux nvmet's tool) names, and a discovery controller on the same
+// ports. Its bench mode is a Go NVMe/RDMA host that measures a target.
 //
 //	iwarp-nvmet --listen 0.0.0.0:4420 --ram 64MiB
 //	iwarp-nvmet --listen 10.0.0.1:4420 --file /var/tmp/disk.img --nqn nqn.2024-01.io.example:disk
+//	iwarp-nvmet --config /etc/nvmet/config.json
 //	iwarp-nvmet bench 10.0.0.1:4420
+//
+// With --config, the file is nvmetcli's saveconfig JSON: ports whose
+// trtype is rdma are listened on (others are logged and skipped), and each
+// subsystem is served with its allow_any_host, allowed_hosts, serial and
+// model attributes and its enabled namespaces (nsid, device path, nguid,
+// uuid), with nvmet's block size (the block device's logical block size;
+// a file's file system block, at most 4096). A subsystem is served on
+// every port, not only those that list it. SIGHUP reads the file again and
+// applies the difference while hosts stay connected: namespaces enabled,
+// disabled or changed (hosts are told by an Asynchronous Event, and
+// Linux's host adds or drops the block device), subsystems added or
+// removed, allowed hosts changed; ports, serials and models are read at
+// start only. A file that does not parse or check changes nothing.
 package main
 
 import (
@@ -36,15 +51,15 @@ Serve one namespace and a discovery controller on ADDR:PORT:
                           and the backing, stable across restarts)
     --block-size N        logical block size, 512 (default) or 4096
     --allow-host NQN      admit only this host NQN (repeatable; default any host)
+Or serve what a saved nvmetcli configuration names (ports of trtype rdma,
+subsystems, namespaces, allowed hosts); SIGHUP applies the file's changes:
+  iwarp-nvmet --config /etc/nvmet/config.json [options]
+Options for both:
     --advertise HOST:PORT the address the discovery log names (default: the one
                           the discovery connection came to)
-    --io-queues N         I/O queues per controller (default 8)
-    --queue-size N        entries per I/O queue (default 128)
-    --crc                 ask hosts for MPA CRCs, with FPDUs of at most 1440
-                          octets, one per TCP segment (default: CRCs only if
-                          the host asks; see nvmeof.TargetConfig.AskCRC)
-  Logs connections and errors to stderr; SIGINT or SIGTERM disconnects the
-  hosts and exits.
+    --io-queues N, --queue-size N  per controller (default 8), per queue (128)
+    --crc                 ask hosts for MPA CRCs, FPDUs of at most 1440 octets
+  Logs to stderr; SIGINT or SIGTERM disconnects the hosts and exits.
 
 Measure a target (a Go NVMe/RDMA host; it WRITES to the namespace):
   iwarp-nvmet bench [options] ADDR[:PORT]
@@ -79,6 +94,7 @@ func (m *multi) Set(s string) error { *m = append(*m, s); return nil }
 func serve(args []string) error {
 	fs := flag.NewFlagSet("iwarp-nvmet", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(fs.Output(), usage) }
+	config := fs.String("config", "", "")
 	listen := fs.String("listen", "", "")
 	ram := fs.String("ram", "", "")
 	file := fs.String("file", "", "")
@@ -96,9 +112,23 @@ func serve(args []string) error {
 		}
 		return err
 	}
+	tcfg := nvmeof.TargetConfig{AdvertiseAddr: *advertise, MaxIOQueues: *ioq, MaxQueueSize: *qsize, AskCRC: *crc, Logf: log.Printf}
+	if *config != "" {
+		var clash []string
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "listen", "ram", "file", "nqn", "block-size", "allow-host":
+				clash = append(clash, "--"+f.Name)
+			}
+		})
+		if len(clash) > 0 || fs.NArg() > 0 {
+			return fmt.Errorf("--config names the ports, subsystems, namespaces and hosts: drop %s", strings.Join(append(clash, fs.Args()...), " "))
+		}
+		return serveConfig(*config, tcfg)
+	}
 	if *listen == "" || (*ram == "") == (*file == "") || fs.NArg() > 0 {
 		fs.Usage()
-		return errors.New("need --listen and one of --ram or --file")
+		return errors.New("need --config, or --listen and one of --ram or --file")
 	}
 	var backend nvmeof.Backend
 	var what string
@@ -130,13 +160,11 @@ func serve(args []string) error {
 	for _, h := range hosts {
 		sub.AllowHost(h)
 	}
-	t, err := nvmeof.NewTarget(nvmeof.TargetConfig{AdvertiseAddr: *advertise, MaxIOQueues: *ioq, MaxQueueSize: *qsize,
-		AskCRC: *crc, Logf: log.Printf}, sub)
+	t, err := nvmeof.NewTarget(tcfg, sub)
 	if err != nil {
 		return err
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	sig := notify()
 	addr, err := t.Listen(context.Background(), "tcp", *listen)
 	if err != nil {
 		t.Close()
@@ -144,8 +172,78 @@ func serve(args []string) error {
 	}
 	log.Printf("serving %s: namespace 1, %d blocks of %d octets (%s), and %s on %v",
 		*nqn, ns.Blocks(), ns.BlockSize, what, nvmeof.DiscoveryNQN, addr)
-	s := <-sig
-	log.Printf("%v: disconnecting hosts", s)
+	for s := range sig {
+		if s == syscall.SIGHUP {
+			log.Printf("%v: nothing to reload without --config", s)
+			continue
+		}
+		log.Printf("%v: disconnecting hosts", s)
+		break
+	}
+	return stop(t)
+}
+
+// serveConfig serves what an nvmetcli configuration file names, and
+// applies the file's changes on SIGHUP.
+func serveConfig(path string, tcfg nvmeof.TargetConfig) error {
+	p, err := loadConfig(path)
+	if err != nil {
+		return err
+	}
+	for _, n := range p.notes {
+		log.Printf("config: %s", n)
+	}
+	t, err := nvmeof.NewTarget(tcfg)
+	if err != nil {
+		return err
+	}
+	s := &served{t: t, logf: log.Printf}
+	defer s.close()
+	ctx := context.Background()
+	if err := s.apply(ctx, p); err != nil {
+		t.Close()
+		return err
+	}
+	sig := notify()
+	for _, l := range p.listen {
+		addr, err := t.Listen(ctx, "tcp", l)
+		if err != nil {
+			t.Close()
+			return err
+		}
+		log.Printf("listening on %v", addr)
+	}
+	log.Printf("serving %d subsystems from %s, and %s; SIGHUP reloads the file", len(s.subs), path, nvmeof.DiscoveryNQN)
+	for sg := range sig {
+		if sg != syscall.SIGHUP {
+			log.Printf("%v: disconnecting hosts", sg)
+			break
+		}
+		p, err := loadConfig(path)
+		if err != nil {
+			log.Printf("%v: %v: nothing changed", sg, err)
+			continue
+		}
+		for _, n := range p.notes {
+			log.Printf("config: %s", n)
+		}
+		if err := s.apply(ctx, p); err != nil {
+			log.Printf("%v: reloaded %s, but not all of it", sg, path)
+			continue
+		}
+		log.Printf("%v: reloaded %s", sg, path)
+	}
+	return stop(t)
+}
+
+// notify returns the signals serve acts on.
+func notify() chan os.Signal {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	return sig
+}
+
+func stop(t *nvmeof.Target) error {
 	if err := t.Close(); err != nil {
 		return err
 	}

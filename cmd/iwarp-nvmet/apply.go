@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/goiwarp/iwarp/nvmeof"
+)
+
+// served is what a target serves from a configuration, so that a reload
+// (SIGHUP) changes only what the file changed: hosts connected to what
+// stayed keep their controllers.
+type served struct {
+	t      *nvmeof.Target
+	listen []string
+	subs   map[string]*servedSub
+	logf   func(format string, args ...any)
+}
+
+type servedSub struct {
+	sub  *nvmeof.Subsystem
+	plan subPlan
+	ns   map[uint32]servedNS
+}
+
+type servedNS struct {
+	plan nsPlan
+	b    *nvmeof.FileBackend
+}
+
+// apply makes the target serve p. What fails (a device that does not
+// open) is logged and left out, the rest applied; the errors are returned
+// joined.
+func (s *served) apply(ctx context.Context, p *plan) error {
+	if s.subs == nil {
+		s.subs = map[string]*servedSub{}
+	}
+	if s.listen != nil && !slices.Equal(s.listen, p.listen) {
+		s.logf("config: the ports changed: not applied (ports are opened at start; restart to change them)")
+	}
+	var errs []error
+	fail := func(err error) {
+		s.logf("config: %v", err)
+		errs = append(errs, err)
+	}
+	want := map[string]bool{}
+	for _, sp := range p.subs {
+		want[sp.nqn] = true
+	}
+	for nqn, ss := range s.subs {
+		if !want[nqn] {
+			if err := s.t.RemoveSubsystem(ctx, nqn); err != nil {
+				fail(err)
+				continue
+			}
+			ss.closeAll(s)
+			delete(s.subs, nqn)
+			s.logf("config: removed subsystem %s", nqn)
+		}
+	}
+	for _, sp := range p.subs {
+		ss := s.subs[sp.nqn]
+		if ss == nil {
+			sub, err := nvmeof.NewSubsystem(sp.nqn)
+			if err != nil {
+				fail(err)
+				continue
+			}
+			if sp.serial != "" {
+				sub.Serial = sp.serial
+			}
+			if sp.model != "" {
+				sub.Model = sp.model
+			}
+			ss = &servedSub{sub: sub, ns: map[uint32]servedNS{}}
+			ss.setHosts(sp)
+			if err := s.t.AddSubsystem(sub); err != nil {
+				fail(err)
+				continue
+			}
+			s.subs[sp.nqn] = ss
+			s.logf("config: added subsystem %s", sp.nqn)
+		} else {
+			if sp.serial != ss.plan.serial || sp.model != ss.plan.model {
+				s.logf("config: %s: serial and model are set when a subsystem is added: not applied", sp.nqn)
+				sp.serial, sp.model = ss.plan.serial, ss.plan.model
+			}
+			if sp.anyHost != ss.plan.anyHost || !slices.Equal(sp.hosts, ss.plan.hosts) {
+				ss.setHosts(sp)
+				s.logf("config: %s: allowed hosts changed (hosts connected stay connected)", sp.nqn)
+			}
+		}
+		ss.plan = sp
+		for _, err := range ss.applyNS(ctx, s, sp.ns) {
+			fail(err)
+		}
+	}
+	s.listen = p.listen
+	return errors.Join(errs...)
+}
+
+func (ss *servedSub) setHosts(sp subPlan) {
+	ss.sub.SetAllowedHosts(sp.anyHost, sp.hosts...)
+}
+
+// applyNS removes the namespaces the plan no longer enables or changed,
+// then adds those it enables that are not served.
+func (ss *servedSub) applyNS(ctx context.Context, s *served, want []nsPlan) []error {
+	var errs []error
+	keep := map[uint32]bool{}
+	for _, np := range want {
+		if cur, ok := ss.ns[np.id]; ok && cur.plan == np {
+			keep[np.id] = true
+		}
+	}
+	for id, cur := range ss.ns {
+		if keep[id] {
+			continue
+		}
+		if err := ss.sub.RemoveNamespace(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("%s: namespace %d: %w", ss.plan.nqn, id, err))
+			continue
+		}
+		closeBackend(s, ss.plan.nqn, id, cur.b)
+		delete(ss.ns, id)
+		s.logf("config: %s: removed namespace %d (%s)", ss.plan.nqn, id, cur.plan.path)
+	}
+	for _, np := range want {
+		if keep[np.id] {
+			continue
+		}
+		if err := ss.addNS(np, s); err != nil {
+			errs = append(errs, fmt.Errorf("%s: namespace %d: %w", ss.plan.nqn, np.id, err))
+		}
+	}
+	return errs
+}
+
+func (ss *servedSub) addNS(np nsPlan, s *served) error {
+	bs, err := deviceBlockSize(np.path)
+	if err != nil {
+		return err
+	}
+	b, err := nvmeof.OpenFileBackend(np.path)
+	if err != nil {
+		return err
+	}
+	ns, err := ss.sub.AddNamespaceConfig(b, nvmeof.NamespaceConfig{ID: np.id, BlockSize: bs, NGUID: np.nguid, UUID: np.uuid})
+	if err != nil {
+		b.Close()
+		return err
+	}
+	ss.ns[np.id] = servedNS{plan: np, b: b}
+	s.logf("config: %s: namespace %d: %d blocks of %d octets (%s)", ss.plan.nqn, np.id, ns.Blocks(), bs, np.path)
+	return nil
+}
+
+// closeAll flushes and closes the backends of a subsystem the target no
+// longer serves (or has closed).
+func (ss *servedSub) closeAll(s *served) {
+	for id, n := range ss.ns {
+		closeBackend(s, ss.plan.nqn, id, n.b)
+	}
+	clear(ss.ns)
+}
+
+func closeBackend(s *served, nqn string, id uint32, b *nvmeof.FileBackend) {
+	if err := b.Flush(); err != nil {
+		s.logf("config: %s: namespace %d: flush: %v", nqn, id, err)
+	}
+	b.Close()
+}
+
+// close closes every backend, after the target has closed.
+func (s *served) close() {
+	for _, ss := range s.subs {
+		ss.closeAll(s)
+	}
+}

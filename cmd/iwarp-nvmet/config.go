@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// nvmetConfig is a saved configuration of Linux's nvmet as nvmetcli's
+// saveconfig writes it (/etc/nvmet/config.json) and its restore reads it:
+// the configfs tree under /sys/kernel/config/nvmet as JSON, each
+// attribute a string as configfs shows it.
+type nvmetConfig struct {
+	Hosts      []nvmetHost      `json:"hosts"`
+	Ports      []nvmetPort      `json:"ports"`
+	Subsystems []nvmetSubsystem `json:"subsystems"`
+}
+
+type nvmetHost struct {
+	NQN string `json:"nqn"`
+}
+
+type nvmetPort struct {
+	PortID     cfsValue            `json:"portid"`
+	Addr       map[string]cfsValue `json:"addr"` // adrfam, traddr, treq, trsvcid, trtype
+	Subsystems []string            `json:"subsystems"`
+}
+
+type nvmetSubsystem struct {
+	NQN          string              `json:"nqn"`
+	Attr         map[string]cfsValue `json:"attr"` // allow_any_host, serial, model, ...
+	AllowedHosts []string            `json:"allowed_hosts"`
+	Namespaces   []nvmetNamespace    `json:"namespaces"`
+	Passthru     []json.RawMessage   `json:"passthru"`
+}
+
+type nvmetNamespace struct {
+	NSID   cfsValue            `json:"nsid"`
+	Enable cfsValue            `json:"enable"`
+	Device map[string]cfsValue `json:"device"` // path, nguid, uuid, ...
+}
+
+// cfsValue is a configfs attribute: nvmetcli writes strings, and numbers
+// for nsid, portid and enable; a configuration written by hand may use
+// either, or true and false.
+type cfsValue string
+
+func (v *cfsValue) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*v = cfsValue(s)
+		return nil
+	}
+	var n json.Number
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(&n); err == nil {
+		*v = cfsValue(n)
+		return nil
+	}
+	var f bool
+	if err := json.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("want a string, number or boolean, not %s", b)
+	}
+	*v = "0"
+	if f {
+		*v = "1"
+	}
+	return nil
+}
+
+// on reads a configfs boolean ("1", "Y", "y", as the kernel's kstrtobool).
+func (v cfsValue) on() bool {
+	s := strings.TrimSpace(string(v))
+	return s == "1" || strings.EqualFold(s, "y") || strings.EqualFold(s, "yes") || strings.EqualFold(s, "on") ||
+		strings.EqualFold(s, "true")
+}
+
+// plan is what a configuration asks iwarp-nvmet to serve, checked.
+type plan struct {
+	listen []string // host:port of each RDMA port
+	subs   []subPlan
+	notes  []string // what the configuration has that is not applied
+}
+
+type subPlan struct {
+	nqn, serial, model string
+	anyHost            bool
+	hosts              []string
+	ns                 []nsPlan // enabled namespaces, by NSID
+}
+
+type nsPlan struct {
+	id          uint32
+	path        string
+	nguid, uuid [16]byte
+}
+
+// maxNSID is the target's NN: the highest NSID a namespace may have.
+const maxNSID = 1024
+
+// loadConfig reads and checks an nvmetcli configuration. Anything it
+// cannot serve is an error, so that a typo is not served as something
+// else; what it can ignore (attributes with no meaning here, TCP ports)
+// goes into the plan's notes.
+func loadConfig(path string) (*plan, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cfg nvmetConfig
+	d := json.NewDecoder(bytes.NewReader(data))
+	if err := d.Decode(&cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	p, err := cfg.plan()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+func (cfg *nvmetConfig) plan() (*plan, error) {
+	p := &plan{}
+	linked := map[string]bool{}
+	for _, pt := range cfg.Ports {
+		tr := string(pt.Addr["trtype"])
+		if tr != "rdma" {
+			p.notes = append(p.notes, fmt.Sprintf("port %s: transport %q is not served (iwarp-nvmet is NVMe/RDMA)", pt.PortID, tr))
+			continue
+		}
+		fam := string(pt.Addr["adrfam"])
+		if fam != "ipv4" && fam != "ipv6" {
+			return nil, fmt.Errorf("port %s: address family %q: want ipv4 or ipv6", pt.PortID, fam)
+		}
+		addr, svc := string(pt.Addr["traddr"]), string(pt.Addr["trsvcid"])
+		if svc == "" {
+			svc = "4420"
+		}
+		ip := net.ParseIP(addr)
+		if ip == nil || (ip.To4() != nil) != (fam == "ipv4") {
+			return nil, fmt.Errorf("port %s: traddr %q is not an %s address", pt.PortID, addr, fam)
+		}
+		if n, err := strconv.Atoi(svc); err != nil || n <= 0 || n > 65535 {
+			return nil, fmt.Errorf("port %s: trsvcid %q is not a TCP port", pt.PortID, svc)
+		}
+		p.listen = append(p.listen, net.JoinHostPort(addr, svc))
+		for _, s := range pt.Subsystems {
+			linked[s] = true
+		}
+	}
+	if len(p.listen) == 0 {
+		return nil, errors.New("no port with trtype rdma")
+	}
+	seen := map[string]bool{}
+	for _, s := range cfg.Subsystems {
+		if s.NQN == "" {
+			return nil, errors.New("a subsystem without an nqn")
+		}
+		if seen[s.NQN] {
+			return nil, fmt.Errorf("subsystem %s twice", s.NQN)
+		}
+		seen[s.NQN] = true
+		if len(s.Passthru) > 0 {
+			return nil, fmt.Errorf("subsystem %s: passthru controllers are not served", s.NQN)
+		}
+		sp := subPlan{nqn: s.NQN, serial: string(s.Attr["serial"]), model: string(s.Attr["model"]),
+			anyHost: s.Attr["allow_any_host"].on(), hosts: slices.Compact(slices.Sorted(slices.Values(s.AllowedHosts)))}
+		if !sp.anyHost && len(sp.hosts) == 0 {
+			p.notes = append(p.notes, fmt.Sprintf("subsystem %s admits no host (allow_any_host 0, no allowed_hosts)", s.NQN))
+		}
+		if !linked[s.NQN] {
+			p.notes = append(p.notes, fmt.Sprintf("subsystem %s is on no RDMA port's list; it is served on every port", s.NQN))
+		}
+		ids := map[uint32]bool{}
+		for _, n := range s.Namespaces {
+			id, err := strconv.ParseUint(string(n.NSID), 10, 32)
+			if err != nil || id == 0 || id > maxNSID {
+				return nil, fmt.Errorf("subsystem %s: nsid %q: want 1 to %d", s.NQN, n.NSID, maxNSID)
+			}
+			if ids[uint32(id)] {
+				return nil, fmt.Errorf("subsystem %s: namespace %d twice", s.NQN, id)
+			}
+			ids[uint32(id)] = true
+			if !n.Enable.on() {
+				p.notes = append(p.notes, fmt.Sprintf("subsystem %s: namespace %d is not enabled", s.NQN, id))
+				continue
+			}
+			np := nsPlan{id: uint32(id), path: string(n.Device["path"])}
+			if np.path == "" {
+				return nil, fmt.Errorf("subsystem %s: namespace %d is enabled with no device path", s.NQN, id)
+			}
+			if np.nguid, err = parseID(string(n.Device["nguid"])); err != nil {
+				return nil, fmt.Errorf("subsystem %s: namespace %d: nguid: %w", s.NQN, id, err)
+			}
+			if np.uuid, err = parseID(string(n.Device["uuid"])); err != nil {
+				return nil, fmt.Errorf("subsystem %s: namespace %d: uuid: %w", s.NQN, id, err)
+			}
+			sp.ns = append(sp.ns, np)
+		}
+		slices.SortFunc(sp.ns, func(a, b nsPlan) int { return int(a.id) - int(b.id) })
+		p.subs = append(p.subs, sp)
+	}
+	return p, nil
+}
+
+// parseID reads an NGUID or UUID as configfs shows them
+// (5e0f0f7e-1a2b-...): 32 hex digits, dashes or colons anywhere between
+// pairs. Empty is zero (the target derives one).
+func parseID(s string) ([16]byte, error) {
+	var id [16]byte
+	if s == "" {
+		return id, nil
+	}
+	h := strings.NewReplacer("-", "", ":", "").Replace(s)
+	if len(h) != 32 {
+		return id, fmt.Errorf("%q: want 16 octets in hex", s)
+	}
+	if _, err := hex.Decode(id[:], []byte(h)); err != nil {
+		return id, fmt.Errorf("%q: %w", s, err)
+	}
+	return id, nil
+}
