@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -271,16 +272,50 @@ dmesg | grep -iE 'nvme' | tail -20`, p1, p2, nvmeNQN, nvmeNQN)
 	require.Equal(t, 2, logs.count(`q1: connected`), "an I/O queue for each path")
 }
 
-// A namespace added to the subsystem while the kernel's host is connected:
-// the host enabled Namespace Attribute Notices (OAES), its held
-// Asynchronous Event Request completes with the notice, it reads the
-// Changed Namespace List and rescans, and the new namespace (4 KiB blocks)
-// appears as a block device that takes I/O, with no reconnect. Removed
-// again, its block device goes and the first namespace's stays.
-func TestNVMeKernelHostNamespaceAdded(t *testing.T) {
-	sub, _ := memSubsystem(t)
-	_, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
-	hp := ports[0]
+// The kernel's host connected to the iwarp-nvmet binary serving an
+// nvmetcli configuration, changed under it (SIGHUP) as an administrator
+// changes Linux's nvmet: a namespace enabled appears as /dev/nvme0n2 with
+// the configuration's NGUID and nvmet's block size, takes a write; disabled,
+// it goes and namespace 1 stays; enabled again, it comes back with the
+// data. Each change reaches the host as a Namespace Attribute Changed
+// notice (dmesg: "rescanning namespaces"), with no reconnect.
+func TestNVMeKernelHostNamespaceChanges(t *testing.T) {
+	dir := t.TempDir()
+	d1, d2 := filepath.Join(dir, "ns1.img"), filepath.Join(dir, "ns2.img")
+	require.NoError(t, os.WriteFile(d1, make([]byte, 16<<20), 0o644))
+	require.NoError(t, os.WriteFile(d2, make([]byte, 16<<20), 0o644))
+	const nguid = "5e0f0f7e-1a2b-4c3d-8e9f-a0b1c2d3e4f5"
+	hp := freePort(t)
+	cfg := filepath.Join(dir, "config.json")
+	config := func(ns2 int) {
+		text := fmt.Sprintf(`{"hosts": [], "ports": [{"addr": {"adrfam": "ipv4", "traddr": "127.0.0.1", "treq": "not specified",
+"trsvcid": "%d", "trtype": "rdma"}, "portid": 1, "referrals": [], "subsystems": [%q]}],
+"subsystems": [{"allowed_hosts": [], "attr": {"allow_any_host": "1"}, "nqn": %q, "namespaces": [
+{"device": {"nguid": "", "path": %q, "uuid": ""}, "enable": 1, "nsid": 1},
+{"device": {"nguid": %q, "path": %q, "uuid": ""}, "enable": %d, "nsid": 2}]}]}`, hp, nvmeNQN, nvmeNQN, d1, nguid, d2, ns2)
+		require.NoError(t, os.WriteFile(cfg+".tmp", []byte(text), 0o644))
+		require.NoError(t, os.Rename(cfg+".tmp", cfg))
+	}
+	config(0)
+	var out syncBuffer
+	nvmet := exec.Command(buildNvmet(t), "--config", cfg)
+	nvmet.Stdout, nvmet.Stderr = &out, &out
+	require.NoError(t, nvmet.Start())
+	t.Cleanup(func() {
+		nvmet.Process.Kill()
+		nvmet.Wait()
+		t.Logf("iwarp-nvmet:\n%s", out.String())
+	})
+	waitListening(t, hp)
+	hup := func(ns2 int) {
+		t.Helper()
+		n := strings.Count(out.String(), "hangup: reloaded")
+		config(ns2)
+		require.NoError(t, nvmet.Process.Signal(syscall.SIGHUP))
+		require.Eventually(t, func() bool { return strings.Count(out.String(), "hangup: reloaded") > n }, time.Minute, 10*time.Millisecond,
+			"iwarp-nvmet did not reload:\n%s", out.String())
+	}
+
 	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1; echo "CONNECT rc=$?"
 waitdev && echo "DEVICE present"
 sleep 1
@@ -289,16 +324,24 @@ for i in $(seq 120); do [ -b /dev/nvme0n2 ] && break; sleep 0.25; done
 [ -b /dev/nvme0n2 ] && echo "NS2 present"
 echo "NS2_SECTORS $(cat /sys/block/nvme0n2/size)"
 echo "NS2_BLOCK $(cat /sys/block/nvme0n2/queue/logical_block_size)"
+echo "NS2_NGUID $(cat /sys/block/nvme0n2/nguid)"
 dd if=/dev/urandom of=/tmp/pat bs=1M count=4 2>/dev/null
 echo "PATTERN $(sha256sum /tmp/pat | cut -d' ' -f1)"
 dd if=/tmp/pat of=/dev/nvme0n2 bs=1M seek=1 oflag=direct 2>&1 | tail -1; echo "WRITE rc=$?"
 dd if=/dev/nvme0n2 of=/tmp/back bs=1M skip=1 count=4 iflag=direct 2>&1 | tail -1
 echo "READBACK $(sha256sum /tmp/back | cut -d' ' -f1)"
-echo "RESCANS $(dmesg | grep -c 'rescanning namespaces')"
 echo "REMOVE_READY"
 for i in $(seq 120); do [ -b /dev/nvme0n2 ] || break; sleep 0.25; done
 [ -b /dev/nvme0n2 ] || echo "NS2 gone"
 [ -b /dev/nvme0n1 ] && echo "NS1 still present"
+echo "READD_READY"
+for i in $(seq 120); do [ -b /dev/nvme0n2 ] && break; sleep 0.25; done
+[ -b /dev/nvme0n2 ] && echo "NS2 back"
+echo "NS2_NGUID_BACK $(cat /sys/block/nvme0n2/nguid)"
+dd if=/dev/nvme0n2 of=/tmp/back2 bs=1M skip=1 count=4 iflag=direct 2>&1 | tail -1
+echo "READBACK2 $(sha256sum /tmp/back2 | cut -d' ' -f1)"
+echo "RESCANS $(dmesg | grep -c 'rescanning namespaces')"
+echo "CONNECTS $(dmesg | grep -c 'new ctrl')"
 $NVME disconnect -n %s; echo "DISCONNECT rc=$?"
 dmesg | grep -iE 'nvme' | tail -20`, hp, nvmeNQN, nvmeNQN)
 	vm := nvmeVM(t, script)
@@ -306,25 +349,37 @@ dmesg | grep -iE 'nvme' | tail -20`, hp, nvmeNQN, nvmeNQN)
 	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
 	guestLine(t, vm, "DEVICE present", step)
 	guestLine(t, vm, "READY", step)
-	mem2 := nvmeof.NewMemBackend(16 << 20)
-	ns, err := sub.AddNamespace(mem2, 4096)
-	require.NoError(t, err)
-	require.EqualValues(t, 2, ns.ID)
+	hup(1)
+	m := regexp.MustCompile(`namespace 2: (\d+) blocks of (\d+) octets`).FindStringSubmatch(out.String())
+	require.NotNil(t, m, "the target's log names namespace 2's blocks:\n%s", out.String())
+	blocks, _ := strconv.Atoi(m[1])
+	bs, _ := strconv.Atoi(m[2])
+	require.Equal(t, 16<<20, blocks*bs)
 	guestLine(t, vm, "NS2 present", step)
-	require.Equal(t, "32768", guestValue(t, vm, "NS2_SECTORS", step), "16 MiB in 512-octet sectors")
-	require.Equal(t, "4096", guestValue(t, vm, "NS2_BLOCK", step))
+	require.Equal(t, strconv.Itoa(16<<20/512), guestValue(t, vm, "NS2_SECTORS", step), "16 MiB in 512-octet sectors")
+	require.Equal(t, m[2], guestValue(t, vm, "NS2_BLOCK", step), "nvmet's block size for the file")
+	require.Equal(t, nguid, guestValue(t, vm, "NS2_NGUID", step))
 	pattern := guestValue(t, vm, "PATTERN", step)
 	require.Equal(t, "WRITE rc=0", guestLine(t, vm, "WRITE rc=", step))
 	require.Equal(t, pattern, guestValue(t, vm, "READBACK", step))
-	require.Equal(t, "1", guestValue(t, vm, "RESCANS", step), "the host rescanned on the notice (dmesg)")
 	guestLine(t, vm, "REMOVE_READY", step)
-	require.NoError(t, sub.RemoveNamespace(vmCtx(t, vm, step), 2))
+	hup(0)
 	guestLine(t, vm, "NS2 gone", step)
 	guestLine(t, vm, "NS1 still present", step)
+	guestLine(t, vm, "READD_READY", step)
+	hup(1)
+	guestLine(t, vm, "NS2 back", step)
+	require.Equal(t, nguid, guestValue(t, vm, "NS2_NGUID_BACK", step))
+	require.Equal(t, pattern, guestValue(t, vm, "READBACK2", step), "namespace 2 came back with its data")
+	require.Equal(t, "3", guestValue(t, vm, "RESCANS", step), "a rescan on each notice (dmesg)")
+	require.Equal(t, "1", guestValue(t, vm, "CONNECTS", step), "no reconnect")
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
-	_, err = vm.Wait(vmCtx(t, vm, step))
+	_, err := vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
-	requireHolds(t, mem2, 1<<20, 4<<20, pattern, "namespace 2's octets 1 MiB .. 5 MiB")
+	f, err := os.Open(d2)
+	require.NoError(t, err)
+	defer f.Close()
+	requireHolds(t, f, 1<<20, 4<<20, pattern, "ns2.img's octets 1 MiB .. 5 MiB")
 }
 
 // requireHolds checks that n octets of r from off are the guest's pattern
