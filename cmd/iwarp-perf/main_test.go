@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -387,4 +388,50 @@ func TestDemo(t *testing.T) {
 	require.Contains(t, out, "RDMA_Write BW Test")
 	checkRow(t, table(t, out)[0], 16384, false, true)
 	require.Regexp(t, `(?m)^RDMA Write 16 KiB: [0-9.]+ MiB/s = [0-9.]+ × raw TCP \([0-9.]+ MiB/s\)$`, out)
+}
+
+// --run_infinitely between a server and a client over TCP: the client
+// prints a row every -D seconds until it is interrupted, then its CPU line,
+// and exits 0; the server ends with it, as the peer ended the run, and with
+// -b prints rows of its own too.
+func TestRunInfinitely(t *testing.T) {
+	leakCheck(t)
+	for _, tc := range [][]string{{"write_bw"}, {"send_bw", "-s", "4096"}, {"read_bw", "-b"}} {
+		t.Run(strings.Join(tc, " "), func(t *testing.T) {
+			port := freePort(t)
+			args := append([]string{"--run_infinitely", "-D", "1", "-p", port}, tc...)
+			type result struct {
+				code     int
+				out, err string
+			}
+			done := make(chan result, 1)
+			go func() {
+				code, out, errs := run(t, args...)
+				done <- result{code, out, errs}
+			}()
+			waitListening(t, port)
+			ctx, interrupt := context.WithTimeout(context.Background(), 3500*time.Millisecond)
+			defer interrupt()
+			var out, errb bytes.Buffer
+			code := perf.MainContext(ctx, append(args, "127.0.0.1"), &out, &errb)
+			require.Equal(t, 0, code, "an interrupt ends the run: %s", errb.String())
+			rows := table(t, out.String())
+			require.GreaterOrEqual(t, len(rows), 2, "a row a second:\n%s", out.String())
+			for _, r := range rows {
+				checkRow(t, r, int(rows[0][0]), false, true)
+			}
+			require.Contains(t, out.String(), " CPU       : ")
+			var s result
+			select {
+			case s = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the server outlived the client's run")
+			}
+			require.Equal(t, 0, s.code, "server stderr: %s", s.err)
+			require.Contains(t, s.out, "The peer ended the run")
+			if slices.Contains(tc, "-b") {
+				require.GreaterOrEqual(t, len(table(t, s.out)), 2, "the server's own rows:\n%s", s.out)
+			}
+		})
+	}
 }

@@ -87,10 +87,18 @@ type bwRun struct {
 	keepPosted bool // keep every post time (for the peak)
 	prog       *progress
 
+	// --run_infinitely: a row every period, from the completions since
+	// the last one.
+	inf     bool
+	period  int64
+	tPeriod int64
+	cPeriod int
+
 	// perftest's send_bw credits (-R)
 	pt         bool
-	creditWait bool  // a QP waits for the peer's credit word to move
-	rFirst     int64 // receiver: the first and last receive completions
+	creditWait bool          // a QP waits for the peer's credit word to move
+	nextPeriod func(t int64) // --run_infinitely: the blocking waits' next deadline
+	rFirst     int64         // receiver: the first and last receive completions
 	rLast      int64
 	rTotal     int
 }
@@ -128,7 +136,12 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 		r.flags |= verbs.Inline
 	}
 	limit := uint64(p.Iters)
-	if r.dur {
+	r.inf = p.Infinite && sender
+	if r.inf {
+		r.period = int64(p.Duration)
+		r.tSample, r.tEnd, r.tStop = 0, math.MaxInt64, math.MaxInt64
+		limit = math.MaxUint64
+	} else if r.dur {
 		limit = math.MaxUint64
 		m := p.margin()
 		r.tSample, r.tEnd, r.tStop = int64(m), int64(p.Duration-m), int64(p.Duration)
@@ -167,7 +180,16 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 
 	r.base = time.Now()
 	waitCtx := ctx // blocking waits end at the stop time too
-	if r.dur {
+	if r.inf {
+		// and at the end of each period, so that a stalled run shows rows
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithDeadline(ctx, r.base.Add(time.Duration(r.period)))
+		defer func() { cancel() }()
+		r.nextPeriod = func(t int64) {
+			cancel()
+			waitCtx, cancel = context.WithDeadline(ctx, r.base.Add(time.Duration(t+r.period)))
+		}
+	} else if r.dur {
 		var cancel context.CancelFunc
 		waitCtx, cancel = context.WithDeadline(ctx, r.base.Add(p.Duration))
 		defer cancel()
@@ -177,9 +199,20 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 	idleSince, avgIdle := int64(-1), int64(0)
 	for {
 		if err := ctx.Err(); err != nil {
+			if r.inf {
+				// The end of an infinite run: what it moved in all.
+				return bwDurReport(size, uint64(r.totc), time.Since(r.base)), nil
+			}
 			return Report{}, err
 		}
 		t := r.now()
+		if r.inf && t-r.tPeriod >= r.period {
+			if err := e.onPeriod(bwDurReport(size, uint64(r.totc-r.cPeriod), time.Duration(t-r.tPeriod))); err != nil {
+				return Report{}, err
+			}
+			r.tPeriod, r.cPeriod = t, r.totc
+			r.nextPeriod(t)
+		}
 		if r.dur && !r.stopping && t >= r.tStop {
 			r.stop()
 			waitCtx = ctx
@@ -219,7 +252,7 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 		if idleSince < 0 {
 			idleSince = t
 		}
-		if avgIdle < int64(bwSpinAvg) && t-idleSince < int64(bwSpin) {
+		if !p.Events && avgIdle < int64(bwSpinAvg) && t-idleSince < int64(bwSpin) {
 			runtime.Gosched()
 			continue
 		}
@@ -233,7 +266,7 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 		}
 		if err := e.cq.Wait(waitCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			if ctx.Err() != nil {
-				return Report{}, ctx.Err()
+				continue // the top of the loop returns
 			}
 			return Report{}, err
 		}
@@ -288,7 +321,11 @@ func (r *bwRun) post(t int64) (int, error) {
 	r.creditWait = false
 	for _, q := range r.e.qps {
 		if q.scnt < q.limit {
-			avail := min(q.limit-q.scnt, uint64(p.TxDepth)-(q.scnt-q.ccnt), postBatch)
+			list := uint64(postBatch)
+			if p.PostList > 1 {
+				list = uint64(p.PostList) // one list a PostSend, as perftest
+			}
+			avail := min(q.limit-q.scnt, uint64(p.TxDepth)-(q.scnt-q.ccnt), list)
 			switch {
 			case r.pt:
 				w := r.window(q)
@@ -299,6 +336,9 @@ func (r *bwRun) post(t int64) (int, error) {
 			case send:
 				avail = min(avail, uint64(max(q.credits, 0)))
 			}
+			if p.PostList > 1 && avail < list && avail < q.limit-q.scnt {
+				avail = 0 // whole lists only, but for the last
+			}
 			if avail > 0 {
 				for j := range avail {
 					seq := q.scnt + j
@@ -308,6 +348,9 @@ func (r *bwRun) post(t int64) (int, error) {
 					if seq%mod == mod-1 || seq == q.limit-1 {
 						wr.Flags |= verbs.Signaled
 					}
+				}
+				if testPostHook != nil {
+					testPostHook(int(avail))
 				}
 				n, err := q.qp.PostSend(q.batch[:avail]...)
 				if err != nil && !errors.Is(err, verbs.ErrQueueFull) {
@@ -343,6 +386,10 @@ func (r *bwRun) post(t int64) (int, error) {
 }
 
 var endMarker = [1]byte{'E'}
+
+// testPostHook, set by tests only, sees the length of every list of data
+// WRs post hands PostSend.
+var testPostHook func(n int)
 
 // window is how many Sends perftest's credits let q post now: the sender
 // keeps fewer than rx-depth Sends beyond the receiver's credit word.

@@ -38,7 +38,7 @@ type cpuWindow struct{ from, to atomic.Pointer[cpuUse] }
 
 func newCPUWindow(p *Params) *cpuWindow {
 	m := p.margin()
-	if p.Duration <= 0 || m <= 0 {
+	if p.Duration <= 0 || m <= 0 || p.Infinite { // an infinite run counts all it moved
 		return nil
 	}
 	w := &cpuWindow{}

@@ -447,6 +447,13 @@ func (c *ctlQP) recv(ctx context.Context) (byte, []byte, error) {
 
 // qpFailure returns the reason qp failed, if it has: the Terminate it sent
 // or received, or the connection's fate; else err.
+// peerClosedError is err on a QP the peer closed: it is also
+// verbs.ErrDisconnected.
+type peerClosedError struct{ err error }
+
+func (e *peerClosedError) Error() string   { return e.err.Error() + ": the peer closed the connection" }
+func (e *peerClosedError) Unwrap() []error { return []error{e.err, verbs.ErrDisconnected} }
+
 func qpFailure(qp *verbs.QP, err error) error {
 	select {
 	case <-qp.Done():
@@ -455,7 +462,7 @@ func qpFailure(qp *verbs.QP, err error) error {
 	}
 	if qerr := qp.Err(); qerr != nil {
 		if errors.Is(qerr, verbs.ErrDisconnected) {
-			return fmt.Errorf("%w: the peer closed the connection", err)
+			return &peerClosedError{err}
 		}
 		return fmt.Errorf("%w: %w", err, qerr)
 	}

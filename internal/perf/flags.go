@@ -13,8 +13,12 @@ import (
 	"github.com/goiwarp/iwarp/mpa"
 )
 
-// errHelp is returned by Parse for -h: print the usage and exit 0.
-var errHelp = errors.New("help requested")
+// errHelp is returned by Parse for -h: print the usage and exit 0;
+// errVersion for -V: print the version and exit 0.
+var (
+	errHelp    = errors.New("help requested")
+	errVersion = errors.New("version requested")
+)
 
 // UsageError is a bad command line: exit status 2.
 type UsageError struct{ Msg string }
@@ -89,6 +93,14 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	fs.StringVar(&exchangeTimeout, "exchange-timeout", "", "")
 	fs.StringVar(&maxRegion, "max-region", "", "")
 	intVar(&p.Runs, "", "runs", 1)
+	boolVar(&p.Events, "e", "events")
+	intVar(&p.PostList, "l", "post_list", 1)
+	boolVar(&p.Infinite, "", "run_infinitely")
+	boolVar(&p.Histogram, "H", "report-histogram")
+	fs.Var((*boolValue)(&p.Histogram), "report-histogrm", "") // perftest's own spelling
+	boolVar(&p.Unsorted, "U", "report-unsorted")
+	version := false
+	boolVar(&version, "V", "version")
 	help := false
 	boolVar(&help, "h", "help")
 	boolVar(&p.NoPeak, "N", "noPeak")
@@ -98,8 +110,15 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	for _, name := range []string{"d", "ib-dev", "i", "ib-port", "x", "gid-index", "m", "mtu"} {
 		fs.StringVar(&ignored, name, "", "")
 	}
+	// And the InfiniBand fabric's service level, traffic class, hop
+	// limit, QP timeout and retry count, which TCP has its own of.
+	for _, name := range []string{"S", "sl", "T", "tos", "tclass", "hop_limit", "u", "qp-timeout", "retry_count", "flow_label"} {
+		fs.StringVar(&ignored, name, "", "")
+	}
 	var ignoredB bool
 	boolVar(&ignoredB, "F", "CPU-freq")
+	// perftest prints CPU use with --cpu_util; iwarp-perf always does.
+	boolVar(&ignoredB, "", "cpu_util")
 	var conn string
 	fs.StringVar(&conn, "c", "RC", "")
 	fs.StringVar(&conn, "connection", "RC", "")
@@ -124,9 +143,13 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	if help {
 		return nil, false, errHelp
 	}
+	if version {
+		return nil, false, errVersion
+	}
 	short := map[string]string{"A": "atomic_type", "s": "size", "a": "all", "n": "iters", "D": "duration", "q": "qp", "t": "tx-depth",
 		"r": "rx-depth", "p": "port", "b": "bidirectional", "I": "inline_size", "o": "outs", "Q": "cq-mod",
-		"R": "rdma_cm"}
+		"R": "rdma_cm", "e": "events", "l": "post_list", "H": "report-histogram", "report-histogrm": "report-histogram",
+		"U": "report-unsorted"}
 	fs.Visit(func(f *flag.Flag) {
 		name := f.Name
 		if l, ok := short[name]; ok {
@@ -421,6 +444,15 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
                         or when its QPs' receive side runs out of data (CQ moderation,
                         verbs.CQ.SetModeration; default 16, at most tx-depth/8; 1: every one)
   -N, --noPeak          no BW peak (it is not computed above 20000 iterations anyway)
+  -l, --post_list=N     BW tests: post send WRs in lists of N, one PostSend each (-Q
+                        defaults to N; -n a multiple of N)
+      --run_infinitely  BW tests: run until the client is interrupted, a row every -D
+                        seconds (default 5) (SYMMETRIC; with -R: write_bw and read_bw)
+  -e, --events          wait for completions by blocking on the CQ, never spinning on it
+                        (not in write_lat, which waits on memory)
+  -H, --report-histogram  latency tests: also print every sample, sorted
+  -U, --report-unsorted   latency tests: also print every sample in order
+  -V, --version         print the version
       --report_gbits    report Gb/s instead of MiB/s
       --output=WHAT     print only one number: bandwidth, message_rate or latency
       --out_json        also write the results as JSON to perftest_out.json
@@ -430,7 +462,9 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -R, --rdma_cm         speak perftest's -R exchange (wire-compatible with ib_TEST -R)
   -d, -i, -x, -m, -F    perftest's device, port, GID index, MTU and CPU frequency check:
                         taken and ignored (the stack runs over TCP, its FPDUs sized by
-                        TCP's MSS: see --fpdu); -c takes RC only
+                        TCP's MSS: see --fpdu); -c takes RC only; so are the fabric's
+                        -S, -T, -u, --tclass, --hop_limit, --retry_count, --flow_label,
+                        and --cpu_util (the CPU line is always printed)
   Short options may be joined as getopt's: -n100, -ab.
       --lat-wait=handler|poll  latency tests: take each step on the QP's receive
                         goroutine as data lands (default), or poll memory and the CQ

@@ -96,11 +96,14 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 		return Report{Kind: kindLat, Size: size}, nil // the server only serves the Reads or atomics
 	}
 	l := &latRun{e: e, q: q, ctx: ctx, waitCtx: ctx, spin: latSpin}
-	if p.Loopback || sameHost(q.qp.LocalAddr(), q.qp.RemoteAddr()) {
+	switch {
+	case p.Events:
+		l.spin = 0 // block on the CQ at once, as a completion channel does
+	case p.Loopback || sameHost(q.qp.LocalAddr(), q.qp.RemoteAddr()):
 		l.spin = latSpinLoopback
 	}
 	s := &latLoop{latRun: l, v: v, size: size, n: uint64(p.Iters), mod: uint64(p.CQMod), first: first,
-		handler: !p.LatPoll, dur: p.Duration > 0, prog: prog}
+		handler: !p.LatPoll && !p.Events, dur: p.Duration > 0, prog: prog}
 	if s.dur {
 		s.n = math.MaxUint64
 	} else {
@@ -165,7 +168,7 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 	if s.dur {
 		return latDurReport(size, s.sampled, time.Duration(s.tEnd-s.tSample), rtt), nil
 	}
-	return latReport(size, s.tposted, rtt), nil
+	return latReport(size, s.tposted, rtt).withSamples(p, s.tposted, rtt), nil
 }
 
 // timeUp reports whether a -D run's time is over, as of tNow.

@@ -146,24 +146,27 @@ func (m Markers) String() string { return markerNames[m&3] }
 
 // Defaults, from perftest_parameters.h.
 const (
-	DefPort      = 18515
-	DefSizeBW    = 65536
-	DefSizeLat   = 2
-	DefIters     = 1000
-	DefItersWB   = 5000 // write bandwidth
-	DefTxBW      = 128
-	DefTxLat     = 1
-	DefRxSend    = 512
-	DefCQMod     = 100
-	DefOuts      = 16
-	DefOutsRead  = 128     // read and atomic tests: perftest's default, the device's max_qp_rd_atom (ours and siw's)
-	sizeAtomic   = 8       // DEF_SIZE_ATOMIC: RFC 7306 atomics are 64-bit
-	MaxSize      = 8 << 20 // -a runs 2 .. MaxSize
-	MinIters     = 5
-	MaxQPs       = 1024 // the issue's 256-QP target and room above it
-	maxDepth     = 8192
-	defInlineWr  = 220 // DEF_INLINE_WRITE, latency tests
-	defInlineSnd = 236 // DEF_INLINE_SEND_RC_UC, latency tests
+	DefPort    = 18515
+	DefSizeBW  = 65536
+	DefSizeLat = 2
+	DefIters   = 1000
+	DefItersWB = 5000 // write bandwidth
+	DefTxBW    = 128
+	DefTxLat   = 1
+	DefRxSend  = 512
+	DefCQMod   = 100
+	// DefInfinitePeriod is --run_infinitely's reporting period without
+	// -D (DEF_DURATION).
+	DefInfinitePeriod = 5 * time.Second
+	DefOuts           = 16
+	DefOutsRead       = 128     // read and atomic tests: perftest's default, the device's max_qp_rd_atom (ours and siw's)
+	sizeAtomic        = 8       // DEF_SIZE_ATOMIC: RFC 7306 atomics are 64-bit
+	MaxSize           = 8 << 20 // -a runs 2 .. MaxSize
+	MinIters          = 5
+	MaxQPs            = 1024 // the issue's 256-QP target and room above it
+	maxDepth          = 8192
+	defInlineWr       = 220 // DEF_INLINE_WRITE, latency tests
+	defInlineSnd      = 236 // DEF_INLINE_SEND_RC_UC, latency tests
 	// cqModSizeLimit: perftest turns CQ moderation off (signals every WR)
 	// above this message size unless -Q is given (MSG_SIZE_CQ_MOD_LIMIT).
 	cqModSizeLimit = 8192
@@ -218,6 +221,21 @@ type Params struct {
 	// SegmentPerFPDU hands TCP one FPDU per write
 	// (verbs.ConnConfig.SegmentPerFPDU).
 	SegmentPerFPDU bool
+
+	// Events (-e): wait for completions by blocking on the CQ
+	// (CQ.Wait, libibverbs' completion channel) rather than spinning on
+	// it first; latency tests then run from the test's goroutine.
+	Events bool
+	// PostList (-l): post send WRs in lists of this many, one PostSend
+	// each (perftest's post_list; 0 or 1: as many as the queue takes, up
+	// to postBatch).
+	PostList int
+	// Infinite (--run_infinitely, symmetric): a bandwidth test that runs
+	// until interrupted, printing a row every Duration.
+	Infinite bool
+	// Histogram (-H) and Unsorted (-U): latency tests also print every
+	// sample, sorted without the tail perftest drops, or in order.
+	Histogram, Unsorted bool
 
 	Profile  string
 	Loopback bool
@@ -366,7 +384,47 @@ func (p *Params) finish() error {
 			p.TxDepth = DefTxLat
 		}
 	}
+	if p.Infinite {
+		// perftest: a BW test, one row every -D seconds (default 5), no peak.
+		if lat || t.TCP() {
+			return fmt.Errorf("--run_infinitely exists only in the RDMA BW tests")
+		}
+		if p.All || p.isSet("iters") {
+			return fmt.Errorf("--run_infinitely runs one size until interrupted: no -a or -n")
+		}
+		if p.Duration == 0 {
+			p.Duration = DefInfinitePeriod
+		}
+		p.NoPeak = true
+	}
+	if p.PostList > 1 {
+		// perftest's rules for post lists.
+		switch {
+		case lat:
+			return fmt.Errorf("post list (-l) is supported in BW tests only")
+		case p.PostList > maxDepth || p.PostList > p.TxDepth:
+			return fmt.Errorf("post list %d: at most the tx depth (%d)", p.PostList, p.TxDepth)
+		case t.verb() == verbSend && p.PostList >= p.RxDepth:
+			// A list waits for as many credits: the receiver must have more.
+			return fmt.Errorf("post list %d: less than the rx depth (%d) in send tests", p.PostList, p.RxDepth)
+		case p.Duration == 0 && p.Iters%p.PostList != 0:
+			return fmt.Errorf("number of iterations (%d) must be a multiple of the post list size (%d)", p.Iters, p.PostList)
+		case !p.isSet("cq-mod"):
+			p.CQMod = p.PostList
+		case p.PostList%p.CQMod != 0:
+			return fmt.Errorf("post list size (%d) must be a multiple of CQ moderation (%d)", p.PostList, p.CQMod)
+		}
+	}
+	if p.Events && t == WriteLat {
+		// Its wait is on memory the peer writes, not on a completion.
+		return fmt.Errorf("events (-e) are not available in write_lat, which polls memory")
+	}
+	if (p.Histogram || p.Unsorted) && (!lat || p.Duration > 0) {
+		return fmt.Errorf("-H and -U are available only in latency tests, with iterations (-n)")
+	}
 	switch {
+	case p.PostList < 0:
+		return fmt.Errorf("post list %d: not negative", p.PostList)
 	case p.Size < 1 || p.Size > MaxSize:
 		return fmt.Errorf("size %d out of range 1..%d", p.Size, MaxSize)
 	case p.Iters < MinIters:
@@ -473,6 +531,10 @@ func (p *Params) finish() error {
 	}
 	if p.Perftest {
 		switch {
+		case p.Infinite && (p.Test != WriteBW && p.Test != ReadBW || p.Bidir):
+			// perftest's send_bw and bidirectional servers never end an
+			// infinite run: they loop until their connection fails.
+			return fmt.Errorf("--run_infinitely is supported with -R for write_bw and read_bw, one direction")
 		case p.Duration > 0 && p.Test != WriteBW && p.Test != ReadBW:
 			return fmt.Errorf("-D is supported with -R for write_bw and read_bw only")
 		case p.Test.TCP():
@@ -523,11 +585,12 @@ type symmetric struct {
 	RxDepth  int    `json:"rx_depth,omitempty"`
 	Bidir    bool   `json:"bidir,omitempty"`
 	Atomic   string `json:"atomic,omitempty"`
+	Infinite bool   `json:"run_infinitely,omitempty"`
 }
 
 func (p *Params) symmetric() symmetric {
 	s := symmetric{Test: p.Test.String(), Size: p.Size, All: p.All, Iters: p.Iters,
-		Duration: int(p.Duration / time.Second), QPs: p.QPs, Bidir: p.Bidir}
+		Duration: int(p.Duration / time.Second), QPs: p.QPs, Bidir: p.Bidir, Infinite: p.Infinite}
 	if p.Duration > 0 {
 		s.Iters = 0
 	}
@@ -558,6 +621,7 @@ func (s symmetric) mismatch(peer symmetric) string {
 	add("rx depth (-r)", s.RxDepth, peer.RxDepth)
 	add("bidirectional (-b)", s.Bidir, peer.Bidir)
 	add("atomic type (-A)", s.Atomic, peer.Atomic)
+	add("run infinitely (--run_infinitely)", s.Infinite, peer.Infinite)
 	return strings.Join(d, "; ")
 }
 

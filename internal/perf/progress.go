@@ -25,7 +25,7 @@ type progress struct {
 // report to a terminal.
 func startProgress(pr *printer, size int) *progress {
 	p := pr.p
-	if p.Duration == 0 || !pr.full() || !isTerminal(pr.w) {
+	if p.Duration == 0 || p.Infinite || !pr.full() || !isTerminal(pr.w) {
 		return nil
 	}
 	pg := &progress{w: pr.w, pr: pr, stop: make(chan struct{})}

@@ -59,6 +59,9 @@ type endpoint struct {
 	// QP, at offset 4*i, that the receiver RDMA Writes its cumulative
 	// receive count into (see bw.go).
 	credit *verbs.MR
+
+	// onPeriod takes each row of a --run_infinitely run as it ends.
+	onPeriod func(Report) error
 }
 
 // qpEnd is one data QP and its state.
@@ -159,7 +162,7 @@ func newEndpoint(dev *verbs.Device, p *Params) (*endpoint, error) {
 		}
 		b := mr.Buf()
 		q := &qpEnd{i: i, qp: qp, mr: mr, local: b[:e.half:e.half], target: b[e.half:], credits: p.RxDepth,
-			batch: make([]verbs.SendWR, postBatch)}
+			batch: make([]verbs.SendWR, max(postBatch, p.PostList))}
 		q.rwr = verbs.RecvWR{ID: wrID(idData, i, 0), SGL: []verbs.SGE{mr.SGE(e.half, e.half)}}
 		e.qps = append(e.qps, q)
 		if e.srq != nil {

@@ -32,6 +32,44 @@ type Report struct {
 	P99      float64 `json:"p99,omitempty"`
 	P999     float64 `json:"p999,omitempty"`
 	TPS      float64 `json:"tps,omitempty"` // duration mode: transactions per second
+
+	// samples are a latency test's samples in order, µs, kept for -H and
+	// -U (this side's only: not exchanged).
+	samples []float64
+}
+
+// withSamples keeps the samples of a latency row for -H and -U: the gaps
+// between successive posts, divided by rttFactor, as latReport takes them.
+func (r Report) withSamples(p *Params, tposted []int64, rttFactor float64) Report {
+	if !p.Histogram && !p.Unsorted || len(tposted) < MinIters {
+		return r
+	}
+	r.samples = make([]float64, len(tposted)-1)
+	for i := range r.samples {
+		r.samples[i] = float64(tposted[i+1]-tposted[i]) / 1e3 / rttFactor
+	}
+	return r
+}
+
+// printSamples is perftest's -U and -H output ahead of a latency row:
+// the samples in order, then sorted without the tail the row leaves out,
+// then the table's header again.
+func (pr *printer) printSamples(r Report) {
+	w := pr.w
+	if pr.p.Unsorted {
+		fmt.Fprintf(w, "#, usec\n")
+		for i, v := range r.samples {
+			fmt.Fprintf(w, "%d, %g\n", i+1, v)
+		}
+	}
+	if pr.p.Histogram {
+		sorted := slices.Sorted(slices.Values(r.samples))
+		fmt.Fprintf(w, "#, usec\n")
+		for i, v := range sorted[:len(sorted)-latMeasureTail] {
+			fmt.Fprintf(w, "%d, %g\n", i+1, v)
+		}
+	}
+	fmt.Fprint(w, resultLine+resultFmtLat)
 }
 
 const (
@@ -250,6 +288,9 @@ func (pr *printer) row(r Report) error {
 				fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t     %-7.6f\n", r.Size, r.Iters, peak, avg, r.MsgRate/1e6)
 			}
 		case kindLat:
+			if r.samples != nil {
+				pr.printSamples(r)
+			}
 			fmt.Fprintf(w, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
 				r.Size, r.Iters, r.TMin, r.TMax, r.TTypical, r.TAvg, r.TStdev, r.P99, r.P999)
 		case kindLatDur:

@@ -31,6 +31,10 @@ func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprint(stdout, Usage)
 		return 0
 	}
+	if errors.Is(err, errVersion) {
+		fmt.Fprintf(stdout, "Version: %s\n", version())
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "iwarp-perf: %v\nRun 'iwarp-perf -h' for usage.\n", err)
 		return 2
@@ -298,6 +302,9 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		conns = append(conns, q.qp)
 	}
 	defer watchProgress(ctx, cancel, p.exchangeTimeout(), "the test", conns)()
+	if p.Infinite {
+		return runInfinite(ctx, p, pr, e, x, sender, receiver, client)
+	}
 	sizes := p.Sizes()
 	px, _ := x.(*perftestExchange)
 	if px != nil {

@@ -438,7 +438,7 @@ func (s *tcpSide) runTCPLat(ctx context.Context, conns []*net.TCPConn, size int,
 		io.Copy(io.Discard, c)
 		return latDurReport(size, sampled, time.Duration(tEnd-tSample), 2), nil
 	}
-	return latReport(size, tposted, 2), nil
+	return latReport(size, tposted, 2).withSamples(p, tposted, 2), nil
 }
 
 func (s *tcpSide) tcpStats(conns []*net.TCPConn) []string {

@@ -1,0 +1,140 @@
+package perf
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// perftest's -l, -e, --run_infinitely, -H, -U and -V, and the fabric
+// flags taken and ignored, with perftest's rules for each.
+func TestPerftestMoreFlags(t *testing.T) {
+	p, _, err := Parse([]string{"write_bw", "-l", "8", "-s", "64", "-n", "800"})
+	require.NoError(t, err)
+	require.Equal(t, 8, p.PostList)
+	require.Equal(t, 8, p.CQMod, "perftest: CQ moderation is the post list size unless -Q is given")
+	p, _, err = Parse([]string{"write_bw", "-l16", "-Q4", "-s", "64", "-n", "800"})
+	require.NoError(t, err)
+	require.Equal(t, []int{16, 4}, []int{p.PostList, p.CQMod})
+	p, _, err = Parse([]string{"send_lat", "-e", "-H", "-U", "-S", "3", "-T", "106", "-u", "14", "--cpu_util", "--retry_count=7", "--report-histogrm"})
+	require.NoError(t, err)
+	require.True(t, p.Events)
+	require.True(t, p.Histogram)
+	require.True(t, p.Unsorted)
+	p, _, err = Parse([]string{"read_bw", "--run_infinitely"})
+	require.NoError(t, err)
+	require.True(t, p.Infinite)
+	require.Equal(t, DefInfinitePeriod, p.Duration, "perftest's five seconds a row")
+	require.True(t, p.NoPeak)
+	p, _, err = Parse([]string{"write_bw", "--run_infinitely", "-D", "2", "-b"})
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, p.Duration)
+	_, _, err = Parse([]string{"-V"})
+	require.ErrorIs(t, err, errVersion)
+
+	for args, want := range map[string]string{
+		"write_lat -l 2":                  "BW tests only",
+		"write_bw -l 3 -n 1000":           "multiple of the post list size",
+		"write_bw -l 8 -Q 3 -n 800":       "multiple of CQ moderation",
+		"write_bw -l 256 -t 128":          "at most the tx depth",
+		"send_bw -l 64 -r 64 -t 128":      "less than the rx depth",
+		"write_bw -l -2":                  "not negative",
+		"write_lat -e":                    "not available in write_lat",
+		"write_bw -H":                     "only in latency tests",
+		"send_lat -U -D 2":                "with iterations",
+		"send_lat --run_infinitely":       "only in the RDMA BW tests",
+		"tcp_bw --run_infinitely":         "only in the RDMA BW tests",
+		"write_bw --run_infinitely -a":    "no -a or -n",
+		"write_bw --run_infinitely -n 50": "no -a or -n",
+		"send_bw --run_infinitely -R":     "write_bw and read_bw, one direction",
+		"read_bw --run_infinitely -R -b":  "write_bw and read_bw, one direction",
+	} {
+		_, _, err := Parse(strings.Fields(args))
+		require.ErrorContains(t, err, want, args)
+	}
+	a, _, _ := Parse([]string{"write_bw", "--run_infinitely"})
+	b, _, _ := Parse([]string{"write_bw", "-D", "5"})
+	require.Contains(t, a.symmetric().mismatch(b.symmetric()), "run infinitely (--run_infinitely) mismatch")
+}
+
+// -l: every PostSend of data WRs carries a whole list but the last,
+// which may be shorter (duration mode's stop); the test moves its data.
+func TestPostList(t *testing.T) {
+	for _, args := range [][]string{
+		{"write_bw", "-l", "8", "-s", "64", "-n", "4000"},
+		{"send_bw", "-l", "16", "-s", "256", "-n", "3200"},
+		{"read_bw", "-l", "4", "-s", "4096", "-D", "1"},
+	} {
+		var mu sync.Mutex
+		var lists []int
+		testPostHook = func(n int) {
+			mu.Lock()
+			lists = append(lists, n)
+			mu.Unlock()
+		}
+		p, _, err := Parse(append(args, "--loopback"))
+		require.NoError(t, err)
+		var out bytes.Buffer
+		rows, err := Run(context.Background(), p, &out)
+		testPostHook = nil
+		require.NoError(t, err, "%v", args)
+		require.Len(t, rows, 1)
+		require.NotZero(t, rows[0].Iters)
+		mu.Lock()
+		require.NotEmpty(t, lists)
+		for i, n := range lists[:len(lists)-1] {
+			require.Equal(t, p.PostList, n, "%v: PostSend %d of %d", args, i, len(lists))
+		}
+		require.LessOrEqual(t, lists[len(lists)-1], p.PostList)
+		total := 0
+		for _, n := range lists {
+			total += n
+		}
+		if p.Duration == 0 {
+			require.Equal(t, p.Iters, total, "%v: the WRs posted", args)
+		}
+		mu.Unlock()
+	}
+}
+
+// -U and -H print the samples ahead of the row, as perftest: in order,
+// then sorted without the two largest; the row's t_min is the smallest.
+func TestLatencySamples(t *testing.T) {
+	p, _, err := Parse([]string{"send_lat", "-n", "40", "-H", "-U", "-e", "--loopback"})
+	require.NoError(t, err)
+	var out bytes.Buffer
+	rows, err := Run(context.Background(), p, &out)
+	require.NoError(t, err)
+	require.Len(t, rows, 1)
+	blocks := strings.Split(out.String(), "#, usec\n")
+	require.Len(t, blocks, 3, "two sample lists in:\n%s", out.String())
+	read := func(b string) []float64 {
+		var v []float64
+		for i, l := range strings.Split(b, "\n") {
+			n, x, ok := strings.Cut(l, ", ")
+			if !ok {
+				break
+			}
+			require.Equal(t, strconv.Itoa(i+1), n)
+			f, err := strconv.ParseFloat(x, 64)
+			require.NoError(t, err, l)
+			v = append(v, f)
+		}
+		return v
+	}
+	unsorted, sorted := read(blocks[1]), read(blocks[2])
+	require.Len(t, unsorted, 39, "a sample between each two of 40 posts")
+	require.Len(t, sorted, 39-latMeasureTail)
+	require.True(t, slices.IsSorted(sorted))
+	all := slices.Sorted(slices.Values(unsorted))
+	require.Equal(t, all[:len(sorted)], sorted, "the same samples, the largest two left out")
+	require.InDelta(t, sorted[0], rows[0].TMin, 1e-9)
+	require.Contains(t, blocks[2], resultLine+resultFmtLat, "the header again before the row")
+}

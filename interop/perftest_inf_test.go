@@ -1,0 +1,130 @@
+//go:build interop
+
+package interop
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/goiwarp/iwarp/interop/siw"
+)
+
+// --run_infinitely (-D 1: a row a second) with Linux perftest in both
+// roles. A run ends when its client is interrupted (SIGINT). Our client
+// then sends the end-of-test exchange, as perftest's does since 6.x:
+// against perftest's servers it runs 4 s, and perftest 6.06's server takes
+// the exchange, shows our report of the whole run (later perftests print
+// "Client closed connection") and exits 0. perftest 6.06's client has no
+// handler for SIGINT and dies of it (exit 130, no exchange): against our
+// servers it runs 8 s, and ours end with it, as the peer ended the run,
+// and exit 0. The side that posts prints a row a second; ours are positive.
+func TestPerftestRunInfinitely(t *testing.T) {
+	tests := []string{"write_bw", "read_bw"} // -R takes no infinite send_bw (see Params.finish)
+	var fwds []siw.Forward
+	ports := make([]int, len(tests))
+	var script strings.Builder
+	for i, tc := range tests {
+		gp := 7301 + i
+		hp, err := siw.FreePort()
+		require.NoError(t, err)
+		fwds = append(fwds, siw.Forward{Host: hp, Guest: gp})
+		fmt.Fprintf(&script, "( timeout 12 ib_%s -R -d siw0 -F -p %d --run_infinitely -D 1 -s 4096 > /tmp/s.%d 2>&1; rc=$?\n"+
+			"  sed 's/^/%d: /' /tmp/s.%d; echo; echo \"SERVER %d rc=$rc\" ) &\n", tc, gp, i, i, i, i)
+		p, err := siw.FreePort()
+		require.NoError(t, err)
+		ports[i] = p
+	}
+	for i := range tests {
+		fmt.Fprintf(&script, "waitport %d || exit 1\n", 7301+i)
+	}
+	script.WriteString("echo LISTENING\n")
+	for i, tc := range tests {
+		fmt.Fprintf(&script, "waitfile go.%d 300 || exit 1\n"+
+			"timeout -s INT 8 ib_%s -R -d siw0 -F -p %d --run_infinitely -D 1 -s 4096 10.0.2.2 > /tmp/c.%d 2>&1; rc=$?\n"+
+			"sed 's/^/%d: /' /tmp/c.%d; echo; echo \"CLIENT %d rc=$rc\"\n", i, tc, ports[i], i, 10+i, i, i)
+	}
+	script.WriteString("wait\n")
+	vm := ptVM(t, script.String(), fwds...)
+	ptWait(t, vm, "LISTENING", 3*time.Minute)
+
+	for i, tc := range tests {
+		t.Run("client/"+tc, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+			defer cancel()
+			args := []string{tc, "-R", "--run_infinitely", "-D", "1", "-s", "4096", "-p", strconv.Itoa(fwds[i].Host), "127.0.0.1"}
+			code, out, errs := ptOurs(ctx, args)
+			t.Logf("iwarp-perf %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+			l := ptWait(t, vm, fmt.Sprintf("SERVER %d ", i), time.Minute)
+			t.Logf("perftest's server (%s):\n%s", l, strings.Join(ptGuestLines(vm, i), "\n"))
+			require.Equal(t, 0, code, "our client: %s", errs)
+			require.Equal(t, fmt.Sprintf("SERVER %d rc=0", i), l, "perftest's server took the end of the run")
+			rows, err := ptRows(strings.Split(out, "\n"))
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, len(rows), 2)
+			sum := 0.0
+			for _, r := range rows {
+				require.Equal(t, 4096.0, r[0])
+				require.Positive(t, r[3], "BW average")
+				sum += r[1]
+			}
+			if theirs, err := ptRows(ptGuestLines(vm, i)); err == nil {
+				// 6.06 shows our report of the whole run: at least the
+				// rows' iterations.
+				require.Len(t, theirs, 1)
+				require.GreaterOrEqual(t, theirs[0][1], sum, "perftest's server shows the whole run")
+			} else {
+				require.Contains(t, strings.Join(ptGuestLines(vm, i), "\n"), "Client closed connection")
+			}
+		})
+	}
+	for i, tc := range tests {
+		t.Run("server/"+tc, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			args := []string{tc, "-R", "--run_infinitely", "-D", "1", "-s", "4096", "-p", strconv.Itoa(ports[i])}
+			type result struct {
+				code      int
+				out, errs string
+			}
+			done := make(chan result, 1)
+			go func() {
+				code, out, errs := ptOurs(ctx, args)
+				done <- result{code, out, errs}
+			}()
+			for {
+				c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", ports[i]), time.Second)
+				if err == nil {
+					c.Close()
+					break
+				}
+				require.NoError(t, ctx.Err(), "our server never listened")
+				time.Sleep(20 * time.Millisecond)
+			}
+			require.NoError(t, vm.Signal(fmt.Sprintf("go.%d", i)))
+			var r result
+			select {
+			case r = <-done:
+			case <-ctx.Done():
+				t.Fatalf("our server did not end with perftest's client: %v", ctx.Err())
+			}
+			t.Logf("iwarp-perf %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.out, r.errs)
+			l := ptWait(t, vm, fmt.Sprintf("CLIENT %d ", i), time.Minute)
+			lines := ptGuestLines(vm, 10+i)
+			t.Logf("perftest's client (%s):\n%s", l, strings.Join(lines, "\n"))
+			require.Equal(t, 0, r.code, "our server: %s", r.errs)
+			require.Contains(t, r.out, "The peer ended the run")
+			require.Contains(t, []string{fmt.Sprintf("CLIENT %d rc=0", i), fmt.Sprintf("CLIENT %d rc=130", i)}, l,
+				"perftest's client: stopped by SIGINT, with a handler (0) or without (130)")
+			rows, err := ptRows(lines)
+			require.NoError(t, err, "perftest's client's rows")
+			require.GreaterOrEqual(t, len(rows), 2, "a row a second for 8 s (the emulated guest starts slowly)")
+		})
+	}
+}
