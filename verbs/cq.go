@@ -28,6 +28,9 @@ type CQ struct {
 	mod     int         // SetModeration's count; 0: every completion wakes
 	unwoken int         // completions a receive loop queued without a wake
 	owed    atomic.Bool // unwoken > 0
+
+	users int  // QP queues that complete here, not closed (under dev.mu; destroy.go)
+	dead  bool // Destroy'd (under dev.mu)
 }
 
 // CreateCQ returns a completion queue with room for cqe completions.
@@ -106,6 +109,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
+			if cq.waiters.Load() > 1 {
+				wake(cq.notify) // every waiter returns: pass it on
+			}
 			return err
 		}
 		select {
@@ -178,7 +184,9 @@ func (cq *CQ) push(wc WC) bool { return cq.add(wc, false) }
 func (cq *CQ) add(wc WC, mayHold bool) bool {
 	cq.mu.Lock()
 	if cq.err != nil || cq.n == len(cq.ring) {
-		cq.err = ErrCQOverrun
+		if cq.err != errCQDestroyed { // a WR flushed by a closed QP's post
+			cq.err = ErrCQOverrun
+		}
 		cq.mu.Unlock()
 		wake(cq.notify)
 		wake(cq.solWait)

@@ -32,6 +32,10 @@ func (cq *CQ) SetModeration(count int) error {
 		return fmt.Errorf("%w: moderation count %d (1 to %d)", ErrInvalidArg, count, len(cq.ring))
 	}
 	cq.mu.Lock()
+	if cq.err == errCQDestroyed {
+		cq.mu.Unlock()
+		return cq.err
+	}
 	cq.mod = count
 	held := cq.unwoken > 0 && cq.unwoken >= count
 	cq.mu.Unlock()

@@ -151,7 +151,9 @@ func (d *Device) AllocPD() *PD { return &PD{dev: d} }
 // PD is a protection domain: a QP can touch only memory regions of its own
 // PD, locally and remotely.
 type PD struct {
-	dev *Device
+	dev   *Device
+	users int  // MRs registered, SRQs and QPs not closed (under dev.mu; destroy.go)
+	dead  bool // Dealloc'd
 }
 
 // Device returns the PD's device.

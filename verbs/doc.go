@@ -79,6 +79,9 @@
 // for one the peer sent; a lost connection is ErrConnLost, an orderly end
 // ErrDisconnected. Either way every outstanding WR completes with
 // WRFlushErr. Device.Close closes all of a device's QPs and listeners.
+// CQ.Destroy, SRQ.Destroy and PD.Dealloc tear the rest down in ibverbs'
+// order: each returns ErrBusy while a QP not yet closed, an SRQ or a
+// registered MR still uses the object.
 //
 // # Names and shapes
 //

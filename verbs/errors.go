@@ -14,4 +14,7 @@ var (
 	ErrResources      = errors.New("verbs: resource limit reached")
 	ErrNotOptedIn     = errors.New("verbs: RFC 7306 extension not enabled on this connection")
 	ErrCQOverrun      = errors.New("verbs: completion queue overrun")
+	// ErrBusy: the object is still in use (ibverbs' EBUSY): a CQ or SRQ
+	// by a QP not closed, a PD by its MRs, SRQs or QPs.
+	ErrBusy = errors.New("verbs: resource busy")
 )

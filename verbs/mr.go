@@ -141,6 +141,9 @@ func (d *Device) addMR(mr *MR, b *binding) error {
 	if d.closed {
 		return ErrClosed
 	}
+	if mr.pd.dead {
+		return fmt.Errorf("%w: PD deallocated", ErrClosed)
+	}
 	n := uint64(len(b.buf))
 	if d.nmr >= d.attr.MaxMR || n > d.attr.MaxMRSize || d.mrBytes+n > d.attr.MaxMRTotal {
 		return fmt.Errorf("%w: memory registration limits", ErrResources)
@@ -160,6 +163,7 @@ func (d *Device) addMR(mr *MR, b *binding) error {
 	d.mrs.set(mr.idx, mr)
 	d.nmr++
 	d.mrBytes += n
+	mr.pd.users++
 	return nil
 }
 
@@ -183,6 +187,7 @@ func (mr *MR) Dereg() error {
 	mr.b.Store(&dead)
 	d.mrs.set(mr.idx, nil)
 	d.nmr--
+	mr.pd.users--
 	d.mrBytes -= uint64(len(old.buf))
 	return nil
 }

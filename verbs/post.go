@@ -364,6 +364,7 @@ type recvQueue struct {
 	head, tail uint64
 	maxSGE     int
 	flushed    bool
+	destroyed  bool      // an SRQ's, Destroy'd
 	stags      stagCache // under mu
 
 	// An SRQ's low watermark (SRQ.ArmLimit): limitCh, when armed, is
@@ -387,6 +388,9 @@ func (q *recvQueue) slot(i uint64) [][]byte {
 func (q *recvQueue) post(pd *PD, wrs []RecvWR, flushCQ *CQ, qp *QP) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.destroyed {
+		return 0, fmt.Errorf("%w: SRQ destroyed", ErrClosed)
+	}
 	for i := range wrs {
 		wr := &wrs[i]
 		if q.flushed {

@@ -259,6 +259,9 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 	case d.nqp >= a.MaxQP:
 		return nil, fmt.Errorf("%w: %d QPs", ErrResources, a.MaxQP)
 	}
+	if err := qp.use(); err != nil {
+		return nil, err
+	}
 	d.nqp++
 	d.qps[qp] = struct{}{}
 	return qp, nil

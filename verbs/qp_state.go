@@ -337,6 +337,7 @@ func (qp *QP) closeResources() {
 		qp.dev.mu.Lock()
 		qp.dev.nqp--
 		delete(qp.dev.qps, qp)
+		qp.unuse()
 		qp.dev.mu.Unlock()
 	})
 }

@@ -9,8 +9,10 @@ import "fmt"
 // stocked, and arms its low-watermark event (ArmLimit) to learn when to
 // post more.
 type SRQ struct {
-	pd *PD
-	q  recvQueue
+	pd    *PD
+	q     recvQueue
+	users int  // QPs not closed (under pd.dev.mu; destroy.go)
+	dead  bool // Destroy'd (under pd.dev.mu)
 }
 
 // SRQAttr are an SRQ's attributes, as ibv_query_srq returns them.
@@ -27,11 +29,18 @@ func (pd *PD) CreateSRQ(maxWR, maxSGE int) (*SRQ, error) {
 	if maxWR <= 0 || maxWR > pd.dev.attr.MaxQPWR || maxSGE <= 0 || maxSGE > pd.dev.attr.MaxSGE {
 		return nil, fmt.Errorf("%w: SRQ %d WRs × %d SGEs", ErrInvalidArg, maxWR, maxSGE)
 	}
-	if pd.dev.isClosed() {
-		return nil, fmt.Errorf("%w: device", ErrClosed)
-	}
 	s := &SRQ{pd: pd}
 	s.q.init(maxWR, maxSGE)
+	d := pd.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		return nil, fmt.Errorf("%w: device", ErrClosed)
+	case pd.dead:
+		return nil, fmt.Errorf("%w: PD deallocated", ErrClosed)
+	}
+	pd.users++
 	return s, nil
 }
 
@@ -71,6 +80,9 @@ func (s *SRQ) ArmLimit(limit int) (<-chan struct{}, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.destroyed {
+		return nil, fmt.Errorf("%w: SRQ destroyed", ErrClosed)
+	}
 	q.limit = limit
 	if limit == 0 {
 		q.limitCh = nil
