@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -93,4 +95,41 @@ func TestConfigValues(t *testing.T) {
 	require.EqualValues(t, 0x4c, id[15])
 	_, err = parseID("5c2b6a1e-0d4f-4e3a-8b7c-9d0e1f2a3b4c00")
 	require.Error(t, err, "17 octets")
+}
+
+// Any file: a clear error or a plan that keeps the checks' promises, never
+// a panic.
+func FuzzConfig(f *testing.F) {
+	seed, err := os.ReadFile("testdata/nvmetcli.json")
+	require.NoError(f, err)
+	f.Add(seed)
+	f.Add([]byte(`{"ports": [{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.1"}}],
+"subsystems": [{"nqn": "nqn.2024-01.io.example:a", "attr": {"allow_any_host": true},
+"namespaces": [{"nsid": "2", "enable": "1", "device": {"path": "/x", "nguid": "00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff"}}]}]}`))
+	f.Add([]byte(`{"ports": [{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv6", "traddr": "::1", "trsvcid": 7}}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var cfg nvmetConfig
+		if json.Unmarshal(b, &cfg) != nil {
+			return
+		}
+		p, err := cfg.plan()
+		if err != nil {
+			return
+		}
+		require.NotEmpty(t, p.listen)
+		nqns := map[string]bool{}
+		for _, s := range p.subs {
+			require.NotEmpty(t, s.nqn)
+			require.False(t, nqns[s.nqn], "subsystem %s twice", s.nqn)
+			nqns[s.nqn] = true
+			require.True(t, slices.IsSorted(s.hosts))
+			for i, n := range s.ns {
+				require.True(t, n.id >= 1 && n.id <= maxNSID, "nsid %d", n.id)
+				require.NotEmpty(t, n.path)
+				if i > 0 {
+					require.Greater(t, n.id, s.ns[i-1].id, "NSIDs in order, once each")
+				}
+			}
+		}
+	})
 }
