@@ -101,7 +101,7 @@ func (c *controller) controllerInfo() ControllerInfo {
 	}
 	if c.discovery() {
 		ci.Serial, ci.Model = "discovery", "goiwarp NVMe/iWARP discovery"
-		ci.CtrlType, ci.SubNQN = ControllerDisc, DiscoveryNQN
+		ci.CtrlType, ci.SubNQN, ci.OAES = ControllerDisc, DiscoveryNQN, aecDiscChange
 		return ci
 	}
 	// Several controllers, through several ports, on one subsystem (one
@@ -179,6 +179,7 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 		}
 		genctr, ents := c.t.discoveryEntries(c.hostNQN, c.admin.qp.LocalAddr())
 		log = appendDiscoveryLog(nil, genctr, ents)
+		c.discLogRead(cmd.CDW(10)&(1<<15) != 0)
 	case lid == LogError:
 		log = make([]byte, errorLogEntry*(1)) // no errors recorded
 	case lid == LogSMART && !c.discovery():
@@ -230,10 +231,11 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 		// Only events a controller may raise can be enabled, as in Linux's
 		// nvmet: on an NVM controller the SMART / health critical
 		// warnings, which NVMe makes mandatory (never raised here), and
-		// Namespace Attribute Notices (OAES).
+		// Namespace Attribute Notices (OAES); on a discovery controller
+		// Discovery Log Page Change Notices.
 		mask := uint32(aecSMART | aecNSAttr)
 		if c.discovery() {
-			mask = 0
+			mask = aecDiscChange
 		}
 		if v&^mask != 0 {
 			return 0, StatusInvalidField | DNR

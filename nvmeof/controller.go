@@ -34,6 +34,7 @@ type controller struct {
 	changedNS  []uint32
 	nsOverflow bool
 	nsMasked   bool
+	discMasked bool // the discovery log notice, until the log is read
 	events     []uint32
 	kaStop     chan struct{}
 	kaPoke     chan struct{} // setKATO tells the keep-alive goroutine

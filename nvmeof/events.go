@@ -25,7 +25,52 @@ const (
 	// (notice), information 0 (namespace attribute changed), log page
 	// 04h.
 	aerNSChanged = 2 | 0<<8 | LogChangedNS<<16
+	// aecDiscChange enables Discovery Log Page Change Notices on a
+	// discovery controller (Async Event Configuration), and OAES
+	// announces them; aerDiscChanged is the notice: type 2, information
+	// F0h, log page 70h (the discovery log).
+	aecDiscChange  = 1 << 31
+	aerDiscChanged = 2 | 0xf0<<8 | LogDiscovery<<16
 )
+
+// discChanged raises a Discovery Log Page Change notice on every discovery
+// controller of the target that enabled it and has read the log since its
+// last one, as Linux's nvmet does when a subsystem or host access changes
+// (nvmet_port_disc_changed): Linux's host reports it to udev
+// (NVME_AEN=0x70f002), whose rules run "nvme connect-all".
+func (t *Target) discChanged() {
+	t.mu.Lock()
+	t.genctr++
+	var ctrls []*controller
+	for _, c := range t.ctrls {
+		if c.discovery() {
+			ctrls = append(ctrls, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range ctrls {
+		c.mu.Lock()
+		raise := !c.dead && c.aec&aecDiscChange != 0 && !c.discMasked
+		if raise {
+			c.discMasked = true
+			c.events = append(c.events, aerDiscChanged)
+		}
+		c.mu.Unlock()
+		if raise {
+			c.admin.kick()
+		}
+	}
+}
+
+// discLogRead unmasks the discovery notice: the log was read without
+// Retain Asynchronous Event.
+func (c *controller) discLogRead(rae bool) {
+	if !rae {
+		c.mu.Lock()
+		c.discMasked = false
+		c.mu.Unlock()
+	}
+}
 
 // nsChanged records that namespace id appeared and raises the notice if
 // the host enabled it and has read the log since the last one (a notice

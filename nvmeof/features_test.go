@@ -50,14 +50,16 @@ func TestDiscovery(t *testing.T) {
 	requireStatus(t, err, StatusInvalidField|DNR)
 	err = c.GetLogPage(testCtx(t), LogSMART, 0, 0, make([]byte, 512))
 	requireStatus(t, err, StatusInvalidLogPage|DNR)
-	// Nor SMART warnings, nor (in OAES) discovery log change notices: no
-	// asynchronous event may be enabled.
-	for _, aec := range []uint32{1, 1 << 31} {
+	// Nor SMART warnings, nor namespace notices: of the asynchronous
+	// events only Discovery Log Page Change Notices (OAES) may be enabled.
+	for _, aec := range []uint32{1, 1 << 8, 1<<31 | 1} {
 		_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, aec)
 		requireStatus(t, err, StatusInvalidField|DNR)
 	}
-	_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, 0)
-	require.NoError(t, err)
+	for _, aec := range []uint32{1 << 31, 0} {
+		_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, aec)
+		require.NoError(t, err)
+	}
 	// Discovery has no I/O queues: a Connect for one is refused.
 	_, err = Connect(testCtx(t), "tcp", addr, "nqn.2024-01.io.goiwarp:nothere", HostConfig{})
 	requireStatus(t, err, StatusConnectInvalidParm|DNR)

@@ -44,6 +44,12 @@ type HostConfig struct {
 	// outstanding, so that WaitNamespaceChange learns of namespaces added
 	// while connected, as Linux's host does to rescan.
 	WatchNamespaces bool
+	// WatchDiscovery is WatchNamespaces for a discovery controller
+	// (Connect to DiscoveryNQN): Discovery Log Page Change Notices, so
+	// that WaitDiscoveryChange learns of subsystems added, removed or
+	// opened to this host, as a persistent discovery controller of
+	// Linux's host (nvme discover -p) tells udev.
+	WatchDiscovery bool
 	// AskCRC asks the target for MPA CRCs and, unless ConnConfig.MaxFPDU
 	// is set, sends FPDUs of at most CRCMaxFPDU octets, each in a TCP
 	// segment of its own. Off by default, as Linux's nvme-rdma. Linux siw
@@ -77,7 +83,7 @@ type Controller struct {
 	rr      atomic.Uint32
 	maxData int
 
-	events    hostEvents // HostConfig.WatchNamespaces
+	events    hostEvents // HostConfig.WatchNamespaces, WatchDiscovery
 	kaStop    chan struct{}
 	kaOnce    sync.Once
 	kaWG      sync.WaitGroup
@@ -192,6 +198,11 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 		c.maxData = 4096 << c.Info.MDTS
 	}
 	if disc {
+		if c.cfg.WatchDiscovery && c.Info.OAES&aecDiscChange != 0 {
+			if err := c.watch(ctx, aecDiscChange); err != nil {
+				return err
+			}
+		}
 		c.startKeepAlive(kato)
 		return nil
 	}
@@ -218,7 +229,7 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 		}
 	}
 	if c.cfg.WatchNamespaces && c.Info.OAES&aecNSAttr != 0 {
-		if err := c.watchNamespaces(ctx); err != nil {
+		if err := c.watch(ctx, aecNSAttr); err != nil {
 			return err
 		}
 	}

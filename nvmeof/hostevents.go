@@ -8,28 +8,35 @@ import (
 )
 
 // ErrNoWatch is WaitNamespaceChange's error on a controller that does not
-// watch for namespace changes: HostConfig.WatchNamespaces was not set, or
-// the controller does not announce Namespace Attribute Notices (OAES).
-var ErrNoWatch = errors.New("nvmeof: not watching for namespace changes")
+// watch for namespace changes (HostConfig.WatchNamespaces was not set, or
+// the controller does not announce Namespace Attribute Notices in OAES),
+// and WaitDiscoveryChange's on one that does not watch its discovery log.
+var ErrNoWatch = errors.New("nvmeof: not watching for changes")
 
 // hostEvents is a Controller's watch for Namespace Attribute Changed
-// notices (HostConfig.WatchNamespaces): one Asynchronous Event Request
-// kept outstanding on the admin queue, and the NSIDs the Changed
-// Namespace List gave since WaitNamespaceChange last returned.
+// notices (HostConfig.WatchNamespaces) or, on a discovery controller,
+// Discovery Log Page Change notices (WatchDiscovery): one Asynchronous
+// Event Request kept outstanding on the admin queue, and what the log
+// the notice names gave since the Wait call last returned: the NSIDs of
+// the Changed Namespace List, or the discovery log.
 type hostEvents struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
+	aec    uint32 // the notice enabled
 	ids    []uint32
-	all    bool          // the list overflowed: any namespace may have changed
+	all    bool // the list overflowed: any namespace may have changed
+	disc   []DiscoveryEntry
+	discOK bool          // disc is new
 	signal chan struct{} // capacity 1: something is pending
 }
 
-// watchNamespaces enables the notice and starts the goroutine that keeps
-// an AER outstanding; Close (or the admin queue's end) stops it.
-func (c *Controller) watchNamespaces(ctx context.Context) error {
-	if _, err := c.SetFeatures(ctx, FeatAsyncEvent, aecNSAttr); err != nil {
+// watch enables the notice aec and starts the goroutine that keeps an
+// AER outstanding; Close (or the admin queue's end) stops it.
+func (c *Controller) watch(ctx context.Context, aec uint32) error {
+	if _, err := c.SetFeatures(ctx, FeatAsyncEvent, aec); err != nil {
 		return err
 	}
+	c.events.aec = aec
 	c.events.signal = make(chan struct{}, 1)
 	c.events.wg.Add(1)
 	go c.eventLoop()
@@ -37,7 +44,7 @@ func (c *Controller) watchNamespaces(ctx context.Context) error {
 }
 
 // eventLoop posts an AER, and when it completes with the notice reads the
-// Changed Namespace List (which unmasks the next notice) and posts another.
+// log it names (which unmasks the next notice) and posts another.
 func (c *Controller) eventLoop() {
 	defer c.events.wg.Done()
 	ev := &c.events
@@ -50,7 +57,18 @@ func (c *Controller) eventLoop() {
 		if err != nil {
 			return // the queue ended, or the controller refused AERs
 		}
-		if res&0xffffff != aerNSChanged {
+		if ev.aec == aecDiscChange && res&0xffffff == aerDiscChanged {
+			ents, err := c.DiscoveryLog(context.Background())
+			if err != nil {
+				return
+			}
+			ev.mu.Lock()
+			ev.disc, ev.discOK = ents, true
+			ev.mu.Unlock()
+			ev.wake()
+			continue
+		}
+		if ev.aec != aecNSAttr || res&0xffffff != aerNSChanged {
 			continue // another event (none is enabled): ask again
 		}
 		if err := c.GetLogPage(context.Background(), LogChangedNS, 0xffffffff, 0, log); err != nil {
@@ -68,10 +86,14 @@ func (c *Controller) eventLoop() {
 			ev.ids = append(ev.ids, id)
 		}
 		ev.mu.Unlock()
-		select {
-		case ev.signal <- struct{}{}:
-		default:
-		}
+		ev.wake()
+	}
+}
+
+func (ev *hostEvents) wake() {
+	select {
+	case ev.signal <- struct{}{}:
+	default:
 	}
 }
 
@@ -82,7 +104,7 @@ func (c *Controller) eventLoop() {
 // controller's once it has ended.
 func (c *Controller) WaitNamespaceChange(ctx context.Context) ([]uint32, error) {
 	ev := &c.events
-	if ev.signal == nil {
+	if ev.signal == nil || ev.aec != aecNSAttr {
 		return nil, ErrNoWatch
 	}
 	for {
@@ -95,6 +117,34 @@ func (c *Controller) WaitNamespaceChange(ctx context.Context) ([]uint32, error) 
 			ev.ids, ev.all = nil, false
 			ev.mu.Unlock()
 			return ids, nil
+		}
+		ev.mu.Unlock()
+		select {
+		case <-ev.signal:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.admin.dead:
+			return nil, c.admin.err
+		}
+	}
+}
+
+// WaitDiscoveryChange waits until a discovery controller watching its log
+// (HostConfig.WatchDiscovery) reports that the log changed, and returns
+// the log as read then: the subsystems this host may reach now. It
+// returns ctx's error, or the controller's once it has ended.
+func (c *Controller) WaitDiscoveryChange(ctx context.Context) ([]DiscoveryEntry, error) {
+	ev := &c.events
+	if ev.signal == nil || ev.aec != aecDiscChange {
+		return nil, ErrNoWatch
+	}
+	for {
+		ev.mu.Lock()
+		if ev.discOK {
+			ents := ev.disc
+			ev.disc, ev.discOK = nil, false
+			ev.mu.Unlock()
+			return ents, nil
 		}
 		ev.mu.Unlock()
 		select {

@@ -20,6 +20,7 @@ type Subsystem struct {
 	ns        []*Namespace
 	ctrls     map[*controller]struct{} // its controllers, told of namespaces added
 	gone      bool                     // taken off its target: no controller attaches
+	targets   map[*Target]struct{}     // that serve it, told when its hosts change
 	anyHost   bool
 	hosts     []string
 	counters  smartCounters
@@ -65,10 +66,14 @@ func (s *Subsystem) detach(c *controller) {
 // AllowHost admits hostNQN; once a host is named, only named hosts are.
 func (s *Subsystem) AllowHost(hostNQN string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.anyHost = false
 	if !slices.Contains(s.hosts, hostNQN) {
 		s.hosts = append(s.hosts, hostNQN)
+	}
+	ts := s.servedBy()
+	s.mu.Unlock()
+	for _, t := range ts {
+		t.discChanged()
 	}
 }
 
@@ -78,9 +83,34 @@ func (s *Subsystem) AllowHost(hostNQN string) {
 // stay connected, as in nvmet.
 func (s *Subsystem) SetAllowedHosts(anyHost bool, hosts ...string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.anyHost = anyHost
 	s.hosts = slices.Compact(slices.Sorted(slices.Values(hosts)))
+	ts := s.servedBy()
+	s.mu.Unlock()
+	for _, t := range ts {
+		t.discChanged() // what each host's discovery log lists changed
+	}
+}
+
+// joined records that t serves s (t.mu held), which may be back after a
+// RemoveSubsystem.
+func (s *Subsystem) joined(t *Target) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.targets == nil {
+		s.targets = map[*Target]struct{}{}
+	}
+	s.targets[t] = struct{}{}
+	s.gone = false
+}
+
+// servedBy returns the targets that serve s (mu held).
+func (s *Subsystem) servedBy() []*Target {
+	ts := make([]*Target, 0, len(s.targets))
+	for t := range s.targets {
+		ts = append(ts, t)
+	}
+	return ts
 }
 
 // Allowed reports whether hostNQN may connect.

@@ -137,6 +137,9 @@ func NewTarget(cfg TargetConfig, subsystems ...*Subsystem) (*Target, error) {
 		t.dev, t.ownDev = dev, true
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
+	for _, s := range t.subs {
+		s.joined(t)
+	}
 	return t, nil
 }
 
@@ -146,24 +149,24 @@ func (t *Target) logf(format string, args ...any) {
 	}
 }
 
-// AddSubsystem adds a subsystem to a running target.
+// AddSubsystem adds a subsystem to a running target. Discovery
+// controllers that enabled Discovery Log Page Change Notices are told.
 func (t *Target) AddSubsystem(s *Subsystem) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if _, dup := t.subs[s.NQN]; dup {
+		t.mu.Unlock()
 		return fmt.Errorf("nvmeof: subsystem %q twice", s.NQN)
 	}
 	t.subs[s.NQN] = s
-	t.genctr++
-	s.mu.Lock()
-	s.gone = false // back after a RemoveSubsystem
-	s.mu.Unlock()
+	s.joined(t)
+	t.mu.Unlock()
+	t.discChanged()
 	return nil
 }
 
 // RemoveSubsystem takes the subsystem named nqn off a running target, as
 // deleting it from Linux's nvmet does: the discovery log stops listing
-// it, Connects to it are refused, its controllers end (their hosts see
+// it (discovery controllers that enabled the notice are told), Connects to it are refused, its controllers end (their hosts see
 // the queues disconnect), and its namespaces are removed
 // (Subsystem.RemoveNamespace). It returns once no command uses their
 // Backends, which the caller may then flush and close, or when ctx ends.
@@ -175,10 +178,11 @@ func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 		return fmt.Errorf("nvmeof: no subsystem %q", nqn)
 	}
 	delete(t.subs, nqn)
-	t.genctr++
 	t.mu.Unlock()
+	t.discChanged()
 	s.mu.Lock()
 	s.gone = true
+	delete(s.targets, t)
 	ctrls := s.controllers()
 	s.mu.Unlock()
 	for _, c := range ctrls {

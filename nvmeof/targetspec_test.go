@@ -13,7 +13,7 @@ import (
 // 128-bit host identifiers in CTRATT (bit 6 and bit 0; it was bit 2, NVM
 // Sets), and of the optional asynchronous events the one it raises:
 // Namespace Attribute Notices on an NVM controller (TestNamespaceAddedNotice),
-// none on discovery.
+// Discovery Log Page Change Notices on discovery (TestDiscoveryChangeNotice).
 func TestIdentifySaysWhatItDoes(t *testing.T) {
 	checkRoutines(t)
 	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
@@ -28,7 +28,7 @@ func TestIdentifySaysWhatItDoes(t *testing.T) {
 	require.EqualValues(t, 1, ns.Info.NMIC, "NMIC: shared")
 	d := connectHost(t, addr, DiscoveryNQN, HostConfig{})
 	require.Zero(t, d.Info.CMIC)
-	require.Zero(t, d.Info.OAES)
+	require.EqualValues(t, 1<<31, d.Info.OAES, "OAES: Discovery Log Page Change Notices")
 }
 
 // Fused commands and data not described by SGLs (PSDT other than 01b) are
