@@ -177,7 +177,7 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 		if testDiscoveryLog != nil {
 			testDiscoveryLog(n)
 		}
-		genctr, ents := c.t.discoveryEntries(c.hostNQN, c.admin.qp.LocalAddr())
+		genctr, ents := c.t.discoveryEntries(c.hostNQN, c.admin.qp.LocalAddr(), c.admin.port)
 		log = appendDiscoveryLog(nil, genctr, ents)
 		c.discLogRead(cmd.CDW(10)&(1<<15) != 0)
 	case lid == LogError:

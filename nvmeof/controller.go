@@ -249,7 +249,9 @@ func (q *tqueue) connect(r *request) (uint64, Status) {
 	}
 	var sub *Subsystem
 	if cd.SubNQN != DiscoveryNQN {
-		if sub = t.subsystem(cd.SubNQN); sub == nil {
+		// Only the subsystems linked to the port the queue came
+		// through, as nvmet_find_get_subsys.
+		if sub = t.portSubsystem(q.port, cd.SubNQN); sub == nil {
 			return invalidParam(true, connOffSubNQN)
 		}
 		if !sub.Allowed(cd.HostNQN) {

@@ -82,7 +82,7 @@ type Target struct {
 	subs   map[string]*Subsystem
 	ctrls  map[uint16]*controller
 	nextID uint16
-	lns    []*verbs.Listener
+	ports  []*Port
 	queues map[*tqueue]struct{}
 	genctr uint64
 	closed bool
@@ -196,39 +196,20 @@ func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 	return nil
 }
 
-func (t *Target) subsystem(nqn string) *Subsystem {
+// portSubsystem returns the subsystem named nqn if port p exposes it.
+func (t *Target) portSubsystem(p *Port, nqn string) *Subsystem {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !p.serves(nqn) {
+		return nil
+	}
 	return t.subs[nqn]
 }
 
-// Listen starts serving on addr (network "tcp", "tcp4" or "tcp6"), port
-// 4420 if addr has none, and returns the listener's address.
-func (t *Target) Listen(ctx context.Context, network, addr string) (net.Addr, error) {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		addr = net.JoinHostPort(addr, "4420")
-	}
-	ln, err := t.dev.Listen(ctx, network, addr, t.cfg.ConnConfig)
-	if err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		ln.Close()
-		return nil, verbs.ErrClosed
-	}
-	t.lns = append(t.lns, ln)
-	t.wg.Add(1)
-	t.mu.Unlock()
-	go t.accept(ln)
-	t.logf("nvmeof: listening on %v", ln.Addr())
-	return ln.Addr(), nil
-}
-
-// accept takes connection requests until the listener closes.
-func (t *Target) accept(ln *verbs.Listener) {
+// accept takes connection requests until the port's listener closes.
+func (t *Target) accept(p *Port) {
 	defer t.wg.Done()
+	ln := p.ln
 	for {
 		req, err := ln.GetRequest(t.ctx)
 		if err != nil {
@@ -237,13 +218,13 @@ func (t *Target) accept(ln *verbs.Listener) {
 			}
 			return
 		}
-		t.admit(req)
+		t.admit(req, p)
 	}
 }
 
 // admit checks a connection request's NVMe/RDMA private data and starts
 // a queue for it, or rejects it with the transport binding's status.
-func (t *Target) admit(req *verbs.ConnRequest) {
+func (t *Target) admit(req *verbs.ConnRequest, p *Port) {
 	cm, err := ParseCMRequest(req.PrivateData)
 	reject := func(st uint16, why string) {
 		t.logf("nvmeof: %v: rejected: %s", req.RemoteAddr(), why)
@@ -277,6 +258,7 @@ func (t *Target) admit(req *verbs.ConnRequest) {
 		reject(CMRejectNoResources, err.Error())
 		return
 	}
+	q.port = p
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -309,7 +291,7 @@ func (t *Target) Close() error {
 	}
 	t.closed = true
 	subs := sortedSubs(t.subs)
-	lns := t.lns
+	ports := t.ports
 	qs := make([]*tqueue, 0, len(t.queues))
 	for q := range t.queues {
 		qs = append(qs, q)
@@ -320,8 +302,8 @@ func (t *Target) Close() error {
 	}
 	t.mu.Unlock()
 	t.cancel()
-	for _, ln := range lns {
-		ln.Close()
+	for _, p := range ports {
+		p.ln.Close()
 	}
 	for _, c := range ctrls {
 		c.stopKeepAlive()
@@ -379,9 +361,9 @@ func (t *Target) removeController(c *controller) {
 	t.mu.Unlock()
 }
 
-// discoveryEntries lists the subsystems hostNQN may reach, at the address
-// the discovery connection came to (or AdvertiseAddr).
-func (t *Target) discoveryEntries(hostNQN string, local net.Addr) (uint64, []DiscoveryEntry) {
+// discoveryEntries lists the subsystems hostNQN may reach through port p,
+// at the address the discovery connection came to (or AdvertiseAddr).
+func (t *Target) discoveryEntries(hostNQN string, local net.Addr, p *Port) (uint64, []DiscoveryEntry) {
 	host, port := "", "4420"
 	if t.cfg.AdvertiseAddr != "" {
 		if h, p, err := net.SplitHostPort(t.cfg.AdvertiseAddr); err == nil {
@@ -398,11 +380,11 @@ func (t *Target) discoveryEntries(hostNQN string, local net.Addr) (uint64, []Dis
 	defer t.mu.Unlock()
 	var ents []DiscoveryEntry
 	for _, s := range sortedSubs(t.subs) {
-		if !s.Allowed(hostNQN) {
+		if !p.serves(s.NQN) || !s.Allowed(hostNQN) {
 			continue
 		}
 		ents = append(ents, DiscoveryEntry{TrType: TrTypeRDMA, AdrFam: fam, SubType: SubTypeNVM, TReq: treqNotSpecific,
-			PortID: 1, CntlID: DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: host, SubNQN: s.NQN})
+			PortID: p.id, CntlID: DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: host, SubNQN: s.NQN})
 	}
 	return t.genctr, ents
 }

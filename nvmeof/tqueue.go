@@ -15,8 +15,9 @@ import (
 // goroutines end it only by closing its QP, whose flushed receives then
 // end the loop.
 type tqueue struct {
-	t  *Target
-	cm CMRequest
+	t    *Target
+	cm   CMRequest
+	port *Port // the listener it came through
 
 	pd     *verbs.PD
 	cq     *verbs.CQ

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/goiwarp/iwarp/nvmeof"
 )
@@ -13,10 +14,15 @@ import (
 // (SIGHUP) changes only what the file changed: hosts connected to what
 // stayed keep their controllers.
 type served struct {
-	t      *nvmeof.Target
-	listen []string
-	subs   map[string]*servedSub
-	logf   func(format string, args ...any)
+	t     *nvmeof.Target
+	ports map[uint16]servedPort // once listening
+	subs  map[string]*servedSub
+	logf  func(format string, args ...any)
+}
+
+type servedPort struct {
+	plan portPlan
+	port *nvmeof.Port
 }
 
 type servedSub struct {
@@ -36,9 +42,6 @@ type servedNS struct {
 func (s *served) apply(ctx context.Context, p *plan) error {
 	if s.subs == nil {
 		s.subs = map[string]*servedSub{}
-	}
-	if s.listen != nil && !slices.Equal(s.listen, p.listen) {
-		s.logf("config: the ports changed: not applied (ports are opened at start; restart to change them)")
 	}
 	var errs []error
 	fail := func(err error) {
@@ -97,8 +100,53 @@ func (s *served) apply(ctx context.Context, p *plan) error {
 			fail(err)
 		}
 	}
-	s.listen = p.listen
+	if s.ports != nil {
+		s.applyPorts(p.ports)
+	}
 	return errors.Join(errs...)
+}
+
+// listen opens the plan's ports (after apply has added the subsystems).
+func (s *served) listen(ctx context.Context, ports []portPlan) error {
+	s.ports = map[uint16]servedPort{}
+	for _, pp := range ports {
+		port, err := s.t.ListenPort(ctx, "tcp", pp.addr, nvmeof.PortConfig{ID: pp.id, Subsystems: pp.subs})
+		if err != nil {
+			return err
+		}
+		s.ports[pp.id] = servedPort{pp, port}
+		s.logf("config: port %d on %v: %s", pp.id, port.Addr(), strings.Join(pp.subs, ", "))
+	}
+	return nil
+}
+
+// applyPorts applies a reload's links between ports and subsystems, as
+// nvmet's configfs links: a subsystem unlinked from a port disconnects
+// the hosts that reached it through that port. Ports added, removed or
+// moved to another address take a restart.
+func (s *served) applyPorts(ports []portPlan) {
+	seen := map[uint16]bool{}
+	for _, pp := range ports {
+		seen[pp.id] = true
+		cur, ok := s.ports[pp.id]
+		switch {
+		case !ok || cur.plan.addr != pp.addr:
+			s.logf("config: port %d (%s) is new or moved: not applied (restart to open ports)", pp.id, pp.addr)
+		case !slices.Equal(cur.plan.subs, pp.subs):
+			if err := cur.port.SetSubsystems(pp.subs...); err != nil {
+				s.logf("config: port %d: %v", pp.id, err)
+				continue
+			}
+			cur.plan.subs = pp.subs
+			s.ports[pp.id] = cur
+			s.logf("config: port %d now links %s", pp.id, strings.Join(pp.subs, ", "))
+		}
+	}
+	for id, cur := range s.ports {
+		if !seen[id] {
+			s.logf("config: port %d (%s) is gone from the file: not applied (restart to close ports)", id, cur.plan.addr)
+		}
+	}
 }
 
 func (ss *servedSub) setHosts(sp subPlan) {

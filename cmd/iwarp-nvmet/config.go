@@ -85,9 +85,17 @@ func (v cfsValue) on() bool {
 
 // plan is what a configuration asks iwarp-nvmet to serve, checked.
 type plan struct {
-	listen []string // host:port of each RDMA port
-	subs   []subPlan
-	notes  []string // what the configuration has that is not applied
+	ports []portPlan // the RDMA ports
+	subs  []subPlan
+	notes []string // what the configuration has that is not applied
+}
+
+// portPlan is an RDMA port: its ID, host:port, and the subsystems linked
+// to it (sorted), the only ones a host reaches through it.
+type portPlan struct {
+	id   uint16
+	addr string
+	subs []string
 }
 
 type subPlan struct {
@@ -130,7 +138,16 @@ func loadConfig(path string) (*plan, error) {
 func (cfg *nvmetConfig) plan() (*plan, error) {
 	p := &plan{}
 	linked := map[string]bool{}
+	ids := map[uint64]bool{}
 	for _, pt := range cfg.Ports {
+		id, err := strconv.ParseUint(string(pt.PortID), 10, 16)
+		if err != nil || id == 0 {
+			return nil, fmt.Errorf("portid %q: want 1 to 65535", pt.PortID)
+		}
+		if ids[id] {
+			return nil, fmt.Errorf("port %d twice", id)
+		}
+		ids[id] = true
 		tr := string(pt.Addr["trtype"])
 		if tr != "rdma" {
 			p.notes = append(p.notes, fmt.Sprintf("port %s: transport %q is not served (iwarp-nvmet is NVMe/RDMA)", pt.PortID, tr))
@@ -151,12 +168,14 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 		if n, err := strconv.Atoi(svc); err != nil || n <= 0 || n > 65535 {
 			return nil, fmt.Errorf("port %s: trsvcid %q is not a TCP port", pt.PortID, svc)
 		}
-		p.listen = append(p.listen, net.JoinHostPort(addr, svc))
-		for _, s := range pt.Subsystems {
+		pp := portPlan{id: uint16(id), addr: net.JoinHostPort(addr, svc),
+			subs: slices.Compact(slices.Sorted(slices.Values(pt.Subsystems)))}
+		for _, s := range pp.subs {
 			linked[s] = true
 		}
+		p.ports = append(p.ports, pp)
 	}
-	if len(p.listen) == 0 {
+	if len(p.ports) == 0 {
 		return nil, errors.New("no port with trtype rdma")
 	}
 	seen := map[string]bool{}
@@ -177,7 +196,7 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 			p.notes = append(p.notes, fmt.Sprintf("subsystem %s admits no host (allow_any_host 0, no allowed_hosts)", s.NQN))
 		}
 		if !linked[s.NQN] {
-			p.notes = append(p.notes, fmt.Sprintf("subsystem %s is on no RDMA port's list; it is served on every port", s.NQN))
+			p.notes = append(p.notes, fmt.Sprintf("subsystem %s is linked to no RDMA port: no host can reach it", s.NQN))
 		}
 		ids := map[uint32]bool{}
 		for _, n := range s.Namespaces {
@@ -207,6 +226,13 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 		}
 		slices.SortFunc(sp.ns, func(a, b nsPlan) int { return int(a.id) - int(b.id) })
 		p.subs = append(p.subs, sp)
+	}
+	for _, pp := range p.ports {
+		for _, nqn := range pp.subs {
+			if !seen[nqn] {
+				return nil, fmt.Errorf("port %d links subsystem %s, which the file does not define", pp.id, nqn)
+			}
+		}
 	}
 	return p, nil
 }

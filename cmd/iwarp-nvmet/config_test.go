@@ -17,7 +17,10 @@ import (
 func TestLoadConfig(t *testing.T) {
 	p, err := loadConfig("testdata/nvmetcli.json")
 	require.NoError(t, err)
-	require.Equal(t, []string{"192.168.7.1:4420", "[fd00::7]:4421"}, p.listen)
+	require.Equal(t, []portPlan{
+		{1, "192.168.7.1:4420", []string{"nqn.2024-01.io.example:disk"}},
+		{2, "[fd00::7]:4421", []string{"nqn.2024-01.io.example:disk"}},
+	}, p.ports, "the TCP port 3 is left out")
 	require.Len(t, p.subs, 2)
 	disk := p.subs[0]
 	require.Equal(t, "nqn.2024-01.io.example:disk", disk.nqn)
@@ -38,7 +41,7 @@ func TestLoadConfig(t *testing.T) {
 	notes := strings.Join(p.notes, "\n")
 	require.Contains(t, notes, `port 3: transport "tcp" is not served`)
 	require.Contains(t, notes, "namespace 7 is not enabled")
-	require.Contains(t, notes, "subsystem nqn.2024-01.io.example:scratch is on no RDMA port's list")
+	require.Contains(t, notes, "subsystem nqn.2024-01.io.example:scratch is linked to no RDMA port: no host can reach it")
 	require.Len(t, p.notes, 3, "%s", notes)
 }
 
@@ -50,21 +53,24 @@ func TestConfigErrors(t *testing.T) {
 	}
 	cfg := func(ports, subs string) string { return `{"ports": [` + ports + `], "subsystems": [` + subs + `]}` }
 	for want, text := range map[string]string{
-		"no port with trtype rdma": cfg(`{"portid": 1, "addr": {"trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
-		"address family \"ib\"":    cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ib", "traddr": "1"}}`, ""),
-		"is not an ipv4 address":   cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "fd00::1"}}`, ""),
-		"trsvcid \"99999\"":        cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.1", "trsvcid": "99999"}}`, ""),
-		"without an nqn":           cfg(port, `{"namespaces": []}`),
-		"twice":                    cfg(port, sub("")+","+sub("")),
-		"nsid \"0\"":               cfg(port, sub(`{"nsid": 0, "enable": 1, "device": {"path": "/x"}}`)),
-		"nsid \"1025\"":            cfg(port, sub(`{"nsid": 1025, "enable": 1, "device": {"path": "/x"}}`)),
-		"namespace 2 twice":        cfg(port, sub(`{"nsid": 2, "device": {"path": "/x"}}, {"nsid": 2, "device": {"path": "/y"}}`)),
-		"with no device path":      cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {}}`)),
-		"nguid: \"12\"":            cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x", "nguid": "12"}}`)),
-		"uuid: \"zz":               cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x", "uuid": "zz000000-0000-0000-0000-000000000000"}}`)),
-		"passthru":                 cfg(port, `{"nqn": "nqn.2024-01.io.example:a", "passthru": [{"device": {"path": "/dev/nvme0"}}]}`),
-		"want a string, number":    cfg(port, sub(`{"nsid": [1]}`)),
-		"unexpected EOF":           `{"ports": [`,
+		"no port with trtype rdma":       cfg(`{"portid": 1, "addr": {"trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"address family \"ib\"":          cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ib", "traddr": "1"}}`, ""),
+		"is not an ipv4 address":         cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "fd00::1"}}`, ""),
+		"trsvcid \"99999\"":              cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.1", "trsvcid": "99999"}}`, ""),
+		"without an nqn":                 cfg(port, `{"namespaces": []}`),
+		"twice":                          cfg(port, sub("")+","+sub("")),
+		"nsid \"0\"":                     cfg(port, sub(`{"nsid": 0, "enable": 1, "device": {"path": "/x"}}`)),
+		"nsid \"1025\"":                  cfg(port, sub(`{"nsid": 1025, "enable": 1, "device": {"path": "/x"}}`)),
+		"namespace 2 twice":              cfg(port, sub(`{"nsid": 2, "device": {"path": "/x"}}, {"nsid": 2, "device": {"path": "/y"}}`)),
+		"with no device path":            cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {}}`)),
+		"nguid: \"12\"":                  cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x", "nguid": "12"}}`)),
+		"uuid: \"zz":                     cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x", "uuid": "zz000000-0000-0000-0000-000000000000"}}`)),
+		"passthru":                       cfg(port, `{"nqn": "nqn.2024-01.io.example:a", "passthru": [{"device": {"path": "/dev/nvme0"}}]}`),
+		"portid \"0\"":                   cfg(`{"portid": 0, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"port 1 twice":                   cfg(port+","+port, ""),
+		"which the file does not define": cfg(`{"portid": 1, "subsystems": ["nqn.2024-01.io.example:nope"], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"want a string, number":          cfg(port, sub(`{"nsid": [1]}`)),
+		"unexpected EOF":                 `{"ports": [`,
 	} {
 		path := filepath.Join(t.TempDir(), "config.json")
 		require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
@@ -116,7 +122,20 @@ func FuzzConfig(f *testing.F) {
 		if err != nil {
 			return
 		}
-		require.NotEmpty(t, p.listen)
+		require.NotEmpty(t, p.ports)
+		defined := map[string]bool{}
+		for _, s := range p.subs {
+			defined[s.nqn] = true
+		}
+		ids := map[uint16]bool{}
+		for _, pp := range p.ports {
+			require.NotZero(t, pp.id)
+			require.False(t, ids[pp.id], "port %d twice", pp.id)
+			ids[pp.id] = true
+			for _, nqn := range pp.subs {
+				require.True(t, defined[nqn], "port %d links %s", pp.id, nqn)
+			}
+		}
 		nqns := map[string]bool{}
 		for _, s := range p.subs {
 			require.NotEmpty(t, s.nqn)

@@ -11,17 +11,20 @@
 //	iwarp-nvmet bench 10.0.0.1:4420
 //
 // With --config, the file is nvmetcli's saveconfig JSON: ports whose
-// trtype is rdma are listened on (others are logged and skipped), and each
-// subsystem is served with its allow_any_host, allowed_hosts, serial and
-// model attributes and its enabled namespaces (nsid, device path, nguid,
-// uuid), with nvmet's block size (the block device's logical block size;
-// a file's file system block, at most 4096). A subsystem is served on
-// every port, not only those that list it. SIGHUP reads the file again and
-// applies the difference while hosts stay connected: namespaces enabled,
-// disabled or changed (hosts are told by an Asynchronous Event, and
-// Linux's host adds or drops the block device), subsystems added or
-// removed, allowed hosts changed; ports, serials and models are read at
-// start only. A file that does not parse or check changes nothing.
+// trtype is rdma are listened on with their portid (others are logged and
+// skipped), each exposing the subsystems linked to it, as nvmet's ports;
+// each subsystem is served with its allow_any_host, allowed_hosts, serial
+// and model attributes and its enabled namespaces (nsid, device path,
+// nguid, uuid), with nvmet's block size (the block device's logical block
+// size; a file's file system block, at most 4096). SIGHUP reads the file
+// again and applies the difference while hosts stay connected: namespaces
+// enabled, disabled or changed (hosts are told by an Asynchronous Event,
+// and Linux's host adds or drops the block device), subsystems added or
+// removed, allowed hosts and port links changed (discovery controllers
+// are told; a host that reached a subsystem through a port it is unlinked
+// from is disconnected, as in nvmet); port addresses, serials and models
+// are read at start only. A file that does not parse or check changes
+// nothing.
 package main
 
 import (
@@ -205,13 +208,9 @@ func serveConfig(path string, tcfg nvmeof.TargetConfig) error {
 		return err
 	}
 	sig := notify()
-	for _, l := range p.listen {
-		addr, err := t.Listen(ctx, "tcp", l)
-		if err != nil {
-			t.Close()
-			return err
-		}
-		log.Printf("listening on %v", addr)
+	if err := s.listen(ctx, p.ports); err != nil {
+		t.Close()
+		return err
 	}
 	log.Printf("serving %d subsystems from %s, and %s; SIGHUP reloads the file", len(s.subs), path, nvmeof.DiscoveryNQN)
 	for sg := range sig {

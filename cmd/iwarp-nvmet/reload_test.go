@@ -20,13 +20,30 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// reloadConfig writes an nvmetcli configuration: one RDMA port, and each
-// subsystem given as NQN → its JSON body after the nqn.
+// reloadConfig writes an nvmetcli configuration: one RDMA port, with every
+// subsystem given (JSON objects, subJSON) linked to it.
 func reloadConfig(t *testing.T, path, addr string, subs ...string) {
 	t.Helper()
+	var nqns []string
+	for _, s := range subs {
+		var v struct{ NQN string }
+		require.NoError(t, json.Unmarshal([]byte(s), &v))
+		nqns = append(nqns, v.NQN)
+	}
+	reloadConfigLinks(t, path, addr, nqns, subs...)
+}
+
+// reloadConfigLinks is reloadConfig with the port linking the subsystems
+// named in links only.
+func reloadConfigLinks(t *testing.T, path, addr string, links []string, subs ...string) {
+	t.Helper()
 	host, port, _ := strings.Cut(addr, ":")
+	if links == nil {
+		links = []string{}
+	}
+	linked, _ := json.Marshal(links)
 	text := fmt.Sprintf(`{"hosts": [], "ports": [{"addr": {"adrfam": "ipv4", "traddr": %q, "treq": "not specified", "trsvcid": %q, "trtype": "rdma"},
-"portid": 1, "referrals": [], "subsystems": []}], "subsystems": [%s]}`, host, port, strings.Join(subs, ","))
+"portid": 1, "referrals": [], "subsystems": %s}], "subsystems": [%s]}`, host, port, linked, strings.Join(subs, ","))
 	require.NoError(t, os.WriteFile(path+".tmp", []byte(text), 0o644))
 	require.NoError(t, os.Rename(path+".tmp", path))
 }
@@ -164,6 +181,21 @@ func TestServeConfigReload(t *testing.T) {
 	require.NoError(t, err)
 	_, err = h2.WriteAt(w, 0)
 	require.NoError(t, err)
+
+	// Subsystem A unlinked from the port: its host is disconnected, as
+	// nvmet disconnects the controllers of a subsystem unlinked from the
+	// port they came through.
+	reloadConfigLinks(t, cfg, addr, nil, subJSON(nqnA, 1, nil, nsJSON(1, 1, d1, ""), nsJSON(2, 1, d2, "")))
+	hup("reloaded " + cfg)
+	require.Contains(t, out.String(), "port 1 now links")
+	select {
+	case <-c.IOQueueDone(0):
+	case <-time.After(10 * time.Second):
+		t.Fatal("the host of the unlinked subsystem kept its queue")
+	}
+	require.Empty(t, discovered(t, ctx, addr, hostX))
+	_, err = nvmeof.Connect(ctx, "tcp", addr, nqnA, nvmeof.HostConfig{})
+	require.Error(t, err, "A is on no port")
 
 	require.NoError(t, srv.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, srv.Wait(), "exit status after SIGTERM:\n%s", out.String())

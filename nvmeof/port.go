@@ -1,0 +1,144 @@
+package nvmeof
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+
+	"github.com/goiwarp/iwarp/verbs"
+)
+
+// Port is a listener of a Target and the subsystems it exposes, as a port
+// of Linux's nvmet: through it a host reaches, and its discovery log
+// lists, only the subsystems linked to it (ListenPort), or every subsystem
+// of the target (Listen).
+type Port struct {
+	t    *Target
+	id   uint16
+	ln   *verbs.Listener
+	all  bool            // Listen's: every subsystem
+	subs map[string]bool // ListenPort's, under t.mu
+}
+
+// PortConfig is what ListenPort takes besides the address, as a port's
+// directory in Linux's nvmet configfs: its ID (portid; 0 takes one past
+// the highest in use) and the NQNs of the subsystems linked to it.
+type PortConfig struct {
+	ID         uint16
+	Subsystems []string
+}
+
+// ListenPort starts serving on addr (as Listen) the subsystems cfg links
+// to the port, and the discovery controller, whose log lists those of
+// them the host may reach, with the port's ID.
+func (t *Target) ListenPort(ctx context.Context, network, addr string, cfg PortConfig) (*Port, error) {
+	p := &Port{t: t, subs: map[string]bool{}}
+	for _, nqn := range cfg.Subsystems {
+		p.subs[nqn] = true
+	}
+	return p, t.listen(ctx, network, addr, p, cfg.ID)
+}
+
+// Listen starts serving every subsystem of the target, and the discovery
+// controller, on addr (network "tcp", "tcp4" or "tcp6"), port 4420 if
+// addr has none, and returns the listener's address.
+func (t *Target) Listen(ctx context.Context, network, addr string) (net.Addr, error) {
+	p := &Port{t: t, all: true}
+	if err := t.listen(ctx, network, addr, p, 0); err != nil {
+		return nil, err
+	}
+	return p.Addr(), nil
+}
+
+func (t *Target) listen(ctx context.Context, network, addr string, p *Port, id uint16) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		addr = net.JoinHostPort(addr, "4420")
+	}
+	t.mu.Lock()
+	for _, o := range t.ports {
+		if id != 0 && o.id == id {
+			t.mu.Unlock()
+			return fmt.Errorf("nvmeof: port ID %d in use", id)
+		}
+	}
+	t.mu.Unlock()
+	ln, err := t.dev.Listen(ctx, network, addr, t.cfg.ConnConfig)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		ln.Close()
+		return verbs.ErrClosed
+	}
+	if id == 0 {
+		for _, o := range t.ports {
+			id = max(id, o.id)
+		}
+		id++
+	}
+	p.id, p.ln = id, ln
+	t.ports = append(t.ports, p)
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go t.accept(p)
+	t.logf("nvmeof: listening on %v (port %d)", ln.Addr(), id)
+	return nil
+}
+
+// Addr returns the port's listening address.
+func (p *Port) Addr() net.Addr { return p.ln.Addr() }
+
+// ID returns the port's ID, which the discovery log gives as PORTID.
+func (p *Port) ID() uint16 { return p.id }
+
+// Subsystems returns the NQNs linked to a ListenPort port, sorted (nil for
+// Listen's, which serves every subsystem).
+func (p *Port) Subsystems() []string {
+	p.t.mu.Lock()
+	defer p.t.mu.Unlock()
+	var nqns []string
+	for nqn := range p.subs {
+		nqns = append(nqns, nqn)
+	}
+	slices.Sort(nqns)
+	return nqns
+}
+
+// SetSubsystems links exactly the given subsystems to a ListenPort port,
+// as adding and removing links in nvmet's configfs: the hosts' discovery
+// controllers are told (a Discovery Log Page Change notice), and the
+// controllers of a subsystem no longer linked that were connected through
+// this port are shut down, as nvmet does (nvmet_port_del_ctrls).
+func (p *Port) SetSubsystems(nqns ...string) error {
+	t := p.t
+	t.mu.Lock()
+	if p.all {
+		t.mu.Unlock()
+		return errors.New("nvmeof: a port of Listen serves every subsystem")
+	}
+	next := map[string]bool{}
+	for _, nqn := range nqns {
+		next[nqn] = true
+	}
+	var drop []*controller
+	for _, c := range t.ctrls {
+		if c.sub != nil && c.admin.port == p && !next[c.sub.NQN] {
+			drop = append(drop, c)
+		}
+	}
+	p.subs = next
+	t.mu.Unlock()
+	for _, c := range drop {
+		c.shutdown(fmt.Sprintf("%s was unlinked from port %d", c.sub.NQN, p.id))
+	}
+	t.discChanged()
+	return nil
+}
+
+// serves reports whether a host may reach subsystem nqn through p (t.mu
+// held).
+func (p *Port) serves(nqn string) bool { return p.all || p.subs[nqn] }
