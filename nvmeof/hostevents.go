@@ -104,29 +104,18 @@ func (ev *hostEvents) wake() {
 // controller's once it has ended.
 func (c *Controller) WaitNamespaceChange(ctx context.Context) ([]uint32, error) {
 	ev := &c.events
-	if ev.signal == nil || ev.aec != aecNSAttr {
-		return nil, ErrNoWatch
-	}
-	for {
-		ev.mu.Lock()
-		if ev.all || len(ev.ids) > 0 {
-			ids := ev.ids
-			if ev.all {
-				ids = nil
-			}
-			ev.ids, ev.all = nil, false
-			ev.mu.Unlock()
-			return ids, nil
+	var ids []uint32
+	err := c.waitEvent(ctx, aecNSAttr, func() bool {
+		if !ev.all && len(ev.ids) == 0 {
+			return false
 		}
-		ev.mu.Unlock()
-		select {
-		case <-ev.signal:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-c.admin.dead:
-			return nil, c.admin.err
+		if !ev.all {
+			ids = ev.ids
 		}
-	}
+		ev.ids, ev.all = nil, false
+		return true
+	})
+	return ids, err
 }
 
 // WaitDiscoveryChange waits until a discovery controller watching its log
@@ -135,24 +124,37 @@ func (c *Controller) WaitNamespaceChange(ctx context.Context) ([]uint32, error) 
 // returns ctx's error, or the controller's once it has ended.
 func (c *Controller) WaitDiscoveryChange(ctx context.Context) ([]DiscoveryEntry, error) {
 	ev := &c.events
-	if ev.signal == nil || ev.aec != aecDiscChange {
-		return nil, ErrNoWatch
+	var ents []DiscoveryEntry
+	err := c.waitEvent(ctx, aecDiscChange, func() bool {
+		if !ev.discOK {
+			return false
+		}
+		ents, ev.disc, ev.discOK = ev.disc, nil, false
+		return true
+	})
+	return ents, err
+}
+
+// waitEvent waits until take, called with the events' mutex held, finds
+// what the watch for notice aec gathered.
+func (c *Controller) waitEvent(ctx context.Context, aec uint32, take func() bool) error {
+	ev := &c.events
+	if ev.signal == nil || ev.aec != aec {
+		return ErrNoWatch
 	}
 	for {
 		ev.mu.Lock()
-		if ev.discOK {
-			ents := ev.disc
-			ev.disc, ev.discOK = nil, false
-			ev.mu.Unlock()
-			return ents, nil
-		}
+		ok := take()
 		ev.mu.Unlock()
+		if ok {
+			return nil
+		}
 		select {
 		case <-ev.signal:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-c.admin.dead:
-			return nil, c.admin.err
+			return c.admin.err
 		}
 	}
 }
