@@ -29,12 +29,18 @@
 // log; Set/Get Features Number of Queues, Keep Alive Timer (traffic based,
 // CTRATT.TBKAS: a controller that hears nothing for KATO is torn down),
 // Async Event Configuration (the SMART warnings NVMe makes mandatory, never
-// raised, and Namespace Attribute Notices, as Linux's nvmet) and Volatile
+// raised, and Namespace Attribute Notices, as Linux's nvmet; on the
+// discovery controller Discovery Log Page Change Notices) and Volatile
 // Write Cache; Asynchronous Event Requests, held until an event: a
 // namespace added or removed while hosts are connected
-// (Subsystem.AddNamespace, RemoveNamespace) raises a Namespace Attribute
-// Changed notice and is listed in the Changed Namespace List (log page
-// 04h), upon which Linux's host rescans; Keep Alive; Abort (never aborts).
+// (Subsystem.AddNamespace, AddNamespaceConfig, RemoveNamespace) raises a
+// Namespace Attribute Changed notice and is listed in the Changed
+// Namespace List (log page 04h), upon which Linux's host rescans; a
+// subsystem added or removed (Target.AddSubsystem, RemoveSubsystem) or an
+// access list changed (Subsystem.AllowHost, SetAllowedHosts) raises a
+// Discovery Log Page Change notice on discovery controllers, which Linux's
+// host passes to udev for "nvme connect-all"; Keep Alive; Abort (never
+// aborts).
 // I/O queues implement Read, Write, Flush, Write Zeroes and Dataset
 // Management (Deallocate: the range reads as zeros; a Backend may zero
 // itself, Zeroer: memory is cleared, a file gets fallocate as in Linux's
@@ -56,19 +62,24 @@
 // (keyed SGL, address subtype: no invalidation) and small writes go in the
 // capsule. With HostConfig.WatchNamespaces the host keeps an Asynchronous
 // Event Request outstanding and Controller.WaitNamespaceChange returns
-// the namespaces the controller reports added. Controller.Close shuts down
+// the namespaces the controller reports added; on a discovery controller
+// (Connect to DiscoveryNQN) HostConfig.WatchDiscovery and
+// Controller.WaitDiscoveryChange return the log as each change leaves it.
+// Controller.Close shuts down
 // as NVMe asks and Linux's host does: new commands fail with ErrClosed,
 // those in flight finish (not the standing AER), the I/O queues
 // disconnect, then CC.SHN and the admin queue's disconnect.
 //
-// A subsystem has a controller for each admin Connect, through any of the
-// target's listeners, and says so (CMIC multi-port and multi-controller,
+// A port (Target.Listen, or ListenPort as a port of nvmet with the
+// subsystems linked to it) is a listener; a subsystem has a controller for
+// each admin Connect, through any port that exposes it, and says so (CMIC multi-port and multi-controller,
 // namespaces shared: NMIC), so that a host may reach it by several paths.
 //
 // Not implemented: in-band authentication, fused commands (refused),
 // reservations, ANA, namespace management, metadata and
-// protection information, SGL segments (MSDBD 1), asynchronous events (AERs
-// are held, never completed), and MPA CRCs are not asked for by default
+// protection information, SGL segments (MSDBD 1), asynchronous events but
+// the two notices above and the SMART warnings never raised, and MPA CRCs
+// are not asked for by default
 // (TargetConfig.AskCRC, HostConfig.AskCRC: Linux siw 6.1 mis-checks CRCs
 // whose trailer arrives split across two receive buffers, see CRCMaxFPDU).
 package nvmeof
