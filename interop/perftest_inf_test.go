@@ -5,7 +5,6 @@ package interop
 import (
 	"context"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,26 +88,9 @@ func TestPerftestRunInfinitely(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			args := []string{tc, "-R", "--run_infinitely", "-D", "1", "-s", "4096", "-p", strconv.Itoa(ports[i])}
-			type result struct {
-				code      int
-				out, errs string
-			}
-			done := make(chan result, 1)
-			go func() {
-				code, out, errs := ptOurs(ctx, args)
-				done <- result{code, out, errs}
-			}()
-			for {
-				c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", ports[i]), time.Second)
-				if err == nil {
-					c.Close()
-					break
-				}
-				require.NoError(t, ctx.Err(), "our server never listened")
-				time.Sleep(20 * time.Millisecond)
-			}
+			done := ptServe(t, ctx, args, ports[i])
 			require.NoError(t, vm.Signal(fmt.Sprintf("go.%d", i)))
-			var r result
+			var r ptResult
 			select {
 			case r = <-done:
 			case <-ctx.Done():

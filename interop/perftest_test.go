@@ -245,6 +245,33 @@ func ptVM(t *testing.T, script string, fwds ...siw.Forward) *siw.VM {
 	return vm
 }
 
+// ptResult is how iwarp-perf ended.
+type ptResult struct {
+	code      int
+	out, errs string
+}
+
+// ptServe runs our server with args until it returns its result, and
+// waits for its listener on port (a connection that closes at once costs
+// it nothing): perftest 6.06's client does not retry.
+func ptServe(t *testing.T, ctx context.Context, args []string, port int) <-chan ptResult {
+	t.Helper()
+	done := make(chan ptResult, 1)
+	go func() {
+		code, out, errs := ptOurs(ctx, args)
+		done <- ptResult{code, out, errs}
+	}()
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			return done
+		}
+		require.NoError(t, ctx.Err(), "our server never listened")
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func ptWait(t *testing.T, vm *siw.VM, marker string, timeout time.Duration) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -330,28 +357,9 @@ func TestPerftestClientInGuest(t *testing.T) {
 				args = append(args, "-R")
 			}
 			args = append(args, "-p", strconv.Itoa(ports[i]))
-			type result struct {
-				code      int
-				out, errs string
-			}
-			done := make(chan result, 1)
-			go func() {
-				code, out, errs := ptOurs(ctx, args)
-				done <- result{code, out, errs}
-			}()
-			// Wait for our listener (a connection that closes at once costs
-			// it nothing): perftest 6.06's client does not retry.
-			for {
-				c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", ports[i]), time.Second)
-				if err == nil {
-					c.Close()
-					break
-				}
-				require.NoError(t, ctx.Err(), "our server never listened")
-				time.Sleep(20 * time.Millisecond)
-			}
+			done := ptServe(t, ctx, args, ports[i])
 			require.NoError(t, vm.Signal(fmt.Sprintf("go.%d", i)))
-			var r result
+			var r ptResult
 			select {
 			case r = <-done:
 			case <-ctx.Done():
