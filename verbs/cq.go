@@ -75,6 +75,9 @@ func (cq *CQ) Poll(wcs []WC) int {
 	return k
 }
 
+// Cap returns the number of completions the CQ holds (CreateCQ's cqe).
+func (cq *CQ) Cap() int { return len(cq.ring) }
+
 // Len returns the number of completions waiting.
 func (cq *CQ) Len() int {
 	cq.mu.Lock()

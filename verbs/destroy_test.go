@@ -130,3 +130,37 @@ func TestDestroyWakesWaiters(t *testing.T) {
 		require.False(t, errors.Is(err, context.DeadlineExceeded), "woken by the destroy, not the deadline")
 	}
 }
+
+// What a QP and a CQ were given, the defaults filled in, as ibv_create_qp
+// and ibv_create_cq report back.
+func TestQPConfigGranted(t *testing.T) {
+	d := openDev(DeviceAttr{})
+	defer d.Close()
+	pd := d.AllocPD()
+	cq, err := d.CreateCQ(37)
+	require.NoError(t, err)
+	require.Equal(t, 37, cq.Cap())
+	qp, err := pd.CreateQP(QPConfig{SendCQ: cq, RecvCQ: cq, ORD: -1})
+	require.NoError(t, err)
+	defer qp.Close()
+	got := qp.Config()
+	require.Equal(t, min(defaultQPWR, d.Attr().MaxQPWR), got.Cap.MaxSendWR, "the default send queue")
+	require.Equal(t, min(defaultQPWR, d.Attr().MaxQPWR), got.Cap.MaxRecvWR)
+	require.Equal(t, 1, got.Cap.MaxSendSGE)
+	require.Equal(t, 1, got.Cap.MaxRecvSGE)
+	require.Equal(t, min(defaultInline, d.Attr().MaxInline), got.Cap.MaxInline)
+	require.Equal(t, d.Attr().MaxIRD, got.IRD, "0: the device's maximum")
+	require.Zero(t, got.ORD, "negative: none")
+	require.Same(t, cq, got.SendCQ)
+	// The queues are as large as it says: that many receives post, one
+	// more does not.
+	mr, err := pd.RegMR(make([]byte, 64), LocalWrite)
+	require.NoError(t, err)
+	wrs := make([]RecvWR, got.Cap.MaxRecvWR+1)
+	for i := range wrs {
+		wrs[i] = RecvWR{ID: uint64(i), SGL: []SGE{mr.SGE(0, 64)}}
+	}
+	n, err := qp.PostRecv(wrs...)
+	require.ErrorIs(t, err, ErrQueueFull)
+	require.Equal(t, got.Cap.MaxRecvWR, n)
+}

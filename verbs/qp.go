@@ -270,6 +270,13 @@ func (pd *PD) CreateQP(cfg QPConfig) (*QP, error) {
 // State returns the QP's state.
 func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
 
+// Config returns the QP's configuration as created, its defaults filled
+// in: the work requests and SGEs its queues take, the inline limit, and
+// the IRD and ORD it offers at connection time (what was negotiated is in
+// Params), as ibv_create_qp writes the capabilities granted back into its
+// caller's attributes.
+func (qp *QP) Config() QPConfig { return qp.cfg }
+
 // PD returns the QP's protection domain.
 func (qp *QP) PD() *PD { return qp.pd }
 
