@@ -416,7 +416,7 @@ func (c *controller) flushAll() bool {
 
 // plan checks a command before its data moves: whether the queue and
 // controller may run it, and the direction and length of its data.
-func (q *tqueue) plan(cmd Command) (dir, need int, st Status) {
+func (q *tqueue) plan(idx int, cmd Command) (dir, need int, st Status) {
 	c := q.ctrl
 	if cmd.IsFabrics() {
 		switch fc := cmd.FCType(); {
@@ -441,7 +441,8 @@ func (q *tqueue) plan(cmd Command) (dir, need int, st Status) {
 	if q.qid == 0 {
 		return c.planAdmin(cmd)
 	}
-	return c.planIO(cmd)
+	dir, need, st, q.slots[idx].ns = c.planIO(cmd)
+	return dir, need, st
 }
 
 // handle executes a planned command whose data is here. held means the

@@ -9,51 +9,61 @@ import (
 const dsmRange = 16
 
 // planIO checks an NVM command set command: namespace, LBA range, length.
-func (c *controller) planIO(cmd Command) (dir, need int, st Status) {
+// It returns the namespace it checked against, which execIO must find
+// still there: an NSID removed and given to another namespace meanwhile
+// (Subsystem.AddNamespaceConfig) must not take a command planned for the
+// first.
+func (c *controller) planIO(cmd Command) (dir, need int, st Status, ns *Namespace) {
 	switch op := cmd.Opcode(); op {
 	case IORead, IOWrite, IOWriteZeroes:
 		ns := c.sub.namespace(cmd.NSID())
 		if ns == nil {
-			return 0, 0, StatusInvalidNamespace | DNR
+			return 0, 0, StatusInvalidNamespace | DNR, nil
 		}
 		slba, nlb := cmd.SLBA(), uint64(cmd.NLB())+1
 		if slba+nlb < slba || slba+nlb > ns.Blocks() {
-			return 0, 0, StatusLBARange | DNR
+			return 0, 0, StatusLBARange | DNR, nil
 		}
 		// The length in 64 bits: 65 536 blocks of 64 KiB is 4 GiB, which
 		// a 32-bit int would wrap to 0. Past MDTS anyway.
 		if n := nlb * uint64(ns.BlockSize); n > uint64(c.t.cfg.MaxTransfer) && op != IOWriteZeroes {
-			return 0, 0, StatusInvalidField | DNR
+			return 0, 0, StatusInvalidField | DNR, nil
 		}
 		switch op {
 		case IORead:
-			return dirOut, int(nlb) * ns.BlockSize, StatusSuccess
+			return dirOut, int(nlb) * ns.BlockSize, StatusSuccess, ns
 		case IOWrite:
-			return dirIn, int(nlb) * ns.BlockSize, StatusSuccess
+			return dirIn, int(nlb) * ns.BlockSize, StatusSuccess, ns
 		}
-		return dirNone, 0, StatusSuccess
+		return dirNone, 0, StatusSuccess, ns
 	case IOFlush:
-		if id := cmd.NSID(); id != 0xffffffff && c.sub.namespace(id) == nil {
-			return 0, 0, StatusInvalidNamespace | DNR
+		if id := cmd.NSID(); id != 0xffffffff {
+			if ns := c.sub.namespace(id); ns != nil {
+				return dirNone, 0, StatusSuccess, ns
+			}
+			return 0, 0, StatusInvalidNamespace | DNR, nil
 		}
-		return dirNone, 0, StatusSuccess
+		return dirNone, 0, StatusSuccess, nil
 	case IODSM:
-		if c.sub.namespace(cmd.NSID()) == nil {
-			return 0, 0, StatusInvalidNamespace | DNR
+		ns := c.sub.namespace(cmd.NSID())
+		if ns == nil {
+			return 0, 0, StatusInvalidNamespace | DNR, nil
 		}
-		return dirIn, (int(cmd.CDW(10)&0xff) + 1) * dsmRange, StatusSuccess
+		return dirIn, (int(cmd.CDW(10)&0xff) + 1) * dsmRange, StatusSuccess, ns
 	}
-	return 0, 0, StatusInvalidOpcode | DNR
+	return 0, 0, StatusInvalidOpcode | DNR, nil
 }
 
 // execIO runs an NVM command set command. Its namespace was there when
-// planIO looked, but may have been removed while its data moved.
+// planIO looked (r.ns), but may have been removed while its data moved,
+// and its NSID given to another.
 func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 	cmd := r.cmd
 	ns := c.sub.use(cmd.NSID())
 	if ns != nil {
 		defer ns.done()
-	} else if cmd.Opcode() != IOFlush || cmd.NSID() != 0xffffffff {
+	}
+	if ns != r.ns && !(cmd.Opcode() == IOFlush && cmd.NSID() == 0xffffffff) {
 		return 0, StatusInvalidNamespace | DNR, nil
 	}
 	switch cmd.Opcode() {

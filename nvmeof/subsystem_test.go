@@ -3,6 +3,8 @@ package nvmeof
 import (
 	"context"
 	"encoding/binary"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -202,4 +204,84 @@ func TestRemoveSubsystem(t *testing.T) {
 	require.NoError(t, err)
 	_, err = h2.WriteAt(make([]byte, 512), 0)
 	require.NoError(t, err)
+}
+
+// A namespace removed and another added at its NSID between a command's
+// plan (its range checked against the first) and its execution: the
+// command gets Invalid Namespace and never reaches the second namespace
+// (before, a write planned for a 1 MiB namespace landed past the end of
+// the 64 KiB file that replaced it, and the file grew).
+func TestNSIDReusedBetweenPlanAndExec(t *testing.T) {
+	ctx := testCtx(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	c := &controller{t: &Target{cfg: TargetConfig{MaxTransfer: maxTransfer}}, sub: sub}
+	cmd := make(Command, CommandSize)
+	NewRW(cmd, IOWrite, 1, 1, 1000, 7) // 8 blocks at LBA 1000: 4 KiB at 512 000
+	_, need, st, planned := c.planIO(cmd)
+	require.True(t, st.OK())
+	require.NoError(t, sub.RemoveNamespace(ctx, 1))
+	path := filepath.Join(t.TempDir(), "small.img")
+	require.NoError(t, os.WriteFile(path, make([]byte, 64<<10), 0o600))
+	fb, err := OpenFileBackend(path)
+	require.NoError(t, err)
+	defer fb.Close()
+	_, err = sub.AddNamespaceConfig(fb, NamespaceConfig{ID: 1, BlockSize: 4096})
+	require.NoError(t, err)
+	_, st, _ = c.execIO(&request{cmd: cmd, in: make([]byte, need), ns: planned})
+	require.Equal(t, StatusInvalidNamespace|DNR, st)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.EqualValues(t, 64<<10, fi.Size(), "the new namespace's file is untouched")
+}
+
+// The same with a host writing near the end of namespace 1 while it is
+// replaced, again and again, by a smaller one at the same NSID.
+func TestNSIDReusedUnderWrites(t *testing.T) {
+	_, sub, addr := newTestTarget(t, 1<<20, TargetConfig{Logf: func(string, ...any) {}})
+	ctx := testCtx(t)
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
+	h, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "small.img")
+	require.NoError(t, os.WriteFile(path, make([]byte, 64<<10), 0o600))
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 128<<10)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h.WriteAt(buf, 1<<20-128<<10) // errors expected: the namespace comes and goes
+			}
+		}()
+	}
+	swaps := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); swaps++ {
+		require.NoError(t, sub.RemoveNamespace(ctx, 1))
+		fb, err := OpenFileBackend(path)
+		require.NoError(t, err)
+		_, err = sub.AddNamespaceConfig(fb, NamespaceConfig{ID: 1, BlockSize: 4096})
+		require.NoError(t, err)
+		time.Sleep(2 * time.Millisecond)
+		require.NoError(t, sub.RemoveNamespace(ctx, 1))
+		fb.Close()
+		_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 1, BlockSize: 512})
+		require.NoError(t, err)
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		require.EqualValues(t, 64<<10, fi.Size(), "after %d swaps: a write planned for the 1 MiB namespace landed in the 64 KiB one", swaps)
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d swaps", swaps)
 }

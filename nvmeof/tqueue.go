@@ -66,6 +66,7 @@ type tqueue struct {
 // dry).
 type tslot struct {
 	cmd       [CommandSize]byte
+	ns        *Namespace // an I/O command's, as planned (planIO)
 	data      Data
 	buf       int
 	busy      bool
@@ -339,7 +340,7 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 	if f := cmd.Flags(); f&3 != 0 || f&0xc0 != FlagSGL {
 		return q.respond(idx, 0, StatusInvalidField|DNR, nil)
 	}
-	dir, need, st := q.plan(cmd)
+	dir, need, st := q.plan(idx, cmd)
 	if !st.OK() {
 		return q.respond(idx, 0, st, nil)
 	}
@@ -474,7 +475,8 @@ func (q *tqueue) outBuf(idx, n int) []byte {
 // exec runs a command whose data (in) is here.
 func (q *tqueue) exec(idx int, in []byte) bool {
 	s := &q.slots[idx]
-	r := request{q: q, idx: idx, cmd: Command(s.cmd[:]), data: s.data, in: in}
+	r := request{q: q, idx: idx, cmd: Command(s.cmd[:]), data: s.data, in: in, ns: s.ns}
+	s.ns = nil
 	res, st, out, held := q.handle(&r)
 	if held {
 		return q.releaseRecv()
@@ -550,6 +552,7 @@ type request struct {
 	cmd  Command
 	data Data
 	in   []byte
+	ns   *Namespace // an I/O command's, as planned
 }
 
 // out returns the buffer for n octets of data to the host.
