@@ -174,12 +174,15 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 	var log []byte
 	switch {
 	case lid == LogDiscovery && c.discovery():
+		// Unmasked before the log is built, as nvmet clears the event
+		// with the log under one lock: a change after this read raises a
+		// notice even if the log shows it already, and none is lost.
+		c.discLogRead(cmd.CDW(10)&(1<<15) != 0)
+		genctr, ents := c.t.discoveryEntries(c.hostNQN, c.admin.qp.LocalAddr(), c.admin.port)
+		log = appendDiscoveryLog(nil, genctr, ents)
 		if testDiscoveryLog != nil {
 			testDiscoveryLog(n)
 		}
-		genctr, ents := c.t.discoveryEntries(c.hostNQN, c.admin.qp.LocalAddr(), c.admin.port)
-		log = appendDiscoveryLog(nil, genctr, ents)
-		c.discLogRead(cmd.CDW(10)&(1<<15) != 0)
 	case lid == LogError:
 		log = make([]byte, errorLogEntry*(1)) // no errors recorded
 	case lid == LogSMART && !c.discovery():
@@ -297,8 +300,8 @@ func (c *controller) getFeatures(cmd Command) (uint64, Status) {
 }
 
 // sortedSubs returns the subsystems in NQN order.
-// testDiscoveryLog, if set, is called with the length asked for before a
-// discovery log is served (tests: a log that changes between reads).
+// testDiscoveryLog, if set, is called with the length asked for once a
+// discovery log is built, before it is served (tests: a log that changes between reads).
 var testDiscoveryLog func(n int)
 
 func sortedSubs(m map[string]*Subsystem) []*Subsystem {

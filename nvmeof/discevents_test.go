@@ -2,6 +2,7 @@ package nvmeof
 
 import (
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,4 +119,63 @@ func TestHostWatchesDiscovery(t *testing.T) {
 		WatchDiscovery: true})
 	_, err = nvm.WaitDiscoveryChange(ctx)
 	require.ErrorIs(t, err, ErrNoWatch)
+}
+
+// A change right after the host's read of the discovery log was built
+// (a host that reads it in one Get Log Page, RAE 0) still raises a notice:
+// the read unmasks the notice before the log is built, not after, when the
+// change would be in neither the log nor a notice.
+func TestDiscoveryNoticeAfterRead(t *testing.T) {
+	checkRoutines(t)
+	// The hook is set before the target starts and reset after it has
+	// stopped (cleanups run last first): the target's goroutines read it.
+	var armed atomic.Bool
+	var tg *Target
+	x, err := NewSubsystem(testNQN + "-x")
+	require.NoError(t, err)
+	t.Cleanup(func() { testDiscoveryLog = nil })
+	testDiscoveryLog = func(int) { // on the target's goroutine, the log built
+		if armed.Swap(false) {
+			if err := tg.AddSubsystem(x); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	ctx := testCtx(t)
+	c := connectHost(t, addr, DiscoveryNQN, HostConfig{})
+	_, err = c.SetFeatures(ctx, FeatAsyncEvent, aecDiscChange)
+	require.NoError(t, err)
+	q := c.admin
+	postAER := func() int {
+		t.Helper()
+		i, err := q.acquire(ctx)
+		require.NoError(t, err)
+		NewAdmin(q.cmd(i), AdminAER, 0, 0, 0, 0)
+		require.NoError(t, q.submit(i, 0))
+		return i
+	}
+	noticed := func(i int, within time.Duration) bool {
+		t.Helper()
+		select {
+		case <-q.slots[i].done:
+			q.releaseSlot(i)
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	aer := postAER()
+	a, err := NewSubsystem(testNQN + "-a")
+	require.NoError(t, err)
+	require.NoError(t, tg.AddSubsystem(a))
+	require.True(t, noticed(aer, 5*time.Second), "the first change: now masked")
+	aer = postAER()
+	armed.Store(true)
+	log := make([]byte, 16<<10)
+	require.NoError(t, c.GetLogPage(ctx, LogDiscovery, 0, 0, log)) // RAE 0
+	_, n, _, err := ParseDiscoveryLog(log)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "the log as built, before x")
+	require.True(t, noticed(aer, 5*time.Second), "x was added after the log was built: a notice")
 }
