@@ -264,15 +264,18 @@ func (q *tqueue) connect(r *request) (uint64, Status) {
 			return invalidParam(true, connOffCntlID)
 		}
 		c := &controller{t: t, sub: sub, hostNQN: cd.HostNQN, hostID: cd.HostID, admin: q, ioq: map[uint16]*tqueue{}}
-		if !t.addController(c) {
+		switch t.addController(c, q.port) {
+		case addBusy:
 			return 0, StatusConnectCtrlBusy | DNR
+		case addUnlinked: // the port let go of the subsystem since the look-up
+			return invalidParam(true, connOffSubNQN)
 		}
-		q.ctrl = c
-		q.noSQFlow = cmd.CATTR()&4 != 0
 		if sub != nil && !sub.attach(c) { // before the keep-alive timer, whose expiry detaches it
 			t.removeController(c)
 			return invalidParam(true, connOffSubNQN)
 		}
+		q.ctrl = c // only now: a refused Connect leaves the queue with none
+		q.noSQFlow = cmd.CATTR()&4 != 0
 		c.setKATO(cmd.KATO())
 		t.logf("nvmeof: controller %d: host %s (%v) connected to %s, KATO %d ms", c.id, cd.HostNQN, q.qp.RemoteAddr(), c.nqn(), cmd.KATO())
 		return uint64(c.id), StatusSuccess

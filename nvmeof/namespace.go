@@ -110,8 +110,3 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 	}
 	return ns, nil
 }
-
-// attach and detach keep the subsystem's list of its live controllers.
-// attach refuses a controller once the subsystem is off its target
-// (Target.RemoveSubsystem), which may come between the Connect's look-up
-// and here.

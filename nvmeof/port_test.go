@@ -72,3 +72,84 @@ func TestListenPort(t *testing.T) {
 	require.Nil(t, all.Subsystems())
 	require.Error(t, all.SetSubsystems(subA.NQN), "Listen's port serves every subsystem")
 }
+
+// A Connect that passed the port's check just before SetSubsystems
+// unlinked its subsystem gets no controller through that port (the check
+// is made again under the target's lock): here it waits in the subsystem's
+// access check while the unlink happens.
+func TestConnectRacingUnlink(t *testing.T) {
+	checkRoutines(t)
+	tg, _, _ := newTestTarget(t, 1<<20, TargetConfig{})
+	ctx := testCtx(t)
+	subB, err := NewSubsystem(testNQN + "-b")
+	require.NoError(t, err)
+	require.NoError(t, tg.AddSubsystem(subB))
+	p2, err := tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{subB.NQN}})
+	require.NoError(t, err)
+	subB.mu.Lock() // the Connect stops in Allowed, after the port said yes
+	done := make(chan error, 1)
+	go func() {
+		c, err := Connect(ctx, "tcp", p2.Addr().String(), subB.NQN, HostConfig{})
+		if err == nil {
+			c.Close()
+		}
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		tg.mu.Lock()
+		defer tg.mu.Unlock()
+		return len(tg.queues) > 0
+	}, 5*time.Second, time.Millisecond, "the admin queue")
+	time.Sleep(200 * time.Millisecond) // its Connect into Allowed
+	require.NoError(t, p2.SetSubsystems())
+	subB.mu.Unlock()
+	requireStatus(t, <-done, StatusConnectInvalidParm|DNR)
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	for _, c := range tg.ctrls {
+		require.False(t, c.sub == subB && !c.dead, "a controller of the unlinked subsystem through the port")
+	}
+}
+
+// A subsystem that two targets serve: removing it from one leaves the
+// other serving it, its controllers, its namespaces and Connects.
+func TestRemoveSubsystemOfOneTarget(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	t1, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { t1.Close() })
+	t2, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { t2.Close() })
+	a1, err := t1.Listen(ctx, "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	a2, err := t2.Listen(ctx, "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c1 := connectHost(t, a1.String(), testNQN, HostConfig{IOQueues: 1})
+	c2 := connectHost(t, a2.String(), testNQN, HostConfig{IOQueues: 1})
+
+	require.NoError(t, t1.RemoveSubsystem(ctx, testNQN))
+	select {
+	case <-c1.IOQueueDone(0):
+	case <-time.After(10 * time.Second):
+		t.Fatal("t1's controller stayed")
+	}
+	ents, err := Discover(ctx, "tcp", a2.String(), HostConfig{})
+	require.NoError(t, err)
+	require.Len(t, ents, 1, "t2 still lists it")
+	h, err := c2.Namespace(ctx, 1)
+	require.NoError(t, err)
+	_, err = h.WriteAt(make([]byte, 512), 0)
+	require.NoError(t, err, "t2's controller and namespace stay")
+	connectHost(t, a2.String(), testNQN, HostConfig{})
+	_, err = Connect(ctx, "tcp", a1.String(), testNQN, HostConfig{})
+	requireStatus(t, err, StatusConnectInvalidParm|DNR)
+
+	require.NoError(t, t2.RemoveSubsystem(ctx, testNQN))
+	require.Empty(t, sub.namespaces(), "the last target's removal takes the namespaces")
+}

@@ -19,8 +19,7 @@ type Subsystem struct {
 	mu        sync.RWMutex
 	ns        []*Namespace
 	ctrls     map[*controller]struct{} // its controllers, told of namespaces added
-	gone      bool                     // taken off its target: no controller attaches
-	targets   map[*Target]struct{}     // that serve it, told when its hosts change
+	targets   map[*Target]struct{}     // that serve it: a controller attaches only through one; told when its hosts change
 	anyHost   bool
 	hosts     []string
 	counters  smartCounters
@@ -38,10 +37,14 @@ func NewSubsystem(nqn string) (*Subsystem, error) {
 	return &Subsystem{NQN: nqn, Serial: fmt.Sprintf("%x", h[:10]), Model: "goiwarp NVMe/iWARP target", anyHost: true}, nil
 }
 
+// attach and detach keep the subsystem's list of its live controllers.
+// attach refuses a controller once the subsystem is off the controller's
+// target (Target.RemoveSubsystem), which may come between the Connect's
+// look-up and here.
 func (s *Subsystem) attach(c *controller) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gone {
+	if _, ok := s.targets[c.t]; !ok {
 		return false
 	}
 	c.mu.Lock()
@@ -101,7 +104,6 @@ func (s *Subsystem) joined(t *Target) {
 		s.targets = map[*Target]struct{}{}
 	}
 	s.targets[t] = struct{}{}
-	s.gone = false
 }
 
 // servedBy returns the targets that serve s (mu held).

@@ -166,10 +166,12 @@ func (t *Target) AddSubsystem(s *Subsystem) error {
 
 // RemoveSubsystem takes the subsystem named nqn off a running target, as
 // deleting it from Linux's nvmet does: the discovery log stops listing
-// it (discovery controllers that enabled the notice are told), Connects to it are refused, its controllers end (their hosts see
-// the queues disconnect), and its namespaces are removed
-// (Subsystem.RemoveNamespace). It returns once no command uses their
-// Backends, which the caller may then flush and close, or when ctx ends.
+// it (discovery controllers that enabled the notice are told), Connects
+// to it are refused, and its controllers on this target end (their hosts
+// see the queues disconnect). Once no target serves it, its namespaces are
+// removed too (Subsystem.RemoveNamespace), and it returns when no command
+// uses their Backends, which the caller may then flush and close, or when
+// ctx ends.
 func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 	t.mu.Lock()
 	s := t.subs[nqn]
@@ -181,12 +183,20 @@ func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 	t.mu.Unlock()
 	t.discChanged()
 	s.mu.Lock()
-	s.gone = true
 	delete(s.targets, t)
-	ctrls := s.controllers()
+	var ctrls []*controller
+	for c := range s.ctrls {
+		if c.t == t {
+			ctrls = append(ctrls, c)
+		}
+	}
+	last := len(s.targets) == 0
 	s.mu.Unlock()
 	for _, c := range ctrls {
 		c.shutdown("its subsystem was removed")
+	}
+	if !last {
+		return nil // another target still serves it, namespaces and all
 	}
 	for _, ns := range s.namespaces() {
 		if err := s.RemoveNamespace(ctx, ns.ID); err != nil {
@@ -327,11 +337,17 @@ func (t *Target) Close() error {
 }
 
 // addController registers c under a free controller ID (1 .. 0xFFEF).
-func (t *Target) addController(c *controller) bool {
+// It refuses a controller of a subsystem that port p no longer exposes or
+// the target no longer serves: under t.mu, so that Port.SetSubsystems and
+// RemoveSubsystem either see the controller or it sees them.
+func (t *Target) addController(c *controller, p *Port) addResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return false
+		return addBusy
+	}
+	if c.sub != nil && (!p.serves(c.sub.NQN) || t.subs[c.sub.NQN] != c.sub) {
+		return addUnlinked
 	}
 	for range 0xffef {
 		t.nextID++
@@ -341,11 +357,19 @@ func (t *Target) addController(c *controller) bool {
 		if _, used := t.ctrls[t.nextID]; !used {
 			c.id = t.nextID
 			t.ctrls[c.id] = c
-			return true
+			return addOK
 		}
 	}
-	return false
+	return addBusy
 }
+
+type addResult int
+
+const (
+	addOK       addResult = iota
+	addBusy               // no controller ID free, or the target closed
+	addUnlinked           // the subsystem is no longer exposed there
+)
 
 func (t *Target) controller(id uint16) *controller {
 	t.mu.Lock()
