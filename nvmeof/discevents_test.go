@@ -1,6 +1,7 @@
 package nvmeof
 
 import (
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -178,4 +179,74 @@ func TestDiscoveryNoticeAfterRead(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "the log as built, before x")
 	require.True(t, noticed(aer, 5*time.Second), "x was added after the log was built: a notice")
+}
+
+// A discovery log longer than one transfer (MDTS 128 KiB: 127 records) is
+// read in pieces, and again when it changed meanwhile; before, a host
+// refused a log of more than 127 records.
+func TestDiscoveryLogLong(t *testing.T) {
+	checkRoutines(t)
+	var reads atomic.Int32
+	var tg *Target
+	t.Cleanup(func() { testDiscoveryLog = nil }) // after the target stops
+	testDiscoveryLog = func(n int) {
+		// The second piece of the first whole read: a subsystem more.
+		if n > discHeaderSize && reads.Add(1) == 2 {
+			s, err := NewSubsystem("nqn.2024-01.io.goiwarp:late")
+			if err == nil {
+				err = tg.AddSubsystem(s)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{Logf: func(string, ...any) {}})
+	for i := range 299 {
+		s, err := NewSubsystem(fmt.Sprintf("%s-%03d", testNQN, i))
+		require.NoError(t, err)
+		require.NoError(t, tg.AddSubsystem(s))
+	}
+	ents, err := Discover(testCtx(t), "tcp", addr, HostConfig{})
+	require.NoError(t, err)
+	require.Len(t, ents, 301, "300 subsystems and the one added while it was read")
+	seen := map[string]bool{}
+	for _, e := range ents {
+		require.False(t, seen[e.SubNQN], "%s twice", e.SubNQN)
+		seen[e.SubNQN] = true
+	}
+	require.True(t, seen["nqn.2024-01.io.goiwarp:late"])
+	require.GreaterOrEqual(t, reads.Load(), int32(6), "three pieces, twice")
+}
+
+// A watch that cannot read the log (here it changes on every read) ends,
+// and WaitDiscoveryChange says why instead of waiting for ever.
+func TestHostWatchEndsWithError(t *testing.T) {
+	checkRoutines(t)
+	var tg *Target
+	var armed atomic.Bool
+	var added atomic.Int32
+	t.Cleanup(func() { testDiscoveryLog = nil })
+	testDiscoveryLog = func(int) { // every read: the next sees another generation
+		if armed.Load() {
+			s, err := NewSubsystem(fmt.Sprintf("%s-churn-%d", testNQN, added.Add(1)))
+			if err == nil {
+				err = tg.AddSubsystem(s)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{Logf: func(string, ...any) {}})
+	ctx := testCtx(t)
+	c := connectHost(t, addr, DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	armed.Store(true)
+	s, err := NewSubsystem(testNQN + "-first")
+	require.NoError(t, err)
+	require.NoError(t, tg.AddSubsystem(s))
+	_, err = c.WaitDiscoveryChange(ctx)
+	require.ErrorContains(t, err, "kept changing")
+	_, err = c.WaitDiscoveryChange(ctx)
+	require.ErrorContains(t, err, "kept changing", "and again")
 }

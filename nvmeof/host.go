@@ -374,9 +374,11 @@ func (c *Controller) GetFeatures(ctx context.Context, fid uint8) (uint32, error)
 }
 
 // DiscoveryLog reads the whole discovery log (on a discovery controller).
-// A log that changed between reading its header and reading it whole (the
-// generation counter or the record count differ) is read again, as NVMe-oF
-// asks, up to ten times.
+// A log longer than one transfer (MDTS: 127 records of 1 KiB at 128 KiB)
+// is read in pieces at increasing offsets, and its header once more at the
+// end. A log that changed between reading its header and reading it whole
+// (the generation counter or the record count differ) is read again, as
+// NVMe-oF asks, up to ten times.
 func (c *Controller) DiscoveryLog(ctx context.Context) ([]DiscoveryEntry, error) {
 	hdr := make([]byte, discHeaderSize)
 	if err := c.GetLogPage(ctx, LogDiscovery, 0, 0, hdr); err != nil {
@@ -386,20 +388,41 @@ func (c *Controller) DiscoveryLog(ctx context.Context) ([]DiscoveryEntry, error)
 	if err != nil {
 		return nil, err
 	}
+	chunk := c.admin.maxData / discEntrySize * discEntrySize
 	for range 10 {
 		if n == 0 {
 			return nil, nil
 		}
-		if n > uint64(c.admin.maxData/discEntrySize-1) {
-			return nil, fmt.Errorf("nvmeof: a discovery log of %d records", n)
+		if n > maxDiscRecords {
+			return nil, fmt.Errorf("nvmeof: a discovery log of %d records (at most %d read)", n, maxDiscRecords)
 		}
 		all := make([]byte, discHeaderSize+int(n)*discEntrySize)
-		if err := c.GetLogPage(ctx, LogDiscovery, 0, 0, all); err != nil {
-			return nil, err
+		for off := 0; off < len(all); off += chunk {
+			if err := c.GetLogPage(ctx, LogDiscovery, 0, uint64(off), all[off:min(off+chunk, len(all))]); err != nil {
+				return nil, err
+			}
 		}
 		gen2, n2, ents, err := ParseDiscoveryLog(all)
-		if err != nil || gen2 == gen && n2 == n {
-			return ents, err
+		if err != nil {
+			return nil, err
+		}
+		if len(all) > chunk {
+			// Read in pieces: the header again, to know that it did not
+			// change meanwhile.
+			if err := c.GetLogPage(ctx, LogDiscovery, 0, 0, hdr); err != nil {
+				return nil, err
+			}
+			gen3, n3, _, err := ParseDiscoveryLog(hdr)
+			if err != nil {
+				return nil, err
+			}
+			if gen3 != gen2 || n3 != n2 {
+				gen, n = gen3, n3
+				continue
+			}
+		}
+		if gen2 == gen && n2 == n {
+			return ents, nil
 		}
 		gen, n = gen2, n2
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 )
 
@@ -27,6 +28,7 @@ type hostEvents struct {
 	all    bool // the list overflowed: any namespace may have changed
 	disc   []DiscoveryEntry
 	discOK bool          // disc is new
+	err    error         // why the watch ended, if it did while the queue lives
 	signal chan struct{} // capacity 1: something is pending
 }
 
@@ -60,6 +62,7 @@ func (c *Controller) eventLoop() {
 		if ev.aec == aecDiscChange && res&0xffffff == aerDiscChanged {
 			ents, err := c.DiscoveryLog(context.Background())
 			if err != nil {
+				ev.end(fmt.Errorf("nvmeof: watching the discovery log: %w", err))
 				return
 			}
 			ev.mu.Lock()
@@ -72,6 +75,7 @@ func (c *Controller) eventLoop() {
 			continue // another event (none is enabled): ask again
 		}
 		if err := c.GetLogPage(context.Background(), LogChangedNS, 0xffffffff, 0, log); err != nil {
+			ev.end(fmt.Errorf("nvmeof: watching namespaces: %w", err))
 			return
 		}
 		ev.mu.Lock()
@@ -88,6 +92,14 @@ func (c *Controller) eventLoop() {
 		ev.mu.Unlock()
 		ev.wake()
 	}
+}
+
+// end records why the watch stopped, for the Wait calls.
+func (ev *hostEvents) end(err error) {
+	ev.mu.Lock()
+	ev.err = err
+	ev.mu.Unlock()
+	ev.wake()
 }
 
 func (ev *hostEvents) wake() {
@@ -136,7 +148,7 @@ func (c *Controller) WaitDiscoveryChange(ctx context.Context) ([]DiscoveryEntry,
 }
 
 // waitEvent waits until take, called with the events' mutex held, finds
-// what the watch for notice aec gathered.
+// what the watch for notice aec gathered; or returns why the watch ended.
 func (c *Controller) waitEvent(ctx context.Context, aec uint32, take func() bool) error {
 	ev := &c.events
 	if ev.signal == nil || ev.aec != aec {
@@ -144,10 +156,13 @@ func (c *Controller) waitEvent(ctx context.Context, aec uint32, take func() bool
 	}
 	for {
 		ev.mu.Lock()
-		ok := take()
+		ok, err := take(), ev.err
 		ev.mu.Unlock()
 		if ok {
 			return nil
+		}
+		if err != nil {
+			return err
 		}
 		select {
 		case <-ev.signal:

@@ -21,6 +21,9 @@ const (
 	firmwareLogSize = 512
 	discHeaderSize  = 1024
 	discEntrySize   = 1024
+	// maxDiscRecords bounds the discovery log a host reads (4 MiB): a
+	// target's record count is not a reason to allocate without end.
+	maxDiscRecords = 4096
 )
 
 // Discovery log entry constants (NVMe-oF 1.1 figure 32).
