@@ -338,6 +338,9 @@ func (r *bwRun) post(t int64) (int, error) {
 			}
 			if p.PostList > 1 && avail < list && avail < q.limit-q.scnt {
 				avail = 0 // whole lists only, but for the last
+				if r.pt && r.window(q) < list {
+					r.creditWait = true // the credit word, not a completion, makes room
+				}
 			}
 			if avail > 0 {
 				for j := range avail {
