@@ -3,6 +3,7 @@ package nvmeof
 import (
 	"context"
 	"encoding/binary"
+	"slices"
 )
 
 // Asynchronous events: a namespace added to a subsystem while hosts are
@@ -33,17 +34,20 @@ const (
 	aerDiscChanged = 2 | 0xf0<<8 | LogDiscovery<<16
 )
 
-// discChanged raises a Discovery Log Page Change notice on every discovery
-// controller of the target that enabled it and has read the log since its
-// last one, as Linux's nvmet does when a subsystem or host access changes
-// (nvmet_port_disc_changed): Linux's host reports it to udev
-// (NVME_AEN=0x70f002), whose rules run "nvme connect-all".
-func (t *Target) discChanged() {
+// discChanged raises a Discovery Log Page Change notice on the discovery
+// controllers whose log changed, that enabled it and have read the log
+// since their last one, as Linux's nvmet does when a subsystem or host
+// access changes (nvmet_port_disc_changed): those that came through port
+// only or, with port nil, through any port that exposes subsystem nqn.
+// Linux's host reports it to udev (NVME_AEN=0x70f002), whose rules run
+// "nvme connect-all".
+func (t *Target) discChanged(only *Port, nqn string) {
 	t.mu.Lock()
 	t.genctr++
 	var ctrls []*controller
 	for _, c := range t.ctrls {
-		if c.discovery() {
+		p := c.admin.port
+		if c.discovery() && (only == p || only == nil && p.serves(nqn)) {
 			ctrls = append(ctrls, c)
 		}
 	}
@@ -83,6 +87,7 @@ func (c *controller) nsChanged(id uint32) {
 	}
 	switch {
 	case c.changedNS == nil && c.nsOverflow:
+	case slices.Contains(c.changedNS, id): // removed and added again: listed once, as nvmet
 	case len(c.changedNS) == maxChangedNS:
 		c.changedNS, c.nsOverflow = nil, true
 	default:

@@ -38,7 +38,10 @@ func (t *Target) ListenPort(ctx context.Context, network, addr string, cfg PortC
 	for _, nqn := range cfg.Subsystems {
 		p.subs[nqn] = true
 	}
-	return p, t.listen(ctx, network, addr, p, cfg.ID)
+	if err := t.listen(ctx, network, addr, p, cfg.ID); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // Listen starts serving every subsystem of the target, and the discovery
@@ -56,14 +59,9 @@ func (t *Target) listen(ctx context.Context, network, addr string, p *Port, id u
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		addr = net.JoinHostPort(addr, "4420")
 	}
-	t.mu.Lock()
-	for _, o := range t.ports {
-		if id != 0 && o.id == id {
-			t.mu.Unlock()
-			return fmt.Errorf("nvmeof: port ID %d in use", id)
-		}
+	if id != 0 && t.portInUse(id) {
+		return fmt.Errorf("nvmeof: port ID %d in use", id) // before listening, for the common case
 	}
-	t.mu.Unlock()
 	ln, err := t.dev.Listen(ctx, network, addr, t.cfg.ConnConfig)
 	if err != nil {
 		return err
@@ -74,11 +72,19 @@ func (t *Target) listen(ctx context.Context, network, addr string, p *Port, id u
 		ln.Close()
 		return verbs.ErrClosed
 	}
-	if id == 0 {
-		for _, o := range t.ports {
-			id = max(id, o.id)
+	switch {
+	case id != 0 && t.portInUseLocked(id): // taken meanwhile
+		t.mu.Unlock()
+		ln.Close()
+		return fmt.Errorf("nvmeof: port ID %d in use", id)
+	case id == 0:
+		for id = 1; t.portInUseLocked(id); id++ {
+			if id == 0xffff {
+				t.mu.Unlock()
+				ln.Close()
+				return errors.New("nvmeof: no port ID free")
+			}
 		}
-		id++
 	}
 	p.id, p.ln = id, ln
 	t.ports = append(t.ports, p)
@@ -87,6 +93,21 @@ func (t *Target) listen(ctx context.Context, network, addr string, p *Port, id u
 	go t.accept(p)
 	t.logf("nvmeof: listening on %v (port %d)", ln.Addr(), id)
 	return nil
+}
+
+func (t *Target) portInUse(id uint16) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.portInUseLocked(id)
+}
+
+func (t *Target) portInUseLocked(id uint16) bool {
+	for _, o := range t.ports {
+		if o.id == id {
+			return true
+		}
+	}
+	return false
 }
 
 // Addr returns the port's listening address.
@@ -135,7 +156,7 @@ func (p *Port) SetSubsystems(nqns ...string) error {
 	for _, c := range drop {
 		c.shutdown(fmt.Sprintf("%s was unlinked from port %d", c.sub.NQN, p.id))
 	}
-	t.discChanged()
+	t.discChanged(p, "")
 	return nil
 }
 

@@ -49,6 +49,7 @@ func TestListenPort(t *testing.T) {
 	_, err = h.WriteAt(make([]byte, 512), 0)
 	require.NoError(t, err)
 	disc := connectHost(t, addr2, DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	other := connectHost(t, addr, DiscoveryNQN, HostConfig{WatchDiscovery: true}) // through Listen's port
 
 	require.NoError(t, p2.SetSubsystems(subA.NQN))
 	select {
@@ -60,6 +61,10 @@ func TestListenPort(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
 	require.Equal(t, subA.NQN, ents[0].SubNQN, "the port's discovery controller is told")
+	quiet, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = other.WaitDiscoveryChange(quiet)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "another port's log did not change: no notice there")
 	h1, err := viaP1.Namespace(ctx, 1)
 	require.NoError(t, err)
 	_, err = h1.WriteAt(make([]byte, 512), 0)

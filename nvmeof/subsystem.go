@@ -76,7 +76,7 @@ func (s *Subsystem) AllowHost(hostNQN string) {
 	ts := s.servedBy()
 	s.mu.Unlock()
 	for _, t := range ts {
-		t.discChanged()
+		t.discChanged(nil, s.NQN)
 	}
 }
 
@@ -91,7 +91,7 @@ func (s *Subsystem) SetAllowedHosts(anyHost bool, hosts ...string) {
 	ts := s.servedBy()
 	s.mu.Unlock()
 	for _, t := range ts {
-		t.discChanged() // what each host's discovery log lists changed
+		t.discChanged(nil, s.NQN) // what each host's discovery log lists changed
 	}
 }
 

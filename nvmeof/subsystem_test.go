@@ -81,7 +81,9 @@ func TestAddNamespaceConfig(t *testing.T) {
 	require.Equal(t, []uint32{6}, ids)
 
 	// Disabled and enabled again, as in nvmet: the same NSID, the same
-	// identity, the data its backend kept.
+	// identity, the data its backend kept. A controller that has not read
+	// its Changed Namespace List meanwhile finds NSID 5 in it once.
+	quiet := connectHost(t, addr, testNQN, HostConfig{})
 	b5 := ns5.Backend
 	require.NoError(t, sub.RemoveNamespace(ctx, 5))
 	ids, err = c.WaitNamespaceChange(ctx)
@@ -97,6 +99,10 @@ func TestAddNamespaceConfig(t *testing.T) {
 	h5, err = c.Namespace(ctx, 5)
 	require.NoError(t, err)
 	require.Equal(t, nguid, h5.Info.NGUID)
+	log := make([]byte, 4096)
+	require.NoError(t, quiet.GetLogPage(ctx, LogChangedNS, 0xffffffff, 0, log))
+	require.EqualValues(t, 5, binary.LittleEndian.Uint32(log[0:]))
+	require.Zero(t, binary.LittleEndian.Uint32(log[4:]), "removed and added again: listed once, as nvmet")
 	got := make([]byte, len(w))
 	_, err = h5.ReadAt(got, 4096)
 	require.NoError(t, err)

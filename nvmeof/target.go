@@ -160,7 +160,7 @@ func (t *Target) AddSubsystem(s *Subsystem) error {
 	t.subs[s.NQN] = s
 	s.joined(t)
 	t.mu.Unlock()
-	t.discChanged()
+	t.discChanged(nil, s.NQN)
 	return nil
 }
 
@@ -181,7 +181,7 @@ func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 	}
 	delete(t.subs, nqn)
 	t.mu.Unlock()
-	t.discChanged()
+	t.discChanged(nil, nqn)
 	s.mu.Lock()
 	delete(s.targets, t)
 	var ctrls []*controller

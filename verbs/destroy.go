@@ -24,8 +24,9 @@ func (cq *CQ) Destroy() error {
 		d.mu.Unlock()
 		return fmt.Errorf("%w: CQ destroyed already", ErrClosed)
 	case cq.users > 0:
+		n := cq.users
 		d.mu.Unlock()
-		return fmt.Errorf("%w: CQ used by %d QP queues not closed", ErrBusy, cq.users)
+		return fmt.Errorf("%w: CQ used by %d QP queues not closed", ErrBusy, n)
 	}
 	cq.dead = true
 	d.mu.Unlock()
@@ -54,8 +55,9 @@ func (s *SRQ) Destroy() error {
 		d.mu.Unlock()
 		return fmt.Errorf("%w: SRQ destroyed already", ErrClosed)
 	case s.users > 0:
+		n := s.users
 		d.mu.Unlock()
-		return fmt.Errorf("%w: SRQ used by %d QPs not closed", ErrBusy, s.users)
+		return fmt.Errorf("%w: SRQ used by %d QPs not closed", ErrBusy, n)
 	}
 	s.dead = true
 	s.pd.users--

@@ -237,7 +237,9 @@ func serveConfig(path string, tcfg nvmeof.TargetConfig) error {
 
 // notify returns the signals serve acts on.
 func notify() chan os.Signal {
-	sig := make(chan os.Signal, 1)
+	// Room for a few: a SIGTERM that comes while a reload runs, after
+	// another SIGHUP, is not dropped.
+	sig := make(chan os.Signal, 8)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	return sig
 }
