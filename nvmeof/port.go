@@ -23,8 +23,8 @@ type Port struct {
 }
 
 // PortConfig is what ListenPort takes besides the address, as a port's
-// directory in Linux's nvmet configfs: its ID (portid; 0 takes one past
-// the highest in use) and the NQNs of the subsystems linked to it.
+// directory in Linux's nvmet configfs: its ID (portid; 0 takes the lowest
+// free one) and the NQNs of the subsystems linked to it.
 type PortConfig struct {
 	ID         uint16
 	Subsystems []string
