@@ -58,3 +58,36 @@ func Example() {
 	// discovered: nqn.2024-01.io.example:disk
 	// 2048 blocks of 512 octets; read back "hello, NVMe over iWARP"
 }
+
+// A port exposes only the subsystems linked to it, as a port of Linux's
+// nvmet: here an internal port that exposes both subsystems and a public
+// one that exposes one, whose discovery log says so.
+func ExampleTarget_ListenPort() {
+	ctx := context.Background()
+	pub, _ := nvmeof.NewSubsystem("nqn.2024-01.io.example:public")
+	priv, _ := nvmeof.NewSubsystem("nqn.2024-01.io.example:private")
+	t, err := nvmeof.NewTarget(nvmeof.TargetConfig{}, pub, priv)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	if _, err := t.ListenPort(ctx, "tcp", "127.0.0.1:0", nvmeof.PortConfig{ID: 1, Subsystems: []string{pub.NQN, priv.NQN}}); err != nil {
+		log.Fatal(err)
+	}
+	public, err := t.ListenPort(ctx, "tcp", "127.0.0.1:0", nvmeof.PortConfig{ID: 2, Subsystems: []string{pub.NQN}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ents, err := nvmeof.Discover(ctx, "tcp", public.Addr().String(), nvmeof.HostConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, e := range ents {
+		fmt.Println("port", e.PortID, e.SubNQN)
+	}
+	_, err = nvmeof.Connect(ctx, "tcp", public.Addr().String(), priv.NQN, nvmeof.HostConfig{})
+	fmt.Println("private through the public port:", err != nil)
+	// Output:
+	// port 2 nqn.2024-01.io.example:public
+	// private through the public port: true
+}

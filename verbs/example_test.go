@@ -346,3 +346,29 @@ func ExampleSRQ_ArmLimit() {
 	// client 1, message 11
 	// low watermark: 2 posted; refilled, armed again
 }
+
+// Tearing down in ibverbs' order: QPs first, then what they used. An object
+// still in use refuses to go (ErrBusy), so a wrong order shows at once.
+func ExamplePD_Dealloc() {
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer dev.Close()
+	pd := dev.AllocPD()
+	cq, _ := dev.CreateCQ(16)
+	qp, _ := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
+	mr, _ := pd.RegMR(make([]byte, 4096), verbs.LocalWrite)
+
+	fmt.Println("CQ first:", errors.Is(cq.Destroy(), verbs.ErrBusy))
+	qp.Close()
+	fmt.Println("CQ after the QP:", cq.Destroy())
+	fmt.Println("PD with an MR:", errors.Is(pd.Dealloc(), verbs.ErrBusy))
+	mr.Dereg()
+	fmt.Println("PD after:", pd.Dealloc())
+	// Output:
+	// CQ first: true
+	// CQ after the QP: <nil>
+	// PD with an MR: true
+	// PD after: <nil>
+}
