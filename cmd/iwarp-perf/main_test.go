@@ -435,3 +435,31 @@ func TestRunInfinitely(t *testing.T) {
 		})
 	}
 }
+
+// perftest's verifier limits, for scripts: -w and -y fail the run (exit 1,
+// perftest's error line) unless a row's average reaches them.
+func TestLimits(t *testing.T) {
+	leakCheck(t)
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"-w", "1"}, 0, ""},
+		{[]string{"--limit_bw=1e9"}, 1, "Error: BW result is below bw limit"},
+		{[]string{"--report_gbits", "-w", "1e6"}, 1, "Error: BW result is below bw limit"},
+		{[]string{"-y", "1e-9"}, 0, ""},
+		{[]string{"--limit_msgrate", "1e6"}, 1, "Error: Msg rate  is below msg_rate limit"},
+	} {
+		args := append([]string{"write_bw", "--loopback", "-s", "4096", "-n", "500"}, c.args...)
+		code, out, errs := run(t, args...)
+		require.Equal(t, c.code, code, "%v: %s", c.args, errs)
+		if c.msg != "" {
+			require.Contains(t, errs, c.msg)
+		}
+		table(t, out) // the table is printed either way
+	}
+	code, _, errs := run(t, "write_lat", "--loopback", "-w", "5")
+	require.Equal(t, 2, code)
+	require.Contains(t, errs, "in bandwidth tests")
+}

@@ -99,6 +99,10 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	boolVar(&p.Histogram, "H", "report-histogram")
 	fs.Var((*boolValue)(&p.Histogram), "report-histogrm", "") // perftest's own spelling
 	boolVar(&p.Unsorted, "U", "report-unsorted")
+	fs.Float64Var(&p.LimitBW, "w", 0, "")
+	fs.Float64Var(&p.LimitBW, "limit_bw", 0, "")
+	fs.Float64Var(&p.LimitMsgRate, "y", 0, "")
+	fs.Float64Var(&p.LimitMsgRate, "limit_msgrate", 0, "")
 	version := false
 	boolVar(&version, "V", "version")
 	help := false
@@ -453,6 +457,9 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -H, --report-histogram  latency tests: also print every sample, sorted
   -U, --report-unsorted   latency tests: also print every sample in order
   -V, --version         print the version
+  -w, --limit_bw=F, -y, --limit_msgrate=F  BW tests: exit 1 ("Error: BW result is below bw
+                        limit") unless a row's average reaches F (MiB/s, or Gb/s with
+                        --report_gbits; Mpps), for scripts
       --report_gbits    report Gb/s instead of MiB/s
       --output=WHAT     print only one number: bandwidth, message_rate or latency
       --out_json        also write the results as JSON to perftest_out.json

@@ -236,6 +236,11 @@ type Params struct {
 	// Histogram (-H) and Unsorted (-U): latency tests also print every
 	// sample, sorted without the tail perftest drops, or in order.
 	Histogram, Unsorted bool
+	// LimitBW (-w) and LimitMsgRate (-y): bandwidth tests fail (exit 1)
+	// unless a row's average reaches them, in the table's unit (MiB/s,
+	// or Gb/s with --report_gbits) and in Mpps: perftest's verifier
+	// limits, for scripts. 0: none.
+	LimitBW, LimitMsgRate float64
 
 	Profile  string
 	Loopback bool
@@ -415,6 +420,9 @@ func (p *Params) finish() error {
 	if p.Events && t == WriteLat {
 		// Its wait is on memory the peer writes, not on a completion.
 		return fmt.Errorf("events (-e) are not available in write_lat, which polls memory")
+	}
+	if (p.LimitBW != 0 || p.LimitMsgRate != 0) && (lat || p.LimitBW < 0 || p.LimitMsgRate < 0) {
+		return fmt.Errorf("-w and -y take a positive limit, in bandwidth tests")
 	}
 	if (p.Histogram || p.Unsorted) && (!lat || p.Duration > 0) {
 		return fmt.Errorf("-H and -U are available only in latency tests, with iterations (-n)")

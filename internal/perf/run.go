@@ -45,16 +45,39 @@ func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			"mutex": profile.MutexProfile, "block": profile.BlockProfile, "trace": profile.TraceProfile}[p.Profile]
 		defer profile.Start(mode, profile.ProfilePath("."), profile.NoShutdownHook).Stop()
 	}
+	var rows []Report
 	if demo {
 		err = Demo(ctx, p, stdout)
 	} else {
-		_, err = Run(ctx, p, stdout)
+		rows, err = Run(ctx, p, stdout)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "iwarp-perf: %v\n", err)
 		return 1
 	}
+	if msg := p.belowLimits(rows); msg != "" {
+		fmt.Fprintln(stderr, msg)
+		return 1
+	}
 	return 0
+}
+
+// belowLimits is perftest's verdict on -w and -y: passed if any row's
+// average reaches the limit (with -a, any size), else its error line.
+func (p *Params) belowLimits(rows []Report) string {
+	pr := &printer{p: p}
+	bw, rate := p.LimitBW == 0, p.LimitMsgRate == 0
+	for _, r := range rows {
+		bw = bw || pr.bwUnit(r.BWAvg) >= p.LimitBW
+		rate = rate || r.MsgRate/1e6 >= p.LimitMsgRate
+	}
+	switch {
+	case !bw:
+		return "Error: BW result is below bw limit"
+	case !rate:
+		return "Error: Msg rate  is below msg_rate limit" // perftest's, two spaces and all
+	}
+	return ""
 }
 
 // Run runs one test as p says: as the server, the client, or both
