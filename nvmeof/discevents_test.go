@@ -1,13 +1,18 @@
 package nvmeof
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/goiwarp/iwarp/verbs"
 )
 
 // Discovery Log Page Change Notices on a discovery controller, as Linux's
@@ -249,4 +254,140 @@ func TestHostWatchEndsWithError(t *testing.T) {
 	require.ErrorContains(t, err, "kept changing")
 	_, err = c.WaitDiscoveryChange(ctx)
 	require.ErrorContains(t, err, "kept changing", "and again")
+}
+
+// A target whose MDTS is below one discovery log: the host reads it in
+// pieces of the target's MDTS (8 KiB here), where it asked for the whole
+// log in one transfer and was refused.
+func TestDiscoveryLogSmallMDTS(t *testing.T) {
+	checkRoutines(t)
+	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{MaxTransfer: 8192, Logf: func(string, ...any) {}})
+	for i := range 9 {
+		s, err := NewSubsystem(fmt.Sprintf("%s-%03d", testNQN, i))
+		require.NoError(t, err)
+		require.NoError(t, tg.AddSubsystem(s))
+	}
+	ents, err := Discover(testCtx(t), "tcp", addr, HostConfig{})
+	require.NoError(t, err)
+	require.Len(t, ents, 10)
+}
+
+// A log that shrinks between two pieces (a later piece's offset now past
+// its end, which the target refuses) is read again, for a Discover and for
+// a watch, which used to end on the refusal.
+func TestDiscoveryLogShrinks(t *testing.T) {
+	checkRoutines(t)
+	var reads atomic.Int32
+	var armed atomic.Bool
+	var tg *Target
+	t.Cleanup(func() { testDiscoveryLog = nil })
+	testDiscoveryLog = func(n int) {
+		if armed.Load() && n > discHeaderSize && reads.Add(1) == 2 { // after the first piece
+			for i := range 250 {
+				if err := tg.RemoveSubsystem(context.Background(), fmt.Sprintf("%s-%03d", testNQN, i)); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}
+	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{Logf: func(string, ...any) {}})
+	add := func(from, to int) {
+		for i := from; i < to; i++ {
+			s, err := NewSubsystem(fmt.Sprintf("%s-%03d", testNQN, i))
+			require.NoError(t, err)
+			require.NoError(t, tg.AddSubsystem(s))
+		}
+	}
+	add(0, 299)
+	armed.Store(true)
+	ents, err := Discover(testCtx(t), "tcp", addr, HostConfig{})
+	require.NoError(t, err)
+	require.Len(t, ents, 50, "the log as it is after the removals")
+
+	add(0, 250)
+	c := connectHost(t, addr, DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	reads.Store(0)
+	s, err := NewSubsystem(testNQN + "-new")
+	require.NoError(t, err)
+	require.NoError(t, tg.AddSubsystem(s))
+	ents, err = c.WaitDiscoveryChange(testCtx(t))
+	require.NoError(t, err, "the watch reads it again")
+	require.Len(t, ents, 51)
+}
+
+// A change a log read in pieces overlaps moves the generation counter at
+// once with the change, so that the host sees it changed and reads it
+// again: here an unlink whose logging is slow, the log read between the
+// change and the notice (the counter used to move only with the notice,
+// and the host took a log half before and half after).
+func TestDiscoveryLogNotTorn(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	release := make(chan struct{})
+	mutated := make(chan struct{})
+	var once sync.Once
+	logf := func(format string, args ...any) {
+		if strings.Contains(fmt.Sprintf(format, args...), "unlinked from port") {
+			once.Do(func() { close(mutated) })
+			<-release // a slow logger: SetSubsystems has not sent its notices yet
+		}
+	}
+	var pieces atomic.Int32
+	var p *Port
+	var nqns []string
+	var late *Subsystem
+	setDone := make(chan error, 1)
+	t.Cleanup(func() { testDiscoveryLog = nil })
+	testDiscoveryLog = func(n int) {
+		if n > discHeaderSize && pieces.Add(1) == 1 { // after the first piece
+			go func() { setDone <- p.SetSubsystems(append(slices.Clone(nqns[1:]), late.NQN)...) }()
+			<-mutated
+		}
+	}
+	tg, err := NewTarget(TargetConfig{Logf: logf})
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	for i := range 200 {
+		s, err := NewSubsystem(fmt.Sprintf("%s-%03d", testNQN, i))
+		require.NoError(t, err)
+		require.NoError(t, tg.AddSubsystem(s))
+		nqns = append(nqns, s.NQN)
+	}
+	late, err = NewSubsystem(testNQN + "-zzz")
+	require.NoError(t, err)
+	require.NoError(t, tg.AddSubsystem(late))
+	p, err = tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: nqns})
+	require.NoError(t, err)
+	connectHost(t, p.Addr().String(), nqns[0], HostConfig{}) // the unlink drops it, and logs
+	ents, err := Discover(ctx, "tcp", p.Addr().String(), HostConfig{})
+	close(release)
+	require.NoError(t, <-setDone)
+	require.NoError(t, err)
+	got := map[string]bool{}
+	for _, e := range ents {
+		got[e.SubNQN] = true
+	}
+	require.Len(t, ents, 200)
+	require.False(t, got[nqns[0]], "the unlinked subsystem")
+	require.True(t, got[nqns[127]], "a subsystem linked all along")
+	require.True(t, got[late.NQN], "the one linked instead")
+}
+
+// A target that closed no longer counts as serving its subsystems: the
+// other target's RemoveSubsystem is the last, and takes the namespaces.
+func TestRemoveSubsystemAfterOtherTargetClosed(t *testing.T) {
+	checkRoutines(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	a, err := NewTarget(TargetConfig{Logf: func(string, ...any) {}}, sub)
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := NewTarget(TargetConfig{Logf: func(string, ...any) {}}, sub)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	require.ErrorIs(t, b.AddSubsystem(sub), verbs.ErrClosed)
+	require.NoError(t, a.RemoveSubsystem(testCtx(t), testNQN))
+	require.Empty(t, sub.namespaces())
 }

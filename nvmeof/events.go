@@ -40,10 +40,11 @@ const (
 // access changes (nvmet_port_disc_changed): those that came through port
 // only or, with port nil, through any port that exposes subsystem nqn.
 // Linux's host reports it to udev (NVME_AEN=0x70f002), whose rules run
-// "nvme connect-all".
+// "nvme connect-all". The change itself moved the log's generation
+// counter, under t.mu with the change, so that a host that reads the log
+// in pieces sees that it changed between them.
 func (t *Target) discChanged(only *Port, nqn string) {
 	t.mu.Lock()
-	t.genctr++
 	var ctrls []*controller
 	for _, c := range t.ctrls {
 		p := c.admin.port

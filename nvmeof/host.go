@@ -194,8 +194,10 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 		return fmt.Errorf("nvmeof: Identify says controller %d, Connect said %d", c.Info.CntlID, c.ID)
 	}
 	c.maxData = maxTransfer
-	if c.Info.MDTS != 0 && 4096<<c.Info.MDTS < c.maxData {
-		c.maxData = 4096 << c.Info.MDTS
+	// MDTS 20 and above are larger than we ever transfer (and a shift of
+	// 51 or more would overflow).
+	if m := c.Info.MDTS; m != 0 && m < 20 && 4096<<m < c.maxData {
+		c.maxData = 4096 << m
 	}
 	if disc {
 		if c.cfg.WatchDiscovery && c.Info.OAES&aecDiscChange != 0 {
@@ -388,7 +390,7 @@ func (c *Controller) DiscoveryLog(ctx context.Context) ([]DiscoveryEntry, error)
 	if err != nil {
 		return nil, err
 	}
-	chunk := c.admin.maxData / discEntrySize * discEntrySize
+	chunk := max(min(c.maxData, c.admin.maxData), discEntrySize) / discEntrySize * discEntrySize // the target's MDTS
 	for range 10 {
 		if n == 0 {
 			return nil, nil
@@ -397,10 +399,25 @@ func (c *Controller) DiscoveryLog(ctx context.Context) ([]DiscoveryEntry, error)
 			return nil, fmt.Errorf("nvmeof: a discovery log of %d records (at most %d read)", n, maxDiscRecords)
 		}
 		all := make([]byte, discHeaderSize+int(n)*discEntrySize)
-		for off := 0; off < len(all); off += chunk {
-			if err := c.GetLogPage(ctx, LogDiscovery, 0, uint64(off), all[off:min(off+chunk, len(all))]); err != nil {
+		var pieceErr error
+		for off := 0; off < len(all) && pieceErr == nil; off += chunk {
+			pieceErr = c.GetLogPage(ctx, LogDiscovery, 0, uint64(off), all[off:min(off+chunk, len(all))])
+			if pieceErr != nil && off == 0 {
+				return nil, pieceErr
+			}
+		}
+		if pieceErr != nil {
+			// A later piece refused: the log may have shrunk under its
+			// offset. If the header says it changed, read it again.
+			if err := c.GetLogPage(ctx, LogDiscovery, 0, 0, hdr); err != nil {
 				return nil, err
 			}
+			gen3, n3, _, err := ParseDiscoveryLog(hdr)
+			if err != nil || gen3 == gen && n3 == n {
+				return nil, pieceErr
+			}
+			gen, n = gen3, n3
+			continue
 		}
 		gen2, n2, ents, err := ParseDiscoveryLog(all)
 		if err != nil {

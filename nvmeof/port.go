@@ -152,6 +152,7 @@ func (p *Port) SetSubsystems(nqns ...string) error {
 		}
 	}
 	p.subs = next
+	t.genctr++
 	t.mu.Unlock()
 	for _, c := range drop {
 		c.shutdown(fmt.Sprintf("%s was unlinked from port %d", c.sub.NQN, p.id))

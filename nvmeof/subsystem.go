@@ -1,6 +1,7 @@
 package nvmeof
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -68,16 +69,12 @@ func (s *Subsystem) detach(c *controller) {
 
 // AllowHost admits hostNQN; once a host is named, only named hosts are.
 func (s *Subsystem) AllowHost(hostNQN string) {
-	s.mu.Lock()
-	s.anyHost = false
-	if !slices.Contains(s.hosts, hostNQN) {
-		s.hosts = append(s.hosts, hostNQN)
-	}
-	ts := s.servedBy()
-	s.mu.Unlock()
-	for _, t := range ts {
-		t.discChanged(nil, s.NQN)
-	}
+	s.changeHosts(func() {
+		s.anyHost = false
+		if !slices.Contains(s.hosts, hostNQN) {
+			s.hosts = append(s.hosts, hostNQN)
+		}
+	})
 }
 
 // SetAllowedHosts replaces the hosts the subsystem admits, as nvmet's
@@ -85,13 +82,50 @@ func (s *Subsystem) AllowHost(hostNQN string) {
 // else only those named (none: no host). Controllers already connected
 // stay connected, as in nvmet.
 func (s *Subsystem) SetAllowedHosts(anyHost bool, hosts ...string) {
-	s.mu.Lock()
-	s.anyHost = anyHost
-	s.hosts = slices.Compact(slices.Sorted(slices.Values(hosts)))
-	ts := s.servedBy()
-	s.mu.Unlock()
-	for _, t := range ts {
-		t.discChanged(nil, s.NQN) // what each host's discovery log lists changed
+	s.changeHosts(func() {
+		s.anyHost = anyHost
+		s.hosts = slices.Compact(slices.Sorted(slices.Values(hosts)))
+	})
+}
+
+// changeHosts changes the access list with change (mu held) and tells the
+// targets that serve s: what their discovery logs list changed. The
+// change is made with each of those targets' locks held too, so that it
+// moves their generation counters at once with the lists they build (a
+// host reading a long log in pieces sees that it changed); the targets
+// are locked in the order they were made, the only order two are ever
+// held in.
+func (s *Subsystem) changeHosts(change func()) {
+	for {
+		s.mu.Lock()
+		ts := s.servedBy()
+		s.mu.Unlock()
+		slices.SortFunc(ts, func(a, b *Target) int { return cmp.Compare(a.seq, b.seq) })
+		for _, t := range ts {
+			t.mu.Lock()
+		}
+		s.mu.Lock()
+		same := len(s.targets) == len(ts) // none joined or left meanwhile
+		for _, t := range ts {
+			_, in := s.targets[t]
+			same = same && in
+		}
+		if same {
+			change()
+		}
+		s.mu.Unlock()
+		for i := len(ts) - 1; i >= 0; i-- {
+			if same {
+				ts[i].genctr++
+			}
+			ts[i].mu.Unlock()
+		}
+		if same {
+			for _, t := range ts {
+				t.discChanged(nil, s.NQN)
+			}
+			return
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goiwarp/iwarp/verbs"
@@ -78,6 +79,8 @@ type Target struct {
 	ownDev bool
 	start  time.Time
 
+	seq uint64 // the order targets were made in (Subsystem.changeHosts)
+
 	mu     sync.Mutex
 	subs   map[string]*Subsystem
 	ctrls  map[uint16]*controller
@@ -91,6 +94,8 @@ type Target struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
+
+var targetSeq atomic.Uint64
 
 // NewTarget returns a Target serving subsystems.
 func NewTarget(cfg TargetConfig, subsystems ...*Subsystem) (*Target, error) {
@@ -121,7 +126,7 @@ func NewTarget(cfg TargetConfig, subsystems ...*Subsystem) (*Target, error) {
 		return nil, fmt.Errorf("nvmeof: MaxTransfer %d: want a power of two in 8 KiB .. 128 KiB", cfg.MaxTransfer)
 	}
 	cfg.ConnConfig = crcConn(cfg.ConnConfig, cfg.AskCRC)
-	t := &Target{cfg: cfg, dev: cfg.Device, start: time.Now(), subs: map[string]*Subsystem{},
+	t := &Target{cfg: cfg, dev: cfg.Device, start: time.Now(), seq: targetSeq.Add(1), subs: map[string]*Subsystem{},
 		ctrls: map[uint16]*controller{}, queues: map[*tqueue]struct{}{}}
 	for _, s := range subsystems {
 		if _, dup := t.subs[s.NQN]; dup {
@@ -153,11 +158,16 @@ func (t *Target) logf(format string, args ...any) {
 // controllers that enabled Discovery Log Page Change Notices are told.
 func (t *Target) AddSubsystem(s *Subsystem) error {
 	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return verbs.ErrClosed
+	}
 	if _, dup := t.subs[s.NQN]; dup {
 		t.mu.Unlock()
 		return fmt.Errorf("nvmeof: subsystem %q twice", s.NQN)
 	}
 	t.subs[s.NQN] = s
+	t.genctr++
 	s.joined(t)
 	t.mu.Unlock()
 	t.discChanged(nil, s.NQN)
@@ -180,6 +190,7 @@ func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 		return fmt.Errorf("nvmeof: no subsystem %q", nqn)
 	}
 	delete(t.subs, nqn)
+	t.genctr++
 	t.mu.Unlock()
 	t.discChanged(nil, nqn)
 	s.mu.Lock()
@@ -311,6 +322,11 @@ func (t *Target) Close() error {
 		ctrls = append(ctrls, c)
 	}
 	t.mu.Unlock()
+	for _, s := range subs {
+		s.mu.Lock()
+		delete(s.targets, t) // it serves them no more (RemoveSubsystem's "last")
+		s.mu.Unlock()
+	}
 	t.cancel()
 	for _, p := range ports {
 		p.ln.Close()
