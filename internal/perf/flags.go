@@ -275,6 +275,9 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 		if p.All {
 			return nil, false, usagef("the demo runs one size: give a TEST to use -a")
 		}
+		if p.LimitBW != 0 || p.LimitMsgRate != 0 {
+			return nil, false, usagef("the demo compares with TCP: give a TEST to use -w or -y")
+		}
 		if err := p.finish(); err != nil {
 			return nil, false, usagef("%v", err)
 		}

@@ -495,9 +495,10 @@ func (p *Params) finish() error {
 		// A whole list waits for as many credits, and the receiver holds
 		// up to a batch of them back (bw.go): iwarp-perf's credits come
 		// every ceil(rx/4) receives, perftest's (-R) at points rx/3 apart.
+		// A server takes either kind of client: it keeps to the stricter.
 		limit := p.RxDepth - (p.RxDepth+3)/4
-		if p.Perftest {
-			limit = p.RxDepth - p.RxDepth/3 - 2
+		if p.Perftest || p.Server == "" && !p.Loopback {
+			limit = min(limit, p.RxDepth-p.RxDepth/3)
 		}
 		if p.PostList > limit {
 			return fmt.Errorf("post list %d: at most %d with rx depth %d in send tests (the credits come in batches)",

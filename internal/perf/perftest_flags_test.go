@@ -38,25 +38,34 @@ func TestPerftestMoreFlags(t *testing.T) {
 	require.Equal(t, 2*time.Second, p.Duration)
 	_, _, err = Parse([]string{"-V"})
 	require.ErrorIs(t, err, errVersion)
+	_, _, err = Parse([]string{"-w", "1"})
+	require.ErrorContains(t, err, "give a TEST to use -w", "the demo has no limits")
+	// A server takes perftest's clients too: its lists keep to their
+	// credits (rx - rx/3), a client of its own kind to its own.
+	_, _, err = Parse([]string{"send_bw", "-b", "-r", "12", "-n", "720", "-l", "9"})
+	require.ErrorContains(t, err, "at most 8 with rx depth 12")
+	_, _, err = Parse([]string{"send_bw", "-b", "-r", "12", "-n", "720", "-l", "9", "server.example"})
+	require.NoError(t, err)
 
 	for args, want := range map[string]string{
-		"write_lat -l 2":                     "BW tests only",
-		"write_bw -l 3 -n 1000":              "multiple of the post list size",
-		"write_bw -l 8 -Q 3 -n 800":          "multiple of CQ moderation",
-		"write_bw -l 256 -t 128":             "at most the tx depth",
-		"send_bw -l 64 -r 64 -t 128 -n 6400": "at most 48 with rx depth 64",
-		"send_bw -l 450 -t 512 -n 4500":      "at most 384 with rx depth 512",
-		"send_bw -l 400 -t 512 -n 4000 -R":   "at most 340 with rx depth 512",
-		"write_bw -l -2":                     "not negative",
-		"write_lat -e":                       "not available in write_lat",
-		"write_bw -H":                        "only in latency tests",
-		"send_lat -U -D 2":                   "with iterations",
-		"send_lat --run_infinitely":          "only in the RDMA BW tests",
-		"tcp_bw --run_infinitely":            "only in the RDMA BW tests",
-		"write_bw --run_infinitely -a":       "no -a or -n",
-		"write_bw --run_infinitely -n 50":    "no -a or -n",
-		"send_bw --run_infinitely -R":        "write_bw and read_bw, one direction",
-		"read_bw --run_infinitely -R -b":     "write_bw and read_bw, one direction",
+		"write_lat -l 2":                       "BW tests only",
+		"write_bw -l 3 -n 1000":                "multiple of the post list size",
+		"write_bw -l 8 -Q 3 -n 800":            "multiple of CQ moderation",
+		"write_bw -l 256 -t 128":               "at most the tx depth",
+		"send_bw -l 64 -r 64 -t 128 -n 6400 h": "at most 48 with rx depth 64",
+		"send_bw -l 64 -r 64 -t 128 -n 6400":   "at most 43 with rx depth 64",
+		"send_bw -l 450 -t 512 -n 4500 h":      "at most 384 with rx depth 512",
+		"send_bw -l 400 -t 512 -n 4000 -R":     "at most 342 with rx depth 512",
+		"write_bw -l -2":                       "not negative",
+		"write_lat -e":                         "not available in write_lat",
+		"write_bw -H":                          "only in latency tests",
+		"send_lat -U -D 2":                     "with iterations",
+		"send_lat --run_infinitely":            "only in the RDMA BW tests",
+		"tcp_bw --run_infinitely":              "only in the RDMA BW tests",
+		"write_bw --run_infinitely -a":         "no -a or -n",
+		"write_bw --run_infinitely -n 50":      "no -a or -n",
+		"send_bw --run_infinitely -R":          "write_bw and read_bw, one direction",
+		"read_bw --run_infinitely -R -b":       "write_bw and read_bw, one direction",
 	} {
 		_, _, err := Parse(strings.Fields(args))
 		require.ErrorContains(t, err, want, args)
@@ -77,7 +86,7 @@ func TestPostList(t *testing.T) {
 		{"send_bw", "-l", "16", "-s", "256", "-n", "3200", "-R"},
 		// the largest lists the credits allow
 		{"send_bw", "-l", "384", "-s", "64", "-t", "512", "-n", "3840"},
-		{"send_bw", "-l", "340", "-s", "64", "-t", "512", "-n", "3400", "-R"},
+		{"send_bw", "-l", "342", "-s", "64", "-t", "512", "-n", "3420", "-R"},
 		{"read_bw", "-l", "4", "-s", "4096", "-D", "1"},
 	} {
 		var mu sync.Mutex
