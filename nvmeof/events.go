@@ -30,7 +30,7 @@ const (
 	// discovery controller (Async Event Configuration), and OAES
 	// announces them; aerDiscChanged is the notice: type 2, information
 	// F0h, log page 70h (the discovery log).
-	aecDiscChange  = 1 << 31
+	aecDiscChange  = uint32(1) << 31
 	aerDiscChanged = 2 | 0xf0<<8 | LogDiscovery<<16
 )
 

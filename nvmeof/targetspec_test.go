@@ -28,7 +28,7 @@ func TestIdentifySaysWhatItDoes(t *testing.T) {
 	require.EqualValues(t, 1, ns.Info.NMIC, "NMIC: shared")
 	d := connectHost(t, addr, DiscoveryNQN, HostConfig{})
 	require.Zero(t, d.Info.CMIC)
-	require.EqualValues(t, 1<<31, d.Info.OAES, "OAES: Discovery Log Page Change Notices")
+	require.EqualValues(t, uint32(1<<31), d.Info.OAES, "OAES: Discovery Log Page Change Notices")
 }
 
 // Fused commands and data not described by SGLs (PSDT other than 01b) are
