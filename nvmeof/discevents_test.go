@@ -27,27 +27,7 @@ func TestDiscoveryChangeNotice(t *testing.T) {
 	ctx := testCtx(t)
 	c := connectHost(t, addr, DiscoveryNQN, HostConfig{})
 	require.EqualValues(t, aecDiscChange, c.Info.OAES, "OAES announces the discovery notice only")
-	q := c.admin
-	postAER := func() int {
-		t.Helper()
-		i, err := q.acquire(ctx)
-		require.NoError(t, err)
-		NewAdmin(q.cmd(i), AdminAER, 0, 0, 0, 0)
-		require.NoError(t, q.submit(i, 0))
-		return i
-	}
-	noticed := func(i int, within time.Duration) bool {
-		t.Helper()
-		select {
-		case <-q.slots[i].done:
-			require.Equal(t, StatusSuccess, q.slots[i].st)
-			require.EqualValues(t, 0x70f002, q.slots[i].res, "a notice: discovery log page change, log page 70h")
-			q.releaseSlot(i)
-			return true
-		case <-time.After(within):
-			return false
-		}
-	}
+	postAER, noticed := aerProbe(t, c, 0x70f002) // a notice: discovery log page change, log page 70h
 	n := 1
 	add := func() *Subsystem {
 		t.Helper()
@@ -152,25 +132,7 @@ func TestDiscoveryNoticeAfterRead(t *testing.T) {
 	c := connectHost(t, addr, DiscoveryNQN, HostConfig{})
 	_, err = c.SetFeatures(ctx, FeatAsyncEvent, aecDiscChange)
 	require.NoError(t, err)
-	q := c.admin
-	postAER := func() int {
-		t.Helper()
-		i, err := q.acquire(ctx)
-		require.NoError(t, err)
-		NewAdmin(q.cmd(i), AdminAER, 0, 0, 0, 0)
-		require.NoError(t, q.submit(i, 0))
-		return i
-	}
-	noticed := func(i int, within time.Duration) bool {
-		t.Helper()
-		select {
-		case <-q.slots[i].done:
-			q.releaseSlot(i)
-			return true
-		case <-time.After(within):
-			return false
-		}
-	}
+	postAER, noticed := aerProbe(t, c, 0x70f002)
 	aer := postAER()
 	a, err := NewSubsystem(testNQN + "-a")
 	require.NoError(t, err)

@@ -27,26 +27,7 @@ func TestNamespaceAddedNotice(t *testing.T) {
 	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
 	ctx := testCtx(t)
 	q := c.admin
-	postAER := func() int {
-		t.Helper()
-		i, err := q.acquire(ctx)
-		require.NoError(t, err)
-		NewAdmin(q.cmd(i), AdminAER, 0, 0, 0, 0)
-		require.NoError(t, q.submit(i, 0))
-		return i
-	}
-	noticed := func(i int, within time.Duration) bool {
-		t.Helper()
-		select {
-		case <-q.slots[i].done:
-			require.Equal(t, StatusSuccess, q.slots[i].st)
-			require.EqualValues(t, 2|LogChangedNS<<16, q.slots[i].res, "a notice: namespace attribute changed, log page 04h")
-			q.releaseSlot(i)
-			return true
-		case <-time.After(within):
-			return false
-		}
-	}
+	postAER, noticed := aerProbe(t, c, 2|LogChangedNS<<16) // a notice: namespace attribute changed, log page 04h
 	add := func() uint32 {
 		t.Helper()
 		ns, err := sub.AddNamespace(NewMemBackend(1<<20), 512)

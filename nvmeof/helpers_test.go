@@ -77,3 +77,32 @@ func hostNS(t *testing.T, size int64, cfg HostConfig) (*Controller, *HostNamespa
 	require.NoError(t, err)
 	return c, ns
 }
+
+// aerProbe posts Asynchronous Event Requests on a host's admin queue by
+// hand (the Go host's own watch keeps one of its own) and waits for their
+// completions: post returns the slot, noticed reports whether it
+// completed within the time with a success and the event want.
+func aerProbe(t *testing.T, c *Controller, want uint64) (post func() int, noticed func(i int, within time.Duration) bool) {
+	q := c.admin
+	post = func() int {
+		t.Helper()
+		i, err := q.acquire(testCtx(t))
+		require.NoError(t, err)
+		NewAdmin(q.cmd(i), AdminAER, 0, 0, 0, 0)
+		require.NoError(t, q.submit(i, 0))
+		return i
+	}
+	noticed = func(i int, within time.Duration) bool {
+		t.Helper()
+		select {
+		case <-q.slots[i].done:
+			require.Equal(t, StatusSuccess, q.slots[i].st)
+			require.EqualValues(t, want, q.slots[i].res, "the event")
+			q.releaseSlot(i)
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	return post, noticed
+}
