@@ -106,11 +106,14 @@ func (c *controller) controllerInfo() ControllerInfo {
 	}
 	// Several controllers, through several ports, on one subsystem (one
 	// for each admin Connect): Linux refuses a second controller of a
-	// subsystem whose CMIC says otherwise. OAES: a namespace added raises
-	// a notice (events.go).
+	// subsystem whose CMIC says otherwise. ANA reporting (ana.go), whose
+	// log Linux's host sizes by NANAGRPID and MNAN (which must be 1 ..
+	// NN). OAES: a namespace added, and an ANA state changed, raise a
+	// notice (events.go).
 	ci.Serial, ci.Model, ci.SubNQN = c.sub.Serial, c.sub.Model, c.sub.NQN
-	ci.CtrlType, ci.CMIC, ci.OAES = ControllerIO, cmicMultiPort|cmicMultiCtrl, aecNSAttr
-	ci.NN, ci.ONCS, ci.VWC = maxNSID, oncsDSM|oncsWriteZeroes, 1
+	ci.CtrlType, ci.CMIC, ci.OAES = ControllerIO, cmicMultiPort|cmicMultiCtrl|cmicANA, aecNSAttr|aecANAChange
+	ci.NN, ci.MNAN, ci.ONCS, ci.VWC = maxNSID, maxNSID, oncsDSM|oncsWriteZeroes, 1
+	ci.ANATT, ci.ANACAP, ci.ANAGRPMAX, ci.NANAGRPID = anaTT, anaCap, MaxANAGroup, MaxANAGroup
 	return ci
 }
 
@@ -137,7 +140,11 @@ func (c *controller) identify(r *request) ([]byte, Status) {
 		clear(out)
 		if ns := c.sub.namespace(nsid); ns != nil {
 			b := ns.Blocks()
-			ni := NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NMIC: nmicShared, NGUID: ns.NGUID}
+			ni := NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NMIC: nmicShared, NGUID: ns.NGUID,
+				ANAGroup: ns.ANAGroup()}
+			if s := c.admin.port.ANAState(ni.ANAGroup); s == ANAInaccessible || s == ANAPersistentLoss {
+				ni.Utilization = 0 // as nvmet: no space is in use through this path
+			}
 			ni.Append(out[:0])
 		} // an inactive NSID reads as zeros
 	case CNSActiveNSList:
@@ -202,6 +209,9 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 		}
 		c.changedNSLog(out, cmd.CDW(10)&(1<<15) != 0)
 		return out, StatusSuccess
+	case lid == LogANA && !c.discovery():
+		// LSP bit 0 (CDW10 bit 8): Return Groups Only.
+		log = c.anaLog(cmd.CDW(10)&(1<<8) != 0, cmd.CDW(10)&(1<<15) != 0)
 	case lid == LogFirmware && !c.discovery():
 		log = make([]byte, firmwareLogSize)
 		log[0] = 1 // slot 1 active
@@ -233,10 +243,10 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 	case fid == FeatAsyncEvent:
 		// Only events a controller may raise can be enabled, as in Linux's
 		// nvmet: on an NVM controller the SMART / health critical
-		// warnings, which NVMe makes mandatory (never raised here), and
-		// Namespace Attribute Notices (OAES); on a discovery controller
+		// warnings, which NVMe makes mandatory (never raised here),
+		// Namespace Attribute and ANA Change Notices (OAES); on a discovery controller
 		// Discovery Log Page Change Notices.
-		mask := uint32(aecSMART | aecNSAttr)
+		mask := aecSMART | aecNSAttr | aecANAChange
 		if c.discovery() {
 			mask = aecDiscChange
 		}

@@ -35,6 +35,7 @@ type controller struct {
 	nsOverflow bool
 	nsMasked   bool
 	discMasked bool // the discovery log notice, until the log is read
+	anaMasked  bool // the ANA Change notice, until the ANA log is read
 	events     []uint32
 	kaStop     chan struct{}
 	kaPoke     chan struct{} // setKATO tells the keep-alive goroutine
@@ -444,7 +445,7 @@ func (q *tqueue) plan(idx int, cmd Command) (dir, need int, st Status) {
 	if q.qid == 0 {
 		return c.planAdmin(cmd)
 	}
-	dir, need, st, q.slots[idx].ns = c.planIO(cmd)
+	dir, need, st, q.slots[idx].ns = c.planIO(cmd, q.port)
 	return dir, need, st
 }
 

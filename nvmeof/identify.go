@@ -52,6 +52,11 @@ type ControllerInfo struct {
 	SQES, CQES   uint8
 	MaxCmd       uint16
 	NN           uint32
+	MNAN         uint32 // maximum number of allocated namespaces; Linux sizes its ANA log by it
+	ANATT        uint8  // ANA transition time, seconds
+	ANACAP       uint8  // ANA states reported
+	ANAGRPMAX    uint32 // highest ANA group ID
+	NANAGRPID    uint32 // number of ANA group IDs
 	ONCS         uint16
 	VWC          uint8
 	SGLS         uint32
@@ -85,12 +90,16 @@ func (c *ControllerInfo) Append(b []byte) []byte {
 	p[261] = c.LPA
 	p[262] = c.ELPE
 	le.PutUint16(p[320:], c.KAS)
+	p[343], p[344] = c.ANATT, c.ANACAP
+	le.PutUint32(p[348:], c.ANAGRPMAX)
+	le.PutUint32(p[352:], c.NANAGRPID)
 	p[512], p[513] = c.SQES, c.CQES
 	le.PutUint16(p[514:], c.MaxCmd)
 	le.PutUint32(p[516:], c.NN)
 	le.PutUint16(p[520:], c.ONCS)
 	p[525] = c.VWC
 	le.PutUint32(p[536:], c.SGLS)
+	le.PutUint32(p[540:], c.MNAN)
 	copy(p[768:1024], c.SubNQN)
 	le.PutUint32(p[1792:], c.IOCCSZ)
 	le.PutUint32(p[1796:], c.IORCSZ)
@@ -114,6 +123,7 @@ func ParseControllerInfo(p []byte) (ControllerInfo, error) {
 		CMIC: p[76], MDTS: p[77], CntlID: le.Uint16(p[78:]), Version: le.Uint32(p[80:]), OAES: le.Uint32(p[92:]),
 		CTRATT:   le.Uint32(p[96:]),
 		CtrlType: p[111], AERL: p[259], LPA: p[261], ELPE: p[262], KAS: le.Uint16(p[320:]),
+		ANATT: p[343], ANACAP: p[344], ANAGRPMAX: le.Uint32(p[348:]), NANAGRPID: le.Uint32(p[352:]), MNAN: le.Uint32(p[540:]),
 		SQES: p[512], CQES: p[513], MaxCmd: le.Uint16(p[514:]), NN: le.Uint32(p[516:]),
 		ONCS: le.Uint16(p[520:]), VWC: p[525], SGLS: le.Uint32(p[536:]),
 		SubNQN: cstring(p[768:1024]), IOCCSZ: le.Uint32(p[1792:]), IORCSZ: le.Uint32(p[1796:]),
@@ -128,6 +138,7 @@ type NamespaceInfo struct {
 	Size, Capacity, Utilization uint64 // in logical blocks
 	LBADS                       uint8  // log2 of the block size
 	NMIC                        uint8  // bit 0: the namespace may be attached to several controllers
+	ANAGroup                    uint32 // ANAGRPID
 	NGUID                       [16]byte
 }
 
@@ -146,6 +157,7 @@ func (n *NamespaceInfo) Append(b []byte) []byte {
 	p[25] = 0 // NLBAF: one format
 	p[26] = 0 // FLBAS: format 0
 	p[30] = n.NMIC
+	le.PutUint32(p[92:], n.ANAGroup)
 	copy(p[104:120], n.NGUID[:])
 	p[128+2] = n.LBADS // LBAF0: MS 0, LBADS, RP 0
 	return b
@@ -158,7 +170,8 @@ func ParseNamespaceInfo(p []byte) (NamespaceInfo, error) {
 		return NamespaceInfo{}, errShortIdentify
 	}
 	le := binary.LittleEndian
-	n := NamespaceInfo{Size: le.Uint64(p[0:]), Capacity: le.Uint64(p[8:]), Utilization: le.Uint64(p[16:]), NMIC: p[30]}
+	n := NamespaceInfo{Size: le.Uint64(p[0:]), Capacity: le.Uint64(p[8:]), Utilization: le.Uint64(p[16:]), NMIC: p[30],
+		ANAGroup: le.Uint32(p[92:])}
 	f := int(p[26] & 0xf)
 	n.LBADS = p[128+4*f+2]
 	copy(n.NGUID[:], p[104:120])

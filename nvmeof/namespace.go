@@ -1,6 +1,7 @@
 package nvmeof
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"sync"
@@ -16,6 +17,7 @@ type Namespace struct {
 	NGUID     [16]byte
 	UUID      [16]byte
 
+	anaGrp    atomic.Uint32 // ANA group (ana.go)
 	refs      atomic.Int64  // commands using Backend (Subsystem.use), which RemoveNamespace waits out
 	removed   atomic.Bool   // RemoveNamespace has taken it out
 	drained   chan struct{} // closed once removed and refs is 0
@@ -57,6 +59,10 @@ type NamespaceConfig struct {
 	// the subsystem's NQN and the NSID, so that a restarted target
 	// presents the same identity.
 	NGUID, UUID [16]byte
+	// ANAGroup is the namespace's ANA group, 1 .. MaxANAGroup (0: 1),
+	// whose state through each port (Port.SetANAState) says whether hosts
+	// may use it there.
+	ANAGroup uint32
 }
 
 // AddNamespaceConfig adds a namespace over b and returns it. It may be
@@ -72,6 +78,10 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 	}
 	if blockSize < 512 || blockSize > 65536 || blockSize&(blockSize-1) != 0 {
 		return nil, fmt.Errorf("nvmeof: block size %d: want a power of two in 512 .. 65536", blockSize)
+	}
+	anaGroup := cmp.Or(cfg.ANAGroup, 1)
+	if err := checkANAGroup(anaGroup); err != nil {
+		return nil, err
 	}
 	if b.Size() < int64(blockSize) {
 		return nil, fmt.Errorf("nvmeof: a backend of %d octets holds no block of %d", b.Size(), blockSize)
@@ -99,6 +109,7 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 		ns.UUID[6] = ns.UUID[6]&0x0f | 0x40 // version 4 layout
 		ns.UUID[8] = ns.UUID[8]&0x3f | 0x80
 	}
+	ns.anaGrp.Store(anaGroup)
 	for uint32(len(s.ns)) < id {
 		s.ns = append(s.ns, nil)
 	}

@@ -8,17 +8,21 @@ import (
 // dsmRange is the size of a Dataset Management range.
 const dsmRange = 16
 
-// planIO checks an NVM command set command: namespace, LBA range, length.
-// It returns the namespace it checked against, which execIO must find
-// still there: an NSID removed and given to another namespace meanwhile
+// planIO checks an NVM command set command that came through port p:
+// namespace, its ANA state through p, LBA range, length. It returns the
+// namespace it checked against, which execIO must find still there: an
+// NSID removed and given to another namespace meanwhile
 // (Subsystem.AddNamespaceConfig) must not take a command planned for the
 // first.
-func (c *controller) planIO(cmd Command) (dir, need int, st Status, ns *Namespace) {
+func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns *Namespace) {
 	switch op := cmd.Opcode(); op {
 	case IORead, IOWrite, IOWriteZeroes:
 		ns := c.sub.namespace(cmd.NSID())
 		if ns == nil {
 			return 0, 0, StatusInvalidNamespace | DNR, nil
+		}
+		if st := anaStatus(p.ANAState(ns.ANAGroup())); !st.OK() {
+			return 0, 0, st, nil
 		}
 		slba, nlb := cmd.SLBA(), uint64(cmd.NLB())+1
 		if slba+nlb < slba || slba+nlb > ns.Blocks() {
@@ -39,7 +43,7 @@ func (c *controller) planIO(cmd Command) (dir, need int, st Status, ns *Namespac
 	case IOFlush:
 		if id := cmd.NSID(); id != 0xffffffff {
 			if ns := c.sub.namespace(id); ns != nil {
-				return dirNone, 0, StatusSuccess, ns
+				return dirNone, 0, anaStatus(p.ANAState(ns.ANAGroup())), ns
 			}
 			return 0, 0, StatusInvalidNamespace | DNR, nil
 		}
@@ -48,6 +52,9 @@ func (c *controller) planIO(cmd Command) (dir, need int, st Status, ns *Namespac
 		ns := c.sub.namespace(cmd.NSID())
 		if ns == nil {
 			return 0, 0, StatusInvalidNamespace | DNR, nil
+		}
+		if st := anaStatus(p.ANAState(ns.ANAGroup())); !st.OK() {
+			return 0, 0, st, nil
 		}
 		return dirIn, (int(cmd.CDW(10)&0xff) + 1) * dsmRange, StatusSuccess, ns
 	}

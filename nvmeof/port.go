@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync/atomic"
 
 	"github.com/goiwarp/iwarp/verbs"
 )
@@ -20,14 +21,20 @@ type Port struct {
 	ln   *verbs.Listener
 	all  bool            // Listen's: every subsystem
 	subs map[string]bool // ListenPort's, under t.mu
+	// ana is each ANA group's state through the port (ana.go), 0 for the
+	// default; written under t.mu, read by every I/O command.
+	ana [MaxANAGroup + 1]atomic.Uint32
 }
 
 // PortConfig is what ListenPort takes besides the address, as a port's
 // directory in Linux's nvmet configfs: its ID (portid; 0 takes the lowest
-// free one) and the NQNs of the subsystems linked to it.
+// free one), the NQNs of the subsystems linked to it, and the states of
+// ANA groups through it (ana_groups; a group not named is optimized if it
+// is group 1, inaccessible otherwise).
 type PortConfig struct {
 	ID         uint16
 	Subsystems []string
+	ANA        map[uint32]ANAState
 }
 
 // ListenPort starts serving on addr (as Listen) the subsystems cfg links
@@ -37,6 +44,15 @@ func (t *Target) ListenPort(ctx context.Context, network, addr string, cfg PortC
 	p := &Port{t: t, subs: map[string]bool{}}
 	for _, nqn := range cfg.Subsystems {
 		p.subs[nqn] = true
+	}
+	for g, s := range cfg.ANA {
+		if err := checkANAGroup(g); err != nil {
+			return nil, err
+		}
+		if !s.valid() {
+			return nil, fmt.Errorf("nvmeof: ANA group %d: %v", g, s)
+		}
+		p.ana[g].Store(uint32(s))
 	}
 	if err := t.listen(ctx, network, addr, p, cfg.ID); err != nil {
 		return nil, err

@@ -98,6 +98,9 @@ var statusNames = map[Status]string{
 	StatusConnectCtrlBusy:      "Controller Busy",
 	StatusConnectInvalidParm:   "Connect Invalid Parameters",
 	StatusConnectInvalidHost:   "Connect Invalid Host",
+	StatusANAPersistentLoss:    "Asymmetric Access Persistent Loss",
+	StatusANAInaccessible:      "Asymmetric Access Inaccessible",
+	StatusANATransition:        "Asymmetric Access Transition",
 }
 
 func (s Status) String() string {

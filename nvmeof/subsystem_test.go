@@ -226,7 +226,7 @@ func TestNSIDReusedBetweenPlanAndExec(t *testing.T) {
 	c := &controller{t: &Target{cfg: TargetConfig{MaxTransfer: maxTransfer}}, sub: sub}
 	cmd := make(Command, CommandSize)
 	NewRW(cmd, IOWrite, 1, 1, 1000, 7) // 8 blocks at LBA 1000: 4 KiB at 512 000
-	_, need, st, planned := c.planIO(cmd)
+	_, need, st, planned := c.planIO(cmd, &Port{})
 	require.True(t, st.OK())
 	require.NoError(t, sub.RemoveNamespace(ctx, 1))
 	path := filepath.Join(t.TempDir(), "small.img")

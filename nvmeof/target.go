@@ -88,6 +88,7 @@ type Target struct {
 	ports  []*Port
 	queues map[*tqueue]struct{}
 	genctr uint64
+	anaChg uint64 // the ANA log's change count (ana.go)
 	closed bool
 
 	ctx    context.Context

@@ -11,8 +11,10 @@ import (
 // subsystem with shared namespaces (Linux refuses a second controller of a
 // subsystem whose CMIC says otherwise), traffic based keep alive and
 // 128-bit host identifiers in CTRATT (bit 6 and bit 0; it was bit 2, NVM
-// Sets), and of the optional asynchronous events the one it raises:
-// Namespace Attribute Notices on an NVM controller (TestNamespaceAddedNotice),
+// Sets), ANA reporting with the fields Linux's host sizes its ANA log by
+// (MNAN must be 1 .. NN, or it fails the controller), and of the optional
+// asynchronous events those it raises: Namespace Attribute and ANA Change
+// Notices on an NVM controller (TestNamespaceAddedNotice, TestANAChange),
 // Discovery Log Page Change Notices on discovery (TestDiscoveryChangeNotice).
 func TestIdentifySaysWhatItDoes(t *testing.T) {
 	checkRoutines(t)
@@ -20,14 +22,22 @@ func TestIdentifySaysWhatItDoes(t *testing.T) {
 	a := connectHost(t, addr, testNQN, HostConfig{})
 	b := connectHost(t, addr, testNQN, HostConfig{HostNQN: a.cfg.HostNQN, HostID: a.cfg.HostID}) // a second path
 	require.NotEqual(t, a.ID, b.ID)
-	require.EqualValues(t, 3, b.Info.CMIC, "CMIC: multi-port, multi-controller")
+	require.EqualValues(t, 1<<3|3, b.Info.CMIC, "CMIC: ANA reporting, multi-port, multi-controller")
 	require.EqualValues(t, 1<<6|1<<0, b.Info.CTRATT)
-	require.EqualValues(t, 1<<8, b.Info.OAES, "OAES: Namespace Attribute Notices")
+	require.EqualValues(t, 1<<11|1<<8, b.Info.OAES, "OAES: ANA Change and Namespace Attribute Notices")
+	require.EqualValues(t, 0x1f, b.Info.ANACAP, "ANACAP: the five states")
+	require.EqualValues(t, 10, b.Info.ANATT)
+	require.EqualValues(t, MaxANAGroup, b.Info.ANAGRPMAX)
+	require.EqualValues(t, MaxANAGroup, b.Info.NANAGRPID)
+	require.EqualValues(t, b.Info.NN, b.Info.MNAN)
+	require.NotZero(t, b.Info.MNAN)
 	ns, err := b.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, ns.Info.NMIC, "NMIC: shared")
+	require.EqualValues(t, 1, ns.Info.ANAGroup, "ANAGRPID: group 1 unless set")
 	d := connectHost(t, addr, DiscoveryNQN, HostConfig{})
 	require.Zero(t, d.Info.CMIC)
+	require.Zero(t, d.Info.ANACAP)
 	require.EqualValues(t, uint32(1<<31), d.Info.OAES, "OAES: Discovery Log Page Change Notices")
 }
 

@@ -1,0 +1,322 @@
+package nvmeof
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Asymmetric Namespace Access (ANA, NVMe base 2.0 section 8.1), as Linux's
+// nvmet has it: each namespace belongs to an ANA group (1 unless set), and
+// each port gives every group a state. A host with several paths to a
+// subsystem (one controller through each port) reads the states in the
+// ANA log page and sends I/O down an optimized path, a non-optimized one
+// when there is no optimized one, and none down an inaccessible one, where
+// I/O commands fail with a path status that makes it try another path. A
+// state changed while hosts are connected (Port.SetANAState) raises an ANA
+// Change notice on each controller through that port, upon which Linux's
+// host reads the log again and moves its I/O: the way an administrator
+// takes a path out of service, or fails over, without a host losing its
+// namespace.
+
+// ANAState is the state of an ANA group through a port.
+type ANAState uint8
+
+// ANA states.
+const (
+	ANAOptimized      ANAState = 0x01
+	ANANonOptimized   ANAState = 0x02
+	ANAInaccessible   ANAState = 0x03
+	ANAPersistentLoss ANAState = 0x04
+	ANAChange         ANAState = 0x0f
+)
+
+// anaNames are nvmet's names of the states (configfs ana_state).
+var anaNames = map[ANAState]string{
+	ANAOptimized: "optimized", ANANonOptimized: "non-optimized", ANAInaccessible: "inaccessible",
+	ANAPersistentLoss: "persistent-loss", ANAChange: "change",
+}
+
+func (s ANAState) String() string {
+	if n, ok := anaNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("ANA state %#x", uint8(s))
+}
+
+func (s ANAState) valid() bool { _, ok := anaNames[s]; return ok }
+
+// ParseANAState returns the state nvmet's configfs (and nvmetcli's
+// configuration) names name: optimized, non-optimized, inaccessible,
+// persistent-loss or change.
+func ParseANAState(name string) (ANAState, error) {
+	for s, n := range anaNames {
+		if n == name {
+			return s, nil
+		}
+	}
+	return 0, fmt.Errorf("nvmeof: %q is not an ANA state", name)
+}
+
+const (
+	// LogANA is the Asymmetric Namespace Access log page.
+	LogANA = 0x0c
+	// MaxANAGroup is the highest ANA group ID (ANAGRPMAX, and NANAGRPID:
+	// any of them may be in use), as nvmet's.
+	MaxANAGroup = 128
+
+	cmicANA = 1 << 3 // CMIC: ANA reporting
+	// anaCap: the states a controller reports (optimized, non-optimized,
+	// inaccessible, persistent loss, change); group IDs may change while
+	// a namespace is attached (bit 6 clear). anaTT is the ANA transition
+	// time in seconds: how long a group stays in the change state at
+	// most, after which Linux's host resets the controller.
+	anaCap = 0x1f
+	anaTT  = 10
+	// aecANAChange enables ANA Change Notices (Async Event Configuration
+	// bit 11), and OAES announces them; aerANAChanged is the notice: type
+	// 2, information 03h, log page 0Ch.
+	aecANAChange  = uint32(1) << 11
+	aerANAChanged = 2 | 0x03<<8 | LogANA<<16
+
+	anaHeaderSize = 16 // CHGCNT, NGRPS, reserved
+	anaDescSize   = 32 // ANAGRPID, NNSID, CHGCNT, ANAS, reserved; then the NSIDs
+	// anaLogMax is the longest ANA log: every group and every NSID; the
+	// length Linux's host reads (NANAGRPID descriptors, MNAN NSIDs).
+	anaLogMax = anaHeaderSize + MaxANAGroup*anaDescSize + maxNSID*4
+)
+
+// Path related status (SCT 3): what an I/O command gets through a port
+// where its namespace's group is not accessible. No DNR: the host is to
+// retry on another path.
+const (
+	SCTPath                 = 0x3
+	StatusANAPersistentLoss = Status(0x301)
+	StatusANAInaccessible   = Status(0x302)
+	StatusANATransition     = Status(0x303)
+)
+
+// anaStatus is the status an I/O command on a namespace of the given state
+// completes with, or Success.
+func anaStatus(s ANAState) Status {
+	switch s {
+	case ANAInaccessible:
+		return StatusANAInaccessible
+	case ANAPersistentLoss:
+		return StatusANAPersistentLoss
+	case ANAChange:
+		return StatusANATransition
+	}
+	return StatusSuccess
+}
+
+func checkANAGroup(g uint32) error {
+	if g < 1 || g > MaxANAGroup {
+		return fmt.Errorf("nvmeof: ANA group %d: want 1 to %d", g, MaxANAGroup)
+	}
+	return nil
+}
+
+// ANAState returns the state of ANA group g through the port. Unless set,
+// group 1 is optimized and every other inaccessible, as on a new port of
+// nvmet.
+func (p *Port) ANAState(g uint32) ANAState {
+	if checkANAGroup(g) != nil {
+		return ANAInaccessible
+	}
+	if s := ANAState(p.ana[g].Load()); s != 0 {
+		return s
+	}
+	if g == 1 {
+		return ANAOptimized
+	}
+	return ANAInaccessible
+}
+
+// SetANAState sets the state of ANA group g through the port, as writing
+// ana_groups/<g>/ana/state of an nvmet port does. Each controller that
+// came through the port, and enabled ANA Change Notices, is told, and
+// commands its host sends from then on find the new state: through an
+// inaccessible port they fail with a path status, and Linux's host sends
+// them down another path.
+func (p *Port) SetANAState(g uint32, s ANAState) error {
+	if err := checkANAGroup(g); err != nil {
+		return err
+	}
+	if !s.valid() {
+		return fmt.Errorf("nvmeof: %v cannot be set", s)
+	}
+	t := p.t
+	t.mu.Lock()
+	if old := p.ANAState(g); old == s {
+		t.mu.Unlock()
+		return nil
+	}
+	p.ana[g].Store(uint32(s))
+	t.anaChg++
+	var ctrls []*controller
+	for _, c := range t.ctrls {
+		if c.sub != nil && c.admin.port == p {
+			ctrls = append(ctrls, c)
+		}
+	}
+	t.mu.Unlock()
+	t.logf("nvmeof: port %d: ANA group %d %v", p.id, g, s)
+	for _, c := range ctrls {
+		c.anaChanged()
+	}
+	return nil
+}
+
+// ANAGroup returns the namespace's ANA group.
+func (ns *Namespace) ANAGroup() uint32 { return ns.anaGrp.Load() }
+
+// SetANAGroup moves namespace id to ANA group g, as writing its ana_grpid
+// in nvmet's configfs does: every controller of the subsystem is told (an
+// ANA Change notice), and commands from then on find the state of the new
+// group through their port.
+func (s *Subsystem) SetANAGroup(id, g uint32) error {
+	if err := checkANAGroup(g); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if id == 0 || id > uint32(len(s.ns)) || s.ns[id-1] == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("nvmeof: %s has no namespace %d", s.NQN, id)
+	}
+	ns := s.ns[id-1]
+	if ns.anaGrp.Swap(g) == g {
+		s.mu.Unlock()
+		return nil
+	}
+	ctrls := s.controllers()
+	s.mu.Unlock()
+	for _, t := range s.servedBy() {
+		t.mu.Lock()
+		t.anaChg++
+		t.mu.Unlock()
+	}
+	for _, c := range ctrls {
+		c.anaChanged()
+	}
+	return nil
+}
+
+// anaChanged raises an ANA Change notice if the host enabled it and has
+// read the log since the last one (masked until then, as in nvmet).
+func (c *controller) anaChanged() {
+	c.mu.Lock()
+	raise := !c.dead && c.aec&aecANAChange != 0 && !c.anaMasked
+	if raise {
+		c.anaMasked = true
+		c.events = append(c.events, aerANAChanged)
+	}
+	c.mu.Unlock()
+	if raise {
+		c.admin.kick()
+	}
+}
+
+// anaLog builds the ANA log page as the controller's port shows it: a
+// descriptor for group 1 and for every other group a namespace of the
+// subsystem is in, in group order, each with its state through the port
+// and (unless rgo, Return Groups Only) its NSIDs in ascending order, which
+// Linux's host relies on. Read without rae (Retain Asynchronous Event) it
+// unmasks the notice, before the log is built, so that no change is lost.
+func (c *controller) anaLog(rgo, rae bool) []byte {
+	if !rae {
+		c.mu.Lock()
+		c.anaMasked = false
+		c.mu.Unlock()
+	}
+	t, p := c.t, c.admin.port
+	t.mu.Lock()
+	chg := t.anaChg
+	t.mu.Unlock()
+	groups := map[uint32][]uint32{1: nil}
+	for _, ns := range c.sub.namespaces() {
+		g := ns.ANAGroup()
+		groups[g] = append(groups[g], ns.ID)
+	}
+	ids := slices.Sorted(func(yield func(uint32) bool) {
+		for g := range groups {
+			if !yield(g) {
+				return
+			}
+		}
+	})
+	le := binary.LittleEndian
+	log := make([]byte, anaHeaderSize, anaLogMax)
+	le.PutUint64(log[0:], chg)
+	le.PutUint16(log[8:], uint16(len(ids)))
+	for _, g := range ids {
+		nsids := groups[g]
+		if rgo {
+			nsids = nil
+		}
+		d := len(log)
+		log = append(log, make([]byte, anaDescSize)...)
+		le.PutUint32(log[d:], g)
+		le.PutUint32(log[d+4:], uint32(len(nsids)))
+		le.PutUint64(log[d+8:], chg)
+		log[d+16] = byte(p.ANAState(g))
+		for _, id := range nsids {
+			log = le.AppendUint32(log, id)
+		}
+	}
+	return log
+}
+
+// ANAGroupDesc is a group of an ANA log page: its ID, state through the
+// controller's port, change count, and its namespaces (none if the log
+// was read with Return Groups Only).
+type ANAGroupDesc struct {
+	ID          uint32
+	State       ANAState
+	ChangeCount uint64
+	NSIDs       []uint32
+}
+
+// ANALog is an ANA log page (log page 0Ch).
+type ANALog struct {
+	ChangeCount uint64
+	Groups      []ANAGroupDesc
+}
+
+var errANALog = errors.New("nvmeof: ANA log page cut short")
+
+// ParseANALog decodes an ANA log page, checked as Linux's host checks it:
+// every descriptor inside b, group IDs 1 to maxGroup (the controller's
+// ANAGRPMAX), states known.
+func ParseANALog(b []byte, maxGroup uint32) (ANALog, error) {
+	le := binary.LittleEndian
+	if len(b) < anaHeaderSize {
+		return ANALog{}, errANALog
+	}
+	log := ANALog{ChangeCount: le.Uint64(b[0:])}
+	n, off := int(le.Uint16(b[8:])), anaHeaderSize
+	for range n {
+		if len(b)-off < anaDescSize {
+			return log, errANALog
+		}
+		d := ANAGroupDesc{ID: le.Uint32(b[off:]), ChangeCount: le.Uint64(b[off+8:]), State: ANAState(b[off+16] & 0xf)}
+		nn := uint64(le.Uint32(b[off+4:]))
+		off += anaDescSize
+		if d.ID == 0 || d.ID > maxGroup {
+			return log, fmt.Errorf("nvmeof: ANA log: group %d outside 1 .. %d", d.ID, maxGroup)
+		}
+		if !d.State.valid() {
+			return log, fmt.Errorf("nvmeof: ANA log: group %d: %v", d.ID, d.State)
+		}
+		if nn > uint64(len(b)-off)/4 {
+			return log, errANALog
+		}
+		for range nn {
+			d.NSIDs = append(d.NSIDs, le.Uint32(b[off:]))
+			off += 4
+		}
+		log.Groups = append(log.Groups, d)
+	}
+	return log, nil
+}

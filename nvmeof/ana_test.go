@@ -1,0 +1,237 @@
+package nvmeof
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// anaTarget serves one subsystem with namespace 1 (group 1) and namespace
+// 2 (group 5) on two ports: port 1 with nvmet's defaults (group 1
+// optimized, group 5 inaccessible), port 2 with group 1 non-optimized and
+// group 5 optimized.
+func anaTarget(t *testing.T) (tg *Target, sub *Subsystem, p1, p2 *Port) {
+	t.Helper()
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ANAGroup: 5})
+	require.NoError(t, err)
+	tg, err = NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	p1, err = tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{sub.NQN}})
+	require.NoError(t, err)
+	p2, err = tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{sub.NQN},
+		ANA: map[uint32]ANAState{1: ANANonOptimized, 5: ANAOptimized}})
+	require.NoError(t, err)
+	return tg, sub, p1, p2
+}
+
+// Each path's ANA log gives each group's state through its own port, with
+// the group's namespaces in ascending order; Identify Namespace gives the
+// group, and no space in use where the group is inaccessible (as nvmet).
+func TestANALog(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, _, p1, p2 := anaTarget(t)
+	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	b := connectHost(t, p2.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+
+	la, err := a.ANALog(ctx)
+	require.NoError(t, err)
+	require.Len(t, la.Groups, 2)
+	require.Equal(t, ANAGroupDesc{ID: 1, State: ANAOptimized, NSIDs: []uint32{1}}, la.Groups[0])
+	require.Equal(t, ANAGroupDesc{ID: 5, State: ANAInaccessible, NSIDs: []uint32{2}}, la.Groups[1])
+	lb, err := b.ANALog(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ANANonOptimized, lb.Groups[0].State)
+	require.Equal(t, ANAOptimized, lb.Groups[1].State)
+
+	buf := make([]byte, IdentifySize)
+	require.NoError(t, a.Identify(ctx, CNSNamespace, 2, buf))
+	ni, err := ParseNamespaceInfo(buf)
+	require.NoError(t, err)
+	require.EqualValues(t, 5, ni.ANAGroup)
+	require.EqualValues(t, 2048, ni.Size, "the size stays, as nvmet's")
+	require.Zero(t, ni.Utilization, "inaccessible through port 1")
+	require.NoError(t, b.Identify(ctx, CNSNamespace, 2, buf))
+	ni, err = ParseNamespaceInfo(buf)
+	require.NoError(t, err)
+	require.EqualValues(t, 2048, ni.Utilization)
+}
+
+// Return Groups Only leaves the NSIDs out; checked on the log as built.
+func TestANALogGroupsOnly(t *testing.T) {
+	checkRoutines(t)
+	tg, _, p1, _ := anaTarget(t)
+	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{})
+	c := tg.controller(a.ID)
+	require.NotNil(t, c)
+	l, err := ParseANALog(c.anaLog(true, true), MaxANAGroup)
+	require.NoError(t, err)
+	require.Len(t, l.Groups, 2)
+	for _, g := range l.Groups {
+		require.Empty(t, g.NSIDs, "group %d", g.ID)
+	}
+}
+
+// I/O through a port where the namespace's group is not accessible fails
+// with the path status (no DNR, so that Linux's host retries on another
+// path), and the data is untouched; the other path serves it. Each state
+// gives its own status, and the namespace comes back when the state does.
+func TestANAStatus(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, sub, p1, p2 := anaTarget(t)
+	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	b := connectHost(t, p2.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	na, err := a.Namespace(ctx, 2)
+	require.NoError(t, err)
+	nb, err := b.Namespace(ctx, 2)
+	require.NoError(t, err)
+
+	data := bytes.Repeat([]byte{0x5a}, 4096)
+	_, err = na.WriteAt(data, 0)
+	requireStatus(t, err, StatusANAInaccessible)
+	_, err = na.ReadAt(make([]byte, 512), 0)
+	requireStatus(t, err, StatusANAInaccessible)
+	requireStatus(t, na.Flush(ctx), StatusANAInaccessible)
+	requireStatus(t, na.WriteZeroes(ctx, 0, 512), StatusANAInaccessible)
+	requireStatus(t, na.Deallocate(ctx, 0, 512), StatusANAInaccessible)
+	got := make([]byte, 4096)
+	_, err = nb.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, make([]byte, 4096), got, "nothing written through the inaccessible path")
+
+	_, err = nb.WriteAt(data, 0)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		s  ANAState
+		st Status
+	}{{ANAPersistentLoss, StatusANAPersistentLoss}, {ANAChange, StatusANATransition}, {ANAInaccessible, StatusANAInaccessible}} {
+		require.NoError(t, p2.SetANAState(5, c.s))
+		require.Equal(t, c.s, p2.ANAState(5))
+		_, err = nb.ReadAt(got, 0)
+		requireStatus(t, err, c.st)
+	}
+	require.NoError(t, p1.SetANAState(5, ANANonOptimized))
+	_, err = na.ReadAt(got, 0)
+	require.NoError(t, err, "non-optimized serves I/O")
+	require.Equal(t, data, got)
+	// Namespace 1 stays in group 1 throughout; moved to group 5 it goes
+	// where group 5 is, and Flush of every namespace (NSID FFFFFFFFh)
+	// takes no path status.
+	n1, err := b.Namespace(ctx, 1)
+	require.NoError(t, err)
+	_, err = n1.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.NoError(t, sub.SetANAGroup(1, 5))
+	_, err = n1.ReadAt(got, 0)
+	requireStatus(t, err, StatusANAInaccessible)
+	st, _ := raw(t, b.io[0], func(cm Command, _ []byte) int { NewAdmin(cm, IOFlush, 0, 0xffffffff, 0, 0); return 0 })
+	require.Equal(t, StatusSuccess, st)
+	var se *StatusError
+	_, err = n1.ReadAt(got, 0)
+	require.ErrorAs(t, err, &se)
+	require.Zero(t, se.Status&DNR, "a path status is to be retried elsewhere")
+}
+
+// A state changed raises an ANA Change notice on the controllers through
+// that port only; the next is held back until the host reads the log, as
+// nvmet does; a namespace moved to another group tells every path.
+func TestANAChange(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, sub, p1, p2 := anaTarget(t)
+	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{})
+	b := connectHost(t, p2.Addr().String(), testNQN, HostConfig{})
+	for _, c := range []*Controller{a, b} {
+		v, err := c.SetFeatures(ctx, FeatAsyncEvent, aecANAChange)
+		require.NoError(t, err)
+		require.EqualValues(t, aecANAChange, v)
+	}
+	postA, noticedA := aerProbe(t, a, aerANAChanged)
+	postB, noticedB := aerProbe(t, b, aerANAChanged)
+	ia, ib := postA(), postB()
+	require.False(t, noticedA(ia, 100*time.Millisecond), "no change yet")
+
+	require.NoError(t, p1.SetANAState(1, ANAInaccessible))
+	require.True(t, noticedA(ia, 5*time.Second), "the notice through port 1")
+	require.False(t, noticedB(ib, 200*time.Millisecond), "none through port 2")
+	require.NoError(t, p1.SetANAState(1, ANAInaccessible), "the same state again")
+
+	ia = postA()
+	require.NoError(t, p1.SetANAState(1, ANAOptimized))
+	require.False(t, noticedA(ia, 200*time.Millisecond), "masked until the log is read")
+	l, err := a.ANALog(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ANAOptimized, l.Groups[0].State)
+	chg := l.ChangeCount
+	require.NoError(t, p1.SetANAState(1, ANANonOptimized))
+	require.True(t, noticedA(ia, 5*time.Second), "unmasked by the read")
+	l, err = a.ANALog(ctx)
+	require.NoError(t, err)
+	require.Greater(t, l.ChangeCount, chg, "CHGCNT moves with each change")
+
+	ia = postA()
+	require.NoError(t, sub.SetANAGroup(2, 1))
+	require.True(t, noticedA(ia, 5*time.Second), "a group change reaches every path")
+	require.True(t, noticedB(ib, 5*time.Second))
+	l, err = b.ANALog(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{1, 2}, l.Groups[0].NSIDs)
+	require.Len(t, l.Groups, 1, "group 5 has no namespace left")
+}
+
+// What a port and a namespace take, checked; a discovery controller has no
+// ANA log.
+func TestANAConfigChecks(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	tg, sub, p1, _ := anaTarget(t)
+	_, err := sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ANAGroup: MaxANAGroup + 1})
+	require.ErrorContains(t, err, "ANA group 129")
+	_, err = tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{ANA: map[uint32]ANAState{0: ANAOptimized}})
+	require.ErrorContains(t, err, "ANA group 0")
+	_, err = tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{ANA: map[uint32]ANAState{2: 7}})
+	require.Error(t, err)
+	require.Error(t, p1.SetANAState(1, 0))
+	require.Error(t, p1.SetANAState(MaxANAGroup+1, ANAOptimized))
+	require.Error(t, sub.SetANAGroup(9, 1), "no namespace 9")
+	require.Error(t, sub.SetANAGroup(1, 0))
+	for _, s := range []ANAState{ANAOptimized, ANANonOptimized, ANAInaccessible, ANAPersistentLoss, ANAChange} {
+		back, err := ParseANAState(s.String())
+		require.NoError(t, err)
+		require.Equal(t, s, back)
+	}
+	_, err = ParseANAState("offline")
+	require.Error(t, err)
+
+	d := connectHost(t, p1.Addr().String(), DiscoveryNQN, HostConfig{})
+	_, err = d.ANALog(ctx)
+	require.ErrorIs(t, err, ErrNoANA)
+	err = d.GetLogPage(ctx, LogANA, 0, 0, make([]byte, 64))
+	requireStatus(t, err, StatusInvalidLogPage|DNR)
+}
+
+func FuzzANALog(f *testing.F) {
+	c := &controller{t: &Target{}, sub: &Subsystem{}, admin: &tqueue{port: &Port{}}}
+	f.Add(c.anaLog(false, true))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		l, err := ParseANALog(b, MaxANAGroup)
+		if err != nil {
+			return
+		}
+		n := anaHeaderSize
+		for _, g := range l.Groups {
+			require.True(t, g.ID >= 1 && g.ID <= MaxANAGroup && g.State.valid())
+			n += anaDescSize + 4*len(g.NSIDs)
+		}
+		require.LessOrEqual(t, n, len(b), "every descriptor inside the log")
+	})
+}

@@ -1,0 +1,35 @@
+package nvmeof
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrNoANA is ANALog's error on a controller that does not report ANA
+// (Identify's CMIC bit 3 clear).
+var ErrNoANA = errors.New("nvmeof: the controller does not report ANA")
+
+// ANALog reads the controller's ANA log page: the state, through the path
+// this controller is, of each ANA group and the namespaces in it. It reads
+// the length Linux's host reads (NANAGRPID descriptors and MNAN NSIDs, at
+// most the target's MDTS) in one command, so the log cannot change
+// between pieces of it.
+func (c *Controller) ANALog(ctx context.Context) (ANALog, error) {
+	ci := c.Info
+	if ci.CMIC&cmicANA == 0 {
+		return ANALog{}, ErrNoANA
+	}
+	if ci.MNAN == 0 || ci.MNAN > ci.NN || ci.NANAGRPID > ci.ANAGRPMAX {
+		return ANALog{}, fmt.Errorf("nvmeof: ANA log: MNAN %d, NN %d, NANAGRPID %d, ANAGRPMAX %d", ci.MNAN, ci.NN, ci.NANAGRPID, ci.ANAGRPMAX)
+	}
+	n := uint64(anaHeaderSize) + uint64(ci.NANAGRPID)*anaDescSize + uint64(ci.MNAN)*4
+	if lim := uint64(min(c.maxData, c.admin.maxData)); n > lim {
+		return ANALog{}, fmt.Errorf("nvmeof: an ANA log of %d octets is longer than a transfer (%d)", n, lim)
+	}
+	buf := make([]byte, n)
+	if err := c.GetLogPage(ctx, LogANA, 0xffffffff, 0, buf); err != nil {
+		return ANALog{}, err
+	}
+	return ParseANALog(buf, ci.ANAGRPMAX)
+}
