@@ -210,8 +210,12 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 		c.changedNSLog(out, cmd.CDW(10)&(1<<15) != 0)
 		return out, StatusSuccess
 	case lid == LogANA && !c.discovery():
-		// LSP bit 0 (CDW10 bit 8): Return Groups Only.
+		// LSP bit 0 (CDW10 bit 8): Return Groups Only. The page is as long
+		// as Identify makes it (NANAGRPID descriptors, MNAN NSIDs), zeros
+		// past its groups: nvme-cli reads that length in 4 KiB pieces,
+		// and a piece past the groups is not past the page.
 		log = c.anaLog(cmd.CDW(10)&(1<<8) != 0, cmd.CDW(10)&(1<<15) != 0)
+		log = append(log, make([]byte, anaLogMax-len(log))...)
 	case lid == LogFirmware && !c.discovery():
 		log = make([]byte, firmwareLogSize)
 		log[0] = 1 // slot 1 active

@@ -63,6 +63,15 @@ func TestANALog(t *testing.T) {
 	ni, err = ParseNamespaceInfo(buf)
 	require.NoError(t, err)
 	require.EqualValues(t, 2048, ni.Utilization)
+
+	// The page is as long as Identify says (16 + 128 × 32 + 1024 × 4
+	// octets), zeros past the groups: nvme-cli reads it in 4 KiB pieces,
+	// and refused every piece after the first.
+	piece := make([]byte, 4096)
+	require.NoError(t, a.GetLogPage(ctx, LogANA, 0xffffffff, 4096, piece))
+	require.Equal(t, make([]byte, 4096), piece)
+	require.NoError(t, a.GetLogPage(ctx, LogANA, 0xffffffff, 8192, piece[:16]))
+	requireStatus(t, a.GetLogPage(ctx, LogANA, 0xffffffff, 8212, piece[:4]), StatusInvalidField|DNR)
 }
 
 // Return Groups Only leaves the NSIDs out; checked on the log as built.

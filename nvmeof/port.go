@@ -16,11 +16,12 @@ import (
 // lists, only the subsystems linked to it (ListenPort), or every subsystem
 // of the target (Listen).
 type Port struct {
-	t    *Target
-	id   uint16
-	ln   *verbs.Listener
-	all  bool            // Listen's: every subsystem
-	subs map[string]bool // ListenPort's, under t.mu
+	t      *Target
+	id     uint16
+	ln     *verbs.Listener
+	all    bool            // Listen's: every subsystem
+	subs   map[string]bool // ListenPort's, under t.mu
+	closed bool            // Close, under t.mu
 	// ana is each ANA group's state through the port (ana.go), 0 for the
 	// default; written under t.mu, read by every I/O command.
 	ana [MaxANAGroup + 1]atomic.Uint32
@@ -175,6 +176,36 @@ func (p *Port) SetSubsystems(nqns ...string) error {
 	}
 	t.discChanged(p, "")
 	return nil
+}
+
+// Close stops the port, as removing a port from nvmet's configfs does: it
+// takes no new connection, and every queue that came through it is
+// disconnected, so that the controllers that came through it end (the
+// links go before the port in nvmet, each disconnecting the controllers
+// through it). Controllers through other ports go on; the port's ID is
+// free again. A port closes with its Target too.
+func (p *Port) Close() error {
+	t := p.t
+	t.mu.Lock()
+	if p.closed || t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	t.ports = slices.DeleteFunc(t.ports, func(o *Port) bool { return o == p })
+	var qs []*tqueue
+	for q := range t.queues {
+		if q.port == p {
+			qs = append(qs, q)
+		}
+	}
+	t.mu.Unlock()
+	err := p.ln.Close()
+	for _, q := range qs {
+		q.qp.Close()
+	}
+	t.logf("nvmeof: port %d (%v) closed, %d queues through it disconnected", p.id, p.ln.Addr(), len(qs))
+	return err
 }
 
 // serves reports whether a host may reach subsystem nqn through p (t.mu

@@ -282,7 +282,7 @@ func (t *Target) admit(req *verbs.ConnRequest, p *Port) {
 	}
 	q.port = p
 	t.mu.Lock()
-	if t.closed {
+	if t.closed || p.closed {
 		t.mu.Unlock()
 		q.release()
 		req.Reject(CMReject{Status: CMRejectNoResources}.Append(nil))

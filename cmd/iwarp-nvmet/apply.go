@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -101,7 +102,9 @@ func (s *served) apply(ctx context.Context, p *plan) error {
 		}
 	}
 	if s.ports != nil {
-		s.applyPorts(p.ports)
+		for _, err := range s.applyPorts(ctx, p.ports) {
+			fail(err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -110,41 +113,91 @@ func (s *served) apply(ctx context.Context, p *plan) error {
 func (s *served) listen(ctx context.Context, ports []portPlan) error {
 	s.ports = map[uint16]servedPort{}
 	for _, pp := range ports {
-		port, err := s.t.ListenPort(ctx, "tcp", pp.addr, nvmeof.PortConfig{ID: pp.id, Subsystems: pp.subs})
-		if err != nil {
+		if err := s.open(ctx, pp); err != nil {
 			return err
 		}
-		s.ports[pp.id] = servedPort{pp, port}
-		s.logf("config: port %d on %v: %s", pp.id, port.Addr(), strings.Join(pp.subs, ", "))
 	}
 	return nil
 }
 
-// applyPorts applies a reload's links between ports and subsystems, as
-// nvmet's configfs links: a subsystem unlinked from a port disconnects
-// the hosts that reached it through that port. Ports added, removed or
-// moved to another address take a restart.
-func (s *served) applyPorts(ports []portPlan) {
-	seen := map[uint16]bool{}
+func (s *served) open(ctx context.Context, pp portPlan) error {
+	port, err := s.t.ListenPort(ctx, "tcp", pp.addr, nvmeof.PortConfig{ID: pp.id, Subsystems: pp.subs, ANA: pp.ana})
+	if err != nil {
+		return fmt.Errorf("port %d: %w", pp.id, err)
+	}
+	s.ports[pp.id] = servedPort{pp, port}
+	s.logf("config: port %d on %v: %s", pp.id, port.Addr(), strings.Join(pp.subs, ", "))
+	return nil
+}
+
+// applyPorts applies a reload's ports as nvmet's configfs would change:
+// a port gone from the file is closed (its hosts disconnected), a new one
+// opened, one moved to another address closed and opened there; a
+// subsystem unlinked from a port disconnects the hosts that reached it
+// through that port; ANA states changed are set, and the hosts through
+// the port told.
+func (s *served) applyPorts(ctx context.Context, ports []portPlan) []error {
+	var errs []error
+	want := map[uint16]portPlan{}
 	for _, pp := range ports {
-		seen[pp.id] = true
+		want[pp.id] = pp
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.ports)) {
+		cur := s.ports[id]
+		if pp, ok := want[id]; ok && pp.addr == cur.plan.addr {
+			continue
+		}
+		cur.port.Close() // logged by the target
+		delete(s.ports, id)
+	}
+	for _, pp := range ports {
 		cur, ok := s.ports[pp.id]
 		switch {
-		case !ok || cur.plan.addr != pp.addr:
-			s.logf("config: port %d (%s) is new or moved: not applied (restart to open ports)", pp.id, pp.addr)
-		case !slices.Equal(cur.plan.subs, pp.subs):
-			if err := cur.port.SetSubsystems(pp.subs...); err != nil {
-				s.logf("config: port %d: %v", pp.id, err)
-				continue
+		case !ok:
+			if err := s.open(ctx, pp); err != nil {
+				errs = append(errs, err)
 			}
-			cur.plan.subs = pp.subs
+		default:
+			if !slices.Equal(cur.plan.subs, pp.subs) {
+				if err := cur.port.SetSubsystems(pp.subs...); err != nil {
+					s.logf("config: port %d: %v", pp.id, err)
+					continue
+				}
+				cur.plan.subs = pp.subs
+				s.logf("config: port %d now links %s", pp.id, strings.Join(pp.subs, ", "))
+			}
+			s.applyANA(cur, pp)
+			cur.plan.ana = pp.ana
 			s.ports[pp.id] = cur
-			s.logf("config: port %d now links %s", pp.id, strings.Join(pp.subs, ", "))
 		}
 	}
-	for id, cur := range s.ports {
-		if !seen[id] {
-			s.logf("config: port %d (%s) is gone from the file: not applied (restart to close ports)", id, cur.plan.addr)
+	return errs
+}
+
+// applyANA sets the ANA states a reload changed on a port; a group the
+// file no longer sets goes back to nvmet's default (group 1 optimized, any
+// other inaccessible). Hosts connected through the port are told.
+func (s *served) applyANA(cur servedPort, pp portPlan) {
+	groups := map[uint32]bool{}
+	for g := range cur.plan.ana {
+		groups[g] = true
+	}
+	for g := range pp.ana {
+		groups[g] = true
+	}
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
+		want, ok := pp.ana[g]
+		if !ok {
+			want = nvmeof.ANAInaccessible
+			if g == 1 {
+				want = nvmeof.ANAOptimized
+			}
+		}
+		if cur.port.ANAState(g) == want {
+			continue
+		}
+		if err := cur.port.SetANAState(g, want); err != nil { // logged by the target
+			s.logf("config: port %d: %v", pp.id, err)
 		}
 	}
 }
@@ -159,8 +212,26 @@ func (ss *servedSub) applyNS(ctx context.Context, s *served, want []nsPlan) []er
 	var errs []error
 	keep := map[uint32]bool{}
 	for _, np := range want {
-		if cur, ok := ss.ns[np.id]; ok && cur.plan == np {
-			keep[np.id] = true
+		cur, ok := ss.ns[np.id]
+		if !ok {
+			continue
+		}
+		was := cur.plan
+		was.anaGroup = np.anaGroup
+		if was != np {
+			continue
+		}
+		keep[np.id] = true
+		if cur.plan.anaGroup != np.anaGroup {
+			// Moved to another ANA group, as writing ana_grpid: the
+			// namespace stays, and hosts are told.
+			if err := ss.sub.SetANAGroup(np.id, np.anaGroup); err != nil {
+				errs = append(errs, fmt.Errorf("%s: namespace %d: %w", ss.plan.nqn, np.id, err))
+				continue
+			}
+			cur.plan = np
+			ss.ns[np.id] = cur
+			s.logf("config: %s: namespace %d is in ANA group %d", ss.plan.nqn, np.id, np.anaGroup)
 		}
 	}
 	for id, cur := range ss.ns {
@@ -195,7 +266,8 @@ func (ss *servedSub) addNS(np nsPlan, s *served) error {
 	if err != nil {
 		return err
 	}
-	ns, err := ss.sub.AddNamespaceConfig(b, nvmeof.NamespaceConfig{ID: np.id, BlockSize: bs, NGUID: np.nguid, UUID: np.uuid})
+	ns, err := ss.sub.AddNamespaceConfig(b, nvmeof.NamespaceConfig{ID: np.id, BlockSize: bs, NGUID: np.nguid, UUID: np.uuid,
+		ANAGroup: np.anaGroup})
 	if err != nil {
 		b.Close()
 		return err

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/goiwarp/iwarp/nvmeof"
 )
 
 // nvmetConfig is a saved configuration of Linux's nvmet as nvmetcli's
@@ -31,6 +33,14 @@ type nvmetPort struct {
 	PortID     cfsValue            `json:"portid"`
 	Addr       map[string]cfsValue `json:"addr"` // adrfam, traddr, treq, trsvcid, trtype
 	Subsystems []string            `json:"subsystems"`
+	ANAGroups  []nvmetANAGroup     `json:"ana_groups"`
+}
+
+// nvmetANAGroup is a port's ana_groups/<grpid> directory: the group's
+// state through the port (ana.state).
+type nvmetANAGroup struct {
+	GrpID cfsValue            `json:"grpid"`
+	ANA   map[string]cfsValue `json:"ana"`
 }
 
 type nvmetSubsystem struct {
@@ -42,9 +52,10 @@ type nvmetSubsystem struct {
 }
 
 type nvmetNamespace struct {
-	NSID   cfsValue            `json:"nsid"`
-	Enable cfsValue            `json:"enable"`
-	Device map[string]cfsValue `json:"device"` // path, nguid, uuid, ...
+	NSID     cfsValue            `json:"nsid"`
+	Enable   cfsValue            `json:"enable"`
+	Device   map[string]cfsValue `json:"device"`    // path, nguid, uuid, ...
+	ANAGrpID cfsValue            `json:"ana_grpid"` // 0 or none: 1
 }
 
 // cfsValue is a configfs attribute: nvmetcli writes strings, and numbers
@@ -90,12 +101,14 @@ type plan struct {
 	notes []string // what the configuration has that is not applied
 }
 
-// portPlan is an RDMA port: its ID, host:port, and the subsystems linked
-// to it (sorted), the only ones a host reaches through it.
+// portPlan is an RDMA port: its ID, host:port, the subsystems linked to
+// it (sorted), the only ones a host reaches through it, and the states of
+// the ANA groups the file sets through it.
 type portPlan struct {
 	id   uint16
 	addr string
 	subs []string
+	ana  map[uint32]nvmeof.ANAState
 }
 
 type subPlan struct {
@@ -109,6 +122,7 @@ type nsPlan struct {
 	id          uint32
 	path        string
 	nguid, uuid [16]byte
+	anaGroup    uint32 // changed by a reload without taking the namespace away
 }
 
 // maxNSID is the target's NN: the highest NSID a namespace may have.
@@ -169,7 +183,21 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 			return nil, fmt.Errorf("port %s: trsvcid %q is not a TCP port", pt.PortID, svc)
 		}
 		pp := portPlan{id: uint16(id), addr: net.JoinHostPort(addr, svc),
-			subs: slices.Compact(slices.Sorted(slices.Values(pt.Subsystems)))}
+			subs: slices.Compact(slices.Sorted(slices.Values(pt.Subsystems))), ana: map[uint32]nvmeof.ANAState{}}
+		for _, g := range pt.ANAGroups {
+			grp, err := anaGroup(g.GrpID)
+			if err != nil || g.GrpID == "" || grp == 0 {
+				return nil, fmt.Errorf("port %d: ANA group %q: want 1 to %d", id, g.GrpID, nvmeof.MaxANAGroup)
+			}
+			if _, ok := pp.ana[grp]; ok {
+				return nil, fmt.Errorf("port %d: ANA group %d twice", id, grp)
+			}
+			st, err := nvmeof.ParseANAState(string(g.ANA["state"]))
+			if err != nil {
+				return nil, fmt.Errorf("port %d: ANA group %d: %w", id, grp, err)
+			}
+			pp.ana[grp] = st
+		}
 		for _, s := range pp.subs {
 			linked[s] = true
 		}
@@ -213,6 +241,10 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 				continue
 			}
 			np := nsPlan{id: uint32(id), path: string(n.Device["path"])}
+			if np.anaGroup, err = anaGroup(n.ANAGrpID); err != nil {
+				return nil, fmt.Errorf("subsystem %s: namespace %d: ana_grpid %q: want 1 to %d", s.NQN, id, n.ANAGrpID, nvmeof.MaxANAGroup)
+			}
+			np.anaGroup = max(np.anaGroup, 1)
 			if np.path == "" {
 				return nil, fmt.Errorf("subsystem %s: namespace %d is enabled with no device path", s.NQN, id)
 			}
@@ -235,6 +267,19 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// anaGroup reads an ANA group ID: 0 .. nvmeof.MaxANAGroup (nvmet's range;
+// 0, or none, is what nvmetcli writes for a kernel without ANA).
+func anaGroup(v cfsValue) (uint32, error) {
+	if v == "" {
+		return 0, nil
+	}
+	g, err := strconv.ParseUint(string(v), 10, 32)
+	if err != nil || g > nvmeof.MaxANAGroup {
+		return 0, fmt.Errorf("ANA group %q", v)
+	}
+	return uint32(g), nil
 }
 
 // parseID reads an NGUID or UUID as configfs shows them

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,8 +19,9 @@ func TestLoadConfig(t *testing.T) {
 	p, err := loadConfig("testdata/nvmetcli.json")
 	require.NoError(t, err)
 	require.Equal(t, []portPlan{
-		{1, "192.168.7.1:4420", []string{"nqn.2024-01.io.example:disk"}},
-		{2, "[fd00::7]:4421", []string{"nqn.2024-01.io.example:disk"}},
+		{1, "192.168.7.1:4420", []string{"nqn.2024-01.io.example:disk"}, map[uint32]nvmeof.ANAState{1: nvmeof.ANAOptimized}},
+		{2, "[fd00::7]:4421", []string{"nqn.2024-01.io.example:disk"},
+			map[uint32]nvmeof.ANAState{1: nvmeof.ANANonOptimized, 2: nvmeof.ANAOptimized}},
 	}, p.ports, "the TCP port 3 is left out")
 	require.Len(t, p.subs, 2)
 	disk := p.subs[0]
@@ -33,7 +35,9 @@ func TestLoadConfig(t *testing.T) {
 	require.Equal(t, "/dev/nvme0n1", disk.ns[0].path)
 	require.Equal(t, [16]byte{}, disk.ns[0].nguid, "nvmet's zero NGUID: the target derives one")
 	require.Equal(t, [16]byte{0x5c, 0x2b, 0x6a, 0x1e, 0x0d, 0x4f, 0x4e, 0x3a, 0x8b, 0x7c, 0x9d, 0x0e, 0x1f, 0x2a, 0x3b, 0x4c}, disk.ns[0].uuid)
+	require.EqualValues(t, 1, disk.ns[0].anaGroup)
 	require.EqualValues(t, 3, disk.ns[1].id, "sorted by NSID")
+	require.EqualValues(t, 2, disk.ns[1].anaGroup)
 	require.Equal(t, [16]byte{0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x01}, disk.ns[1].nguid)
 	scratch := p.subs[1]
 	require.True(t, scratch.anyHost)
@@ -53,24 +57,28 @@ func TestConfigErrors(t *testing.T) {
 	}
 	cfg := func(ports, subs string) string { return `{"ports": [` + ports + `], "subsystems": [` + subs + `]}` }
 	for want, text := range map[string]string{
-		"no port with trtype rdma":       cfg(`{"portid": 1, "addr": {"trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
-		"address family \"ib\"":          cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ib", "traddr": "1"}}`, ""),
-		"is not an ipv4 address":         cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "fd00::1"}}`, ""),
-		"trsvcid \"99999\"":              cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.1", "trsvcid": "99999"}}`, ""),
-		"without an nqn":                 cfg(port, `{"namespaces": []}`),
-		"twice":                          cfg(port, sub("")+","+sub("")),
-		"nsid \"0\"":                     cfg(port, sub(`{"nsid": 0, "enable": 1, "device": {"path": "/x"}}`)),
-		"nsid \"1025\"":                  cfg(port, sub(`{"nsid": 1025, "enable": 1, "device": {"path": "/x"}}`)),
-		"namespace 2 twice":              cfg(port, sub(`{"nsid": 2, "device": {"path": "/x"}}, {"nsid": 2, "device": {"path": "/y"}}`)),
-		"with no device path":            cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {}}`)),
-		"nguid: \"12\"":                  cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x", "nguid": "12"}}`)),
-		"uuid: \"zz":                     cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x", "uuid": "zz000000-0000-0000-0000-000000000000"}}`)),
-		"passthru":                       cfg(port, `{"nqn": "nqn.2024-01.io.example:a", "passthru": [{"device": {"path": "/dev/nvme0"}}]}`),
-		"portid \"0\"":                   cfg(`{"portid": 0, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
-		"port 1 twice":                   cfg(port+","+port, ""),
-		"which the file does not define": cfg(`{"portid": 1, "subsystems": ["nqn.2024-01.io.example:nope"], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
-		"want a string, number":          cfg(port, sub(`{"nsid": [1]}`)),
-		"unexpected EOF":                 `{"ports": [`,
+		"no port with trtype rdma":        cfg(`{"portid": 1, "addr": {"trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"address family \"ib\"":           cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ib", "traddr": "1"}}`, ""),
+		"is not an ipv4 address":          cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "fd00::1"}}`, ""),
+		"trsvcid \"99999\"":               cfg(`{"portid": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.1", "trsvcid": "99999"}}`, ""),
+		"without an nqn":                  cfg(port, `{"namespaces": []}`),
+		"twice":                           cfg(port, sub("")+","+sub("")),
+		"nsid \"0\"":                      cfg(port, sub(`{"nsid": 0, "enable": 1, "device": {"path": "/x"}}`)),
+		"nsid \"1025\"":                   cfg(port, sub(`{"nsid": 1025, "enable": 1, "device": {"path": "/x"}}`)),
+		"namespace 2 twice":               cfg(port, sub(`{"nsid": 2, "device": {"path": "/x"}}, {"nsid": 2, "device": {"path": "/y"}}`)),
+		"with no device path":             cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {}}`)),
+		"nguid: \"12\"":                   cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x", "nguid": "12"}}`)),
+		"uuid: \"zz":                      cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x", "uuid": "zz000000-0000-0000-0000-000000000000"}}`)),
+		"passthru":                        cfg(port, `{"nqn": "nqn.2024-01.io.example:a", "passthru": [{"device": {"path": "/dev/nvme0"}}]}`),
+		"portid \"0\"":                    cfg(`{"portid": 0, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"port 1 twice":                    cfg(port+","+port, ""),
+		"which the file does not define":  cfg(`{"portid": 1, "subsystems": ["nqn.2024-01.io.example:nope"], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"want a string, number":           cfg(port, sub(`{"nsid": [1]}`)),
+		"unexpected EOF":                  `{"ports": [`,
+		"ana_grpid \"129\"":               cfg(port, sub(`{"nsid": 2, "enable": 1, "ana_grpid": 129, "device": {"path": "/x"}}`)),
+		"ANA group \"0\"":                 cfg(`{"portid": 1, "ana_groups": [{"grpid": 0, "ana": {"state": "optimized"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"ANA group 2 twice":               cfg(`{"portid": 1, "ana_groups": [{"grpid": 2, "ana": {"state": "optimized"}}, {"grpid": 2, "ana": {"state": "change"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"\"standby\" is not an ANA state": cfg(`{"portid": 1, "ana_groups": [{"grpid": 3, "ana": {"state": "standby"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
 	} {
 		path := filepath.Join(t.TempDir(), "config.json")
 		require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
@@ -135,6 +143,11 @@ func FuzzConfig(f *testing.F) {
 			for _, nqn := range pp.subs {
 				require.True(t, defined[nqn], "port %d links %s", pp.id, nqn)
 			}
+			for g, s := range pp.ana {
+				require.True(t, g >= 1 && g <= nvmeof.MaxANAGroup, "ANA group %d", g)
+				_, err := nvmeof.ParseANAState(s.String())
+				require.NoError(t, err, "a state nvmet names")
+			}
 		}
 		nqns := map[string]bool{}
 		for _, s := range p.subs {
@@ -144,6 +157,7 @@ func FuzzConfig(f *testing.F) {
 			require.True(t, slices.IsSorted(s.hosts))
 			for i, n := range s.ns {
 				require.True(t, n.id >= 1 && n.id <= maxNSID, "nsid %d", n.id)
+				require.True(t, n.anaGroup >= 1 && n.anaGroup <= nvmeof.MaxANAGroup, "ANA group %d", n.anaGroup)
 				require.NotEmpty(t, n.path)
 				if i > 0 {
 					require.Greater(t, n.id, s.ns[i-1].id, "NSIDs in order, once each")

@@ -12,19 +12,23 @@
 //
 // With --config, the file is nvmetcli's saveconfig JSON: ports whose
 // trtype is rdma are listened on with their portid (others are logged and
-// skipped), each exposing the subsystems linked to it, as nvmet's ports;
-// each subsystem is served with its allow_any_host, allowed_hosts, serial
-// and model attributes and its enabled namespaces (nsid, device path,
-// nguid, uuid), with nvmet's block size (the block device's logical block
-// size; a file's file system block, at most 4096). SIGHUP reads the file
-// again and applies the difference while hosts stay connected: namespaces
-// enabled, disabled or changed (hosts are told by an Asynchronous Event,
-// and Linux's host adds or drops the block device), subsystems added or
+// skipped), each exposing the subsystems linked to it, with the ANA
+// states of its ana_groups, as nvmet's ports; each subsystem is served
+// with its allow_any_host, allowed_hosts, serial and model attributes and
+// its enabled namespaces (nsid, device path, nguid, uuid, ana_grpid), with
+// nvmet's block size (the block device's logical block size; a file's
+// file system block, at most 4096). SIGHUP reads the file again and
+// applies the difference while hosts stay connected: namespaces enabled,
+// disabled or changed (hosts are told by an Asynchronous Event, and
+// Linux's host adds or drops the block device), subsystems added or
 // removed, allowed hosts and port links changed (discovery controllers
 // are told; a host that reached a subsystem through a port it is unlinked
-// from is disconnected, as in nvmet); port addresses, serials and models
-// are read at start only. A file that does not parse or check changes
-// nothing.
+// from is disconnected, as in nvmet), ports added, removed or moved to
+// another address (the hosts through a port removed are disconnected),
+// ANA states and groups changed (hosts are told, and Linux's multipath
+// host moves its I/O to the paths that are now optimized: how a path is
+// taken out of service); serials and models are read at start only. A
+// file that does not parse or check changes nothing.
 package main
 
 import (
