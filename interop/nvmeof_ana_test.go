@@ -4,11 +4,14 @@ package interop
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/stretchr/testify/require"
 )
@@ -112,4 +115,87 @@ dmesg | grep -iE 'nvme|ana' | tail -20`, hp1, hp2, nvmeNQN)
 		requireHolds(t, mem, off, 4<<20, pattern, fmt.Sprintf("the namespace's 4 MiB at %d MiB", off>>20))
 	}
 	require.Equal(t, 4, logs.count(`ANA group 1`), "four state changes")
+}
+
+// Our multipath host (nvmeof.Multipath) against the Linux kernel's nvmet
+// on two ports, its namespace in ANA group 2: optimized through port 1,
+// non-optimized through port 2. I/O goes down port 1; nvmet's states
+// flipped in the guest (port 2 optimized, then port 1 inaccessible) reach
+// the host as nvmet's ANA Change notices, and the I/O moves to port 2.
+// What each path wrote is in the guest's backing file.
+func TestNVMeGoMultipathKernelTarget(t *testing.T) {
+	hp1, hp2 := freePort(t), freePort(t)
+	script := fmt.Sprintf(`/usr/sbin/modprobe -d /host/mods nvmet-rdma || echo "MODPROBE FAILED nvmet-rdma"
+grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
+C=/sys/kernel/config/nvmet N=%s
+truncate -s 64M /tmp/nvme.img
+mkdir $C/subsystems/$N; echo 1 > $C/subsystems/$N/attr_allow_any_host
+mkdir $C/subsystems/$N/namespaces/1
+echo -n /tmp/nvme.img > $C/subsystems/$N/namespaces/1/device_path
+echo 1 > $C/subsystems/$N/namespaces/1/buffered_io
+for p in 1 2; do
+  mkdir $C/ports/$p; echo rdma > $C/ports/$p/addr_trtype; echo ipv4 > $C/ports/$p/addr_adrfam
+  echo 10.0.2.15 > $C/ports/$p/addr_traddr; echo $((4419+p)) > $C/ports/$p/addr_trsvcid
+  mkdir $C/ports/$p/ana_groups/2 || echo "ANA GROUP FAILED"
+done
+echo optimized > $C/ports/1/ana_groups/2/ana_state || echo "ANA STATE FAILED"
+echo non-optimized > $C/ports/2/ana_groups/2/ana_state || echo "ANA STATE FAILED"
+echo 2 > $C/subsystems/$N/namespaces/1/ana_grpid || echo "ANA GRPID FAILED"
+echo 1 > $C/subsystems/$N/namespaces/1/enable || echo "NS ENABLE FAILED"
+for p in 1 2; do ln -s $C/subsystems/$N $C/ports/$p/subsystems/$N || echo "PORT LINK FAILED"; done
+waitport 4420 && waitport 4421 && echo "TARGET READY"
+waitfile flip 300
+echo optimized > $C/ports/2/ana_groups/2/ana_state && echo inaccessible > $C/ports/1/ana_groups/2/ana_state && echo "FLIPPED"
+waitfile done 300
+echo "FILE1 $(dd if=/tmp/nvme.img bs=1M skip=1 count=4 2>/dev/null | sha256sum | cut -d' ' -f1)"
+echo "FILE2 $(dd if=/tmp/nvme.img bs=1M skip=8 count=4 2>/dev/null | sha256sum | cut -d' ' -f1)"
+dmesg | grep -iE 'nvmet' | tail -20`, nvmeNQN)
+	vm := nvmeVM(t, script, siw.Forward{Host: hp1, Guest: 4420}, siw.Forward{Host: hp2, Guest: 4421})
+	guestLine(t, vm, "TARGET READY", 2*time.Minute)
+	require.NotContains(t, vm.Output(), "FAILED")
+	ctx := vmCtx(t, vm, 3*time.Minute)
+	addrs := []string{fmt.Sprintf("127.0.0.1:%d", hp1), fmt.Sprintf("127.0.0.1:%d", hp2)}
+	m, err := nvmeof.ConnectMultipath(ctx, "tcp", addrs, nvmeNQN, nvmeof.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 1, QueueDepth: 16})
+	require.NoError(t, err)
+	defer m.Close()
+	for _, p := range m.Paths() {
+		require.NoError(t, p.Err, "path %s", p.Addr)
+	}
+	require.Equal(t, nvmeof.ANAOptimized, m.Paths()[0].States[2], "nvmet's log through port 1")
+	require.Equal(t, nvmeof.ANANonOptimized, m.Paths()[1].States[2], "and through port 2")
+	ns, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, ns.Info.ANAGroup)
+	a, b := make([]byte, 4<<20), make([]byte, 4<<20)
+	for i := range a {
+		a[i], b[i] = byte(i*7+i>>13), byte(i*13+i>>11+1)
+	}
+	_, err = ns.WriteAtContext(ctx, a, 1<<20)
+	require.NoError(t, err)
+	before := m.Paths()
+	require.NotZero(t, before[0].Commands)
+	require.Zero(t, before[1].Commands, "nothing down the non-optimized path")
+
+	require.NoError(t, vm.Signal("flip"))
+	guestLine(t, vm, "FLIPPED", time.Minute)
+	require.Eventually(t, func() bool {
+		ps := m.Paths()
+		return ps[0].States[2] == nvmeof.ANAInaccessible && ps[1].States[2] == nvmeof.ANAOptimized
+	}, time.Minute, 10*time.Millisecond, "nvmet's notices reached the paths: %+v", m.Paths())
+	_, err = ns.WriteAtContext(ctx, b, 8<<20)
+	require.NoError(t, err)
+	got := make([]byte, 4<<20)
+	_, err = ns.ReadAtContext(ctx, got, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, sha256.Sum256(a), sha256.Sum256(got), "read back down port 2")
+	after := m.Paths()
+	require.Equal(t, before[0].Commands, after[0].Commands, "nothing more down port 1")
+	require.NotZero(t, after[1].Commands)
+	require.Zero(t, after[0].PathErrors+after[1].PathErrors, "moved by the notices, before any command was refused")
+	require.NoError(t, ns.Flush(ctx))
+	require.NoError(t, m.Close())
+	require.NoError(t, vm.Signal("done"))
+	sa, sb := sha256.Sum256(a), sha256.Sum256(b)
+	require.Equal(t, hex.EncodeToString(sa[:]), guestValue(t, vm, "FILE1", time.Minute), "written down port 1")
+	require.Equal(t, hex.EncodeToString(sb[:]), guestValue(t, vm, "FILE2", time.Minute), "written down port 2")
 }

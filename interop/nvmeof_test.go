@@ -517,9 +517,11 @@ mkdir $C/subsystems/$N; echo 1 > $C/subsystems/$N/attr_allow_any_host
 mkdir $C/subsystems/$N/namespaces/1
 echo -n /tmp/nvme.img > $C/subsystems/$N/namespaces/1/device_path
 echo 1 > $C/subsystems/$N/namespaces/1/buffered_io
-echo 1 > $C/subsystems/$N/namespaces/1/enable || echo "NS ENABLE FAILED"
 mkdir $C/ports/1; echo rdma > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/addr_adrfam
 echo 10.0.2.15 > $C/ports/1/addr_traddr; echo %d > $C/ports/1/addr_trsvcid
+mkdir $C/ports/1/ana_groups/2 && echo non-optimized > $C/ports/1/ana_groups/2/ana_state || echo "ANA GROUP FAILED"
+echo 2 > $C/subsystems/$N/namespaces/1/ana_grpid || echo "ANA GRPID FAILED"
+echo 1 > $C/subsystems/$N/namespaces/1/enable || echo "NS ENABLE FAILED"
 ln -s $C/subsystems/$N $C/ports/1/subsystems/$N || echo "PORT LINK FAILED"
 waitport %d && echo "TARGET READY"
 waitfile done 300
@@ -553,6 +555,15 @@ dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, nvmeNQN, gp, gp)
 	ns, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	require.Equal(t, int64(64<<20), ns.Size())
+	// nvmet's ANA log, read and checked as Linux's host does: group 1
+	// (always there, empty) optimized, and the port's group 2, which
+	// holds the namespace, non-optimized.
+	require.EqualValues(t, 2, ns.Info.ANAGroup, "ANAGRPID")
+	ana, err := c.ANALog(ctx)
+	require.NoError(t, err, "nvmet's ANA log (MNAN %d, NN %d, NANAGRPID %d)", c.Info.MNAN, c.Info.NN, c.Info.NANAGRPID)
+	require.Len(t, ana.Groups, 2)
+	require.Equal(t, nvmeof.ANAGroupDesc{ID: 1, State: nvmeof.ANAOptimized, ChangeCount: ana.ChangeCount}, ana.Groups[0])
+	require.Equal(t, nvmeof.ANAGroupDesc{ID: 2, State: nvmeof.ANANonOptimized, ChangeCount: ana.ChangeCount, NSIDs: []uint32{1}}, ana.Groups[1])
 	w := make([]byte, 8<<20)
 	for i := range w {
 		w[i] = byte(i*7 + i>>13)

@@ -50,6 +50,12 @@ type HostConfig struct {
 	// opened to this host, as a persistent discovery controller of
 	// Linux's host (nvme discover -p) tells udev.
 	WatchDiscovery bool
+	// WatchANA enables the controller's ANA Change Notices (if it reports
+	// ANA and its OAES announces them) and keeps an Asynchronous Event
+	// Request outstanding, so that WaitANAChange learns of its paths'
+	// ANA states changing, as Linux's multipath host does to move its
+	// I/O (Multipath watches its paths so).
+	WatchANA bool
 	// AskCRC asks the target for MPA CRCs and, unless ConnConfig.MaxFPDU
 	// is set, sends FPDUs of at most CRCMaxFPDU octets, each in a TCP
 	// segment of its own. Off by default, as Linux's nvme-rdma. Linux siw
@@ -83,7 +89,7 @@ type Controller struct {
 	rr      atomic.Uint32
 	maxData int
 
-	events    hostEvents // HostConfig.WatchNamespaces, WatchDiscovery
+	events    hostEvents // HostConfig.WatchNamespaces, WatchANA, WatchDiscovery
 	kaStop    chan struct{}
 	kaOnce    sync.Once
 	kaWG      sync.WaitGroup
@@ -230,8 +236,15 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 			return err
 		}
 	}
+	var aec uint32
 	if c.cfg.WatchNamespaces && c.Info.OAES&aecNSAttr != 0 {
-		if err := c.watch(ctx, aecNSAttr); err != nil {
+		aec |= aecNSAttr
+	}
+	if c.cfg.WatchANA && c.Info.OAES&aecANAChange != 0 && c.Info.CMIC&cmicANA != 0 {
+		aec |= aecANAChange
+	}
+	if aec != 0 {
+		if err := c.watch(ctx, aec); err != nil {
 			return err
 		}
 	}
@@ -582,6 +595,21 @@ func (c *Controller) Err() error {
 	default:
 		return nil
 	}
+}
+
+// broken reports whether any of the controller's queues has ended.
+func (c *Controller) broken() bool {
+	if c.Err() != nil {
+		return true
+	}
+	for _, q := range c.io {
+		select {
+		case <-q.dead:
+			return true
+		default:
+		}
+	}
+	return false
 }
 
 // IOQueueDone returns a channel closed when I/O queue i's connection has

@@ -15,24 +15,27 @@ import (
 var ErrNoWatch = errors.New("nvmeof: not watching for changes")
 
 // hostEvents is a Controller's watch for Namespace Attribute Changed
-// notices (HostConfig.WatchNamespaces) or, on a discovery controller,
-// Discovery Log Page Change notices (WatchDiscovery): one Asynchronous
-// Event Request kept outstanding on the admin queue, and what the log
-// the notice names gave since the Wait call last returned: the NSIDs of
-// the Changed Namespace List, or the discovery log.
+// notices (HostConfig.WatchNamespaces), ANA Change notices (WatchANA) or,
+// on a discovery controller, Discovery Log Page Change notices
+// (WatchDiscovery): one Asynchronous Event Request kept outstanding on
+// the admin queue, and what the log each notice names gave since its
+// Wait call last returned: the NSIDs of the Changed Namespace List, the
+// ANA log, or the discovery log.
 type hostEvents struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
-	aec    uint32 // the notice enabled
+	aec    uint32 // the notices enabled
 	ids    []uint32
 	all    bool // the list overflowed: any namespace may have changed
 	disc   []DiscoveryEntry
-	discOK bool          // disc is new
+	discOK bool // disc is new
+	ana    ANALog
+	anaOK  bool          // ana is new
 	err    error         // why the watch ended, if it did while the queue lives
 	signal chan struct{} // capacity 1: something is pending
 }
 
-// watch enables the notice aec and starts the goroutine that keeps an
+// watch enables the notices aec and starts the goroutine that keeps an
 // AER outstanding; Close (or the admin queue's end) stops it.
 func (c *Controller) watch(ctx context.Context, aec uint32) error {
 	if _, err := c.SetFeatures(ctx, FeatAsyncEvent, aec); err != nil {
@@ -59,6 +62,18 @@ func (c *Controller) eventLoop() {
 		if err != nil {
 			return // the queue ended, or the controller refused AERs
 		}
+		if ev.aec&aecANAChange != 0 && res&0xffffff == aerANAChanged {
+			l, err := c.ANALog(context.Background()) // unmasks the next notice
+			if err != nil {
+				ev.end(fmt.Errorf("nvmeof: watching ANA states: %w", err))
+				return
+			}
+			ev.mu.Lock()
+			ev.ana, ev.anaOK = l, true
+			ev.mu.Unlock()
+			ev.wake()
+			continue
+		}
 		if ev.aec == aecDiscChange && res&0xffffff == aerDiscChanged {
 			ents, err := c.DiscoveryLog(context.Background())
 			if err != nil {
@@ -71,7 +86,7 @@ func (c *Controller) eventLoop() {
 			ev.wake()
 			continue
 		}
-		if ev.aec != aecNSAttr || res&0xffffff != aerNSChanged {
+		if ev.aec&aecNSAttr == 0 || res&0xffffff != aerNSChanged {
 			continue // another event (none is enabled): ask again
 		}
 		if err := c.GetLogPage(context.Background(), LogChangedNS, 0xffffffff, 0, log); err != nil {
@@ -147,11 +162,28 @@ func (c *Controller) WaitDiscoveryChange(ctx context.Context) ([]DiscoveryEntry,
 	return ents, err
 }
 
+// WaitANAChange waits until a controller watching its ANA states
+// (HostConfig.WatchANA) reports that they changed, and returns its ANA
+// log as read then. It returns ctx's error, or the controller's once it
+// has ended.
+func (c *Controller) WaitANAChange(ctx context.Context) (ANALog, error) {
+	ev := &c.events
+	var l ANALog
+	err := c.waitEvent(ctx, aecANAChange, func() bool {
+		if !ev.anaOK {
+			return false
+		}
+		l, ev.ana, ev.anaOK = ev.ana, ANALog{}, false
+		return true
+	})
+	return l, err
+}
+
 // waitEvent waits until take, called with the events' mutex held, finds
 // what the watch for notice aec gathered; or returns why the watch ended.
 func (c *Controller) waitEvent(ctx context.Context, aec uint32, take func() bool) error {
 	ev := &c.events
-	if ev.signal == nil || ev.aec != aec {
+	if ev.signal == nil || ev.aec&aec == 0 {
 		return ErrNoWatch
 	}
 	for {

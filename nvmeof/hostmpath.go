@@ -1,0 +1,472 @@
+package nvmeof
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Multipath is a host's view of one subsystem through several paths, a
+// Controller each (one for each of the subsystem's ports a host reaches),
+// as Linux's native NVMe multipath has it:
+//
+//   - I/O goes down an optimized path, round-robin among them, or a
+//     non-optimized one when none is optimized, as each path's ANA log
+//     says; never down an inaccessible one. A subsystem without ANA has
+//     every path optimized.
+//   - Each path watches its ANA states (HostConfig.WatchANA), so that an
+//     ANA Change notice moves the I/O at once.
+//   - A command that comes back with a path status (SCT 3: the state
+//     changed under it) is sent again down another path, and the path's
+//     log read again before it is used; one whose path broke is sent again
+//     too, and the broken path is closed (it is not reconnected).
+//   - With no usable path, I/O waits for one (as Linux's host queues it,
+//     "no usable path") until its context ends; with no path left it
+//     fails with ErrNoPath.
+//
+// Its methods may be called from several goroutines.
+type Multipath struct {
+	SubNQN string
+	paths  []*mpath
+	rr     atomic.Uint32
+
+	ctx    context.Context // ends at Close: the paths' log reads
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the paths' watches and log reads
+
+	mu      sync.Mutex
+	changed chan struct{} // closed, and replaced, when a path's states change or it ends
+	closed  bool
+}
+
+// mpath is a path: its controller and what its ANA log last said.
+type mpath struct {
+	addr string
+	c    *Controller
+	ana  bool // the controller reports ANA
+
+	// Under Multipath.mu.
+	err     error               // why it is not usable: it never connected or has ended
+	states  map[uint32]ANAState // ANA group → state through this path
+	groups  map[uint32]uint32   // NSID → ANA group, as the log lists them
+	pending bool                // a path status came back: unusable until its log is read again
+
+	cmds, pathErrs atomic.Uint64
+}
+
+// PathInfo is a path's state, as Multipath.Paths reports it.
+type PathInfo struct {
+	Addr       string
+	Controller *Controller         // nil if it never connected
+	Err        error               // why it is not used: it never connected, or has ended
+	States     map[uint32]ANAState // each ANA group's state through the path, as its log last said
+	Commands   uint64              // commands sent down the path
+	PathErrors uint64              // of them, those that came back with a path status
+}
+
+// ErrNoPath is the error of I/O on a Multipath none of whose paths is
+// left.
+var ErrNoPath = errors.New("nvmeof: no path to the subsystem is left")
+
+// maxFailovers bounds how often one call is sent again down another path.
+const maxFailovers = 16
+
+// testNoANAWatch, if set, connects paths without their ANA watch, so that
+// path statuses alone move the I/O (tests).
+var testNoANAWatch bool
+
+// ConnectMultipath connects to subsystem subNQN through each of addrs (its
+// ports) as one host: every path with cfg's host NQN and host ID, which
+// tell the target the controllers are one host's (random ones are made
+// once if cfg has none). It succeeds if at least one path connects; Paths
+// says why the others did not. ctx bounds the connects.
+func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQN string, cfg HostConfig) (*Multipath, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("nvmeof: Multipath needs at least one address")
+	}
+	if subNQN == DiscoveryNQN {
+		return nil, errors.New("nvmeof: Multipath is for NVM subsystems")
+	}
+	if cfg.HostNQN == "" {
+		cfg.HostNQN = NewHostNQN()
+	}
+	if cfg.HostID == [16]byte{} {
+		rand.Read(cfg.HostID[:])
+	}
+	cfg.WatchANA = !testNoANAWatch
+	m := &Multipath{SubNQN: subNQN, changed: make(chan struct{})}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	var errs []error
+	live := 0
+	for _, addr := range addrs {
+		p := &mpath{addr: addr}
+		m.paths = append(m.paths, p)
+		c, err := Connect(ctx, network, addr, subNQN, cfg)
+		if err != nil {
+			p.err = err
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		p.c, p.ana = c, c.Info.CMIC&cmicANA != 0
+		if p.ana {
+			l, err := c.ANALog(ctx)
+			if err != nil {
+				c.Close()
+				p.c, p.err = nil, err
+				errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+				continue
+			}
+			p.set(l)
+		}
+		live++
+	}
+	if live == 0 {
+		m.cancel()
+		return nil, errors.Join(errs...)
+	}
+	for _, p := range m.paths {
+		if p.c != nil {
+			m.wg.Add(1)
+			go m.watch(p)
+		}
+	}
+	return m, nil
+}
+
+// set records a path's ANA log (Multipath.mu held, or before the path is
+// shared).
+func (p *mpath) set(l ANALog) {
+	p.states, p.groups = map[uint32]ANAState{}, map[uint32]uint32{}
+	for _, g := range l.Groups {
+		p.states[g.ID] = g.State
+		for _, id := range g.NSIDs {
+			p.groups[id] = g.ID
+		}
+	}
+	p.pending = false
+}
+
+// watch follows a path: its ANA Change notices, until its controller ends.
+func (m *Multipath) watch(p *mpath) {
+	defer m.wg.Done()
+	if p.c.events.aec&aecANAChange == 0 {
+		<-p.c.admin.dead
+		m.fail(p, p.c.admin.err)
+		return
+	}
+	for {
+		l, err := p.c.WaitANAChange(context.Background()) // ends with the controller
+		if err != nil {
+			m.fail(p, err)
+			return
+		}
+		m.mu.Lock()
+		p.set(l)
+		m.notify()
+		m.mu.Unlock()
+	}
+}
+
+// notify wakes the calls waiting for a usable path (m.mu held).
+func (m *Multipath) notify() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// fail takes a path out for good and closes its controller, in the
+// background: the caller may be an I/O call, which goes on down another
+// path.
+func (m *Multipath) fail(p *mpath, err error) {
+	if err == nil {
+		err = ErrClosed
+	}
+	m.mu.Lock()
+	first := p.err == nil
+	if first {
+		p.err = err
+		m.notify()
+	}
+	closeIt := first && !m.closed // after Close, Close closes it
+	if closeIt {
+		m.wg.Add(1)
+	}
+	m.mu.Unlock()
+	if closeIt {
+		go func() {
+			defer m.wg.Done()
+			p.c.Close()
+		}()
+	}
+}
+
+// refresh reads a path's ANA log again after a path status; the path is
+// not used until then.
+func (m *Multipath) refresh(p *mpath) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p.pending || p.err != nil || m.closed {
+		return
+	}
+	p.pending = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+		defer cancel()
+		l, err := p.c.ANALog(ctx)
+		if err != nil {
+			m.fail(p, fmt.Errorf("nvmeof: reading the ANA log again: %w", err))
+			return
+		}
+		m.mu.Lock()
+		p.set(l)
+		m.notify()
+		m.mu.Unlock()
+	}()
+}
+
+// state is namespace n's ANA state through path i (m.mu held): optimized
+// where the controller does not report ANA, and inaccessible where the
+// log does not say (the log is then read again, as Linux's host does).
+func (m *Multipath) state(n *MultipathNamespace, i int) ANAState {
+	p := m.paths[i]
+	if !p.ana {
+		return ANAOptimized
+	}
+	g, ok := p.groups[n.ID]
+	if !ok {
+		g = n.ns[i].Info.ANAGroup
+	}
+	s, ok := p.states[g]
+	if !ok {
+		return ANAInaccessible
+	}
+	return s
+}
+
+// pick returns the path for a command on n: an optimized one, round-robin,
+// else a non-optimized one; or none, with the channel that says when to
+// look again, or ErrNoPath.
+func (m *Multipath) pick(n *MultipathNamespace) (int, <-chan struct{}, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return -1, nil, ErrClosed
+	}
+	var opt, nonOpt []int
+	left := false
+	for i, p := range m.paths {
+		if p.err != nil || n.ns[i] == nil {
+			continue
+		}
+		left = true
+		if p.pending {
+			continue
+		}
+		switch m.state(n, i) {
+		case ANAOptimized:
+			opt = append(opt, i)
+		case ANANonOptimized:
+			nonOpt = append(nonOpt, i)
+		}
+	}
+	best := opt
+	if len(best) == 0 {
+		best = nonOpt
+	}
+	if len(best) > 0 {
+		return best[int(m.rr.Add(1)%uint32(len(best)))], nil, nil
+	}
+	if !left {
+		return -1, nil, ErrNoPath
+	}
+	return -1, m.changed, nil
+}
+
+// do runs op on a path of n, and again on another when the path answers
+// with a path status or breaks. It returns op's count and error, but for
+// those it sends again.
+func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*HostNamespace) (int, error)) (int, error) {
+	var last error
+	for tries := 0; ; {
+		i, wait, err := m.pick(n)
+		if err != nil {
+			return 0, errors.Join(err, last)
+		}
+		if i < 0 {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return 0, errors.Join(ctx.Err(), last)
+			}
+		}
+		p := m.paths[i]
+		p.cmds.Add(1)
+		k, err := op(n.ns[i])
+		var se *StatusError
+		switch {
+		case err == nil:
+			return k, nil
+		case ctx.Err() != nil:
+			return k, err
+		case errors.As(err, &se) && se.Status.SCT() == SCTPath:
+			p.pathErrs.Add(1)
+			m.refresh(p)
+		case errors.As(err, &se) || !p.c.broken():
+			return k, err // the namespace's answer whichever the path, or the call's own (io.EOF, ErrRange)
+		default:
+			m.fail(p, err) // the path broke under the command
+		}
+		last = fmt.Errorf("path %s: %w", p.addr, err)
+		if tries++; tries > maxFailovers {
+			return 0, last
+		}
+	}
+}
+
+// do0 is do for an op with no count.
+func (m *Multipath) do0(ctx context.Context, n *MultipathNamespace, op func(*HostNamespace) error) error {
+	_, err := m.do(ctx, n, func(hn *HostNamespace) (int, error) { return 0, op(hn) })
+	return err
+}
+
+// Paths reports each path: its controller, whether it is used, its ANA
+// states and how many commands it carried.
+func (m *Multipath) Paths() []PathInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var ps []PathInfo
+	for _, p := range m.paths {
+		pi := PathInfo{Addr: p.addr, Controller: p.c, Err: p.err, States: map[uint32]ANAState{},
+			Commands: p.cmds.Load(), PathErrors: p.pathErrs.Load()}
+		for g, s := range p.states {
+			pi.States[g] = s
+		}
+		ps = append(ps, pi)
+	}
+	return ps
+}
+
+// Close closes every path's controller, as Controller.Close does, and
+// returns once the paths' watches have stopped.
+func (m *Multipath) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.wg.Wait()
+		return nil
+	}
+	m.closed = true
+	m.notify()
+	up := make([]bool, len(m.paths))
+	for i, p := range m.paths {
+		up[i] = p.err == nil
+	}
+	m.mu.Unlock()
+	m.cancel()
+	var errs []error
+	for i, p := range m.paths {
+		if p.c == nil {
+			continue
+		}
+		// A path taken out already failed; its Close says so again.
+		if err := p.c.Close(); err != nil && up[i] && !errors.Is(err, ErrClosed) {
+			errs = append(errs, fmt.Errorf("%s: %w", p.addr, err))
+		}
+	}
+	m.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// MultipathNamespace is a namespace through a Multipath: an io.ReaderAt
+// and io.WriterAt whose commands go down the paths as Multipath says.
+type MultipathNamespace struct {
+	m    *Multipath
+	ID   uint32
+	Info NamespaceInfo
+	ns   []*HostNamespace // by path; nil where it was not opened
+}
+
+// Namespace opens namespace nsid on every path, which must agree on what
+// it is (its size, block size and, where given, NGUID).
+func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNamespace, error) {
+	n := &MultipathNamespace{m: m, ID: nsid, ns: make([]*HostNamespace, len(m.paths))}
+	var errs []error
+	var first *HostNamespace
+	for i, p := range m.paths {
+		m.mu.Lock()
+		ok := p.err == nil
+		m.mu.Unlock()
+		if !ok {
+			continue
+		}
+		hn, err := p.c.Namespace(ctx, nsid)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("path %s: %w", p.addr, err))
+			continue
+		}
+		if first != nil && (hn.Size() != first.Size() || hn.BlockSize() != first.BlockSize() || hn.Info.NGUID != first.Info.NGUID) {
+			return nil, fmt.Errorf("nvmeof: namespace %d: paths %s and %s disagree on what it is", nsid, m.paths[0].addr, p.addr)
+		}
+		if first == nil {
+			first = hn
+		}
+		n.ns[i] = hn
+	}
+	if first == nil {
+		return nil, errors.Join(append(errs, fmt.Errorf("nvmeof: namespace %d: no path opens it", nsid))...)
+	}
+	n.Info = first.Info
+	return n, nil
+}
+
+// Size returns the namespace's size in octets.
+func (n *MultipathNamespace) Size() int64 { return int64(n.Info.Size) * int64(n.BlockSize()) }
+
+// BlockSize returns the logical block size.
+func (n *MultipathNamespace) BlockSize() int { return n.Info.BlockSize() }
+
+// ReadAt reads len(p) octets at off (multiples of the block size).
+func (n *MultipathNamespace) ReadAt(p []byte, off int64) (int, error) {
+	return n.ReadAtContext(context.Background(), p, off)
+}
+
+// WriteAt writes p at off (multiples of the block size).
+func (n *MultipathNamespace) WriteAt(p []byte, off int64) (int, error) {
+	return n.WriteAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt bounded by ctx, which also bounds the wait for
+// a usable path. As io.ReaderAt, a read past the end is cut short with
+// io.EOF; a read that fails after a failover counts nothing read.
+func (n *MultipathNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	return n.m.do(ctx, n, func(hn *HostNamespace) (int, error) { return hn.ReadAtContext(ctx, p, off) })
+}
+
+// WriteAtContext is WriteAt bounded by ctx. A write sent again down
+// another path writes the same octets again.
+func (n *MultipathNamespace) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	return n.m.do(ctx, n, func(hn *HostNamespace) (int, error) { return hn.WriteAtContext(ctx, p, off) })
+}
+
+// Flush commits the namespace's written data, through one path (a
+// controller's Flush covers what every controller of the subsystem wrote:
+// the namespace is one).
+func (n *MultipathNamespace) Flush(ctx context.Context) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.Flush(ctx) })
+}
+
+// WriteZeroes is HostNamespace.WriteZeroes down a usable path.
+func (n *MultipathNamespace) WriteZeroes(ctx context.Context, off, length int64) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.WriteZeroes(ctx, off, length) })
+}
+
+// Deallocate is HostNamespace.Deallocate down a usable path.
+func (n *MultipathNamespace) Deallocate(ctx context.Context, off, length int64) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.Deallocate(ctx, off, length) })
+}

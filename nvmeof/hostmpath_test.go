@@ -1,0 +1,289 @@
+package nvmeof
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func connectMultipath(t *testing.T, addrs ...string) *Multipath {
+	t.Helper()
+	m, err := ConnectMultipath(testCtx(t), "tcp", addrs, testNQN, HostConfig{IOQueues: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// writes writes k blocks of 4 KiB through n and returns the paths'
+// command counts after.
+func writes(t *testing.T, m *Multipath, n *MultipathNamespace, k int, seed byte) []uint64 {
+	t.Helper()
+	for i := range k {
+		_, err := n.WriteAt(bytes.Repeat([]byte{seed + byte(i)}, 4096), int64(i)*4096)
+		require.NoError(t, err)
+	}
+	var c []uint64
+	for _, p := range m.Paths() {
+		c = append(c, p.Commands)
+	}
+	return c
+}
+
+func waitStates(t *testing.T, m *Multipath, g uint32, want ...ANAState) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for i, p := range m.Paths() {
+			if p.States[g] != want[i] {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "paths' states of group %d: want %v", g, want)
+}
+
+// I/O goes down the optimized path; ANA Change notices move it, with no
+// command refused on the way; two optimized paths share it; a namespace
+// in another group goes where that group is optimized. Data read back by
+// either path is what was written.
+func TestMultipath(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, _, p1, p2 := anaTarget(t)
+	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
+	n, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 1<<20, n.Size())
+	require.Equal(t, []uint64{10, 0}, writes(t, m, n, 10, 1), "the optimized path")
+
+	require.NoError(t, p1.SetANAState(1, ANAInaccessible))
+	require.NoError(t, p2.SetANAState(1, ANAOptimized))
+	waitStates(t, m, 1, ANAInaccessible, ANAOptimized)
+	require.Equal(t, []uint64{10, 10}, writes(t, m, n, 10, 2), "moved by the notices")
+	for _, p := range m.Paths() {
+		require.Zero(t, p.PathErrors, "%s", p.Addr)
+	}
+	got := make([]byte, 4096)
+	_, err = n.ReadAt(got, 9*4096)
+	require.NoError(t, err)
+	require.Equal(t, bytes.Repeat([]byte{2 + 9}, 4096), got)
+
+	require.NoError(t, p1.SetANAState(1, ANAOptimized))
+	waitStates(t, m, 1, ANAOptimized, ANAOptimized)
+	c := writes(t, m, n, 10, 3)
+	require.Equal(t, uint64(31), c[0]+c[1], "every command counted once: 30 writes and a read")
+	require.InDelta(t, 15, float64(c[0]), 1, "round-robin over the optimized paths: %v", c)
+
+	n2, err := m.Namespace(ctx, 2) // group 5: inaccessible through port 1
+	require.NoError(t, err)
+	before := m.Paths()[0].Commands
+	_, err = n2.WriteAt(make([]byte, 4096), 0)
+	require.NoError(t, err)
+	require.Equal(t, before, m.Paths()[0].Commands, "group 5 is not reachable through port 1")
+	require.NoError(t, m.Close())
+	require.NoError(t, m.Close(), "twice")
+	_, err = n.ReadAt(got, 0)
+	require.ErrorIs(t, err, ErrClosed)
+}
+
+// Without notices (not watched), a path status alone moves the I/O: the
+// command goes again down the other path, and the refusing path's log is
+// read again before it is used.
+func TestMultipathPathStatus(t *testing.T) {
+	checkRoutines(t)
+	testNoANAWatch = true
+	t.Cleanup(func() { testNoANAWatch = false })
+	ctx := testCtx(t)
+	_, _, p1, p2 := anaTarget(t)
+	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
+	n, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 0}, writes(t, m, n, 1, 1))
+
+	require.NoError(t, p1.SetANAState(1, ANAInaccessible))
+	require.Equal(t, []uint64{2, 1}, writes(t, m, n, 1, 2), "refused by path 1, sent again down path 2")
+	require.EqualValues(t, 1, m.Paths()[0].PathErrors)
+	waitStates(t, m, 1, ANAInaccessible, ANANonOptimized) // path 1's log read again; path 2's as it was
+	require.Equal(t, []uint64{2, 3}, writes(t, m, n, 2, 3), "path 1 is left alone now")
+	require.EqualValues(t, 1, m.Paths()[0].PathErrors)
+	got := make([]byte, 4096)
+	_, err = n.ReadAt(got, 4096)
+	require.NoError(t, err)
+	require.Equal(t, bytes.Repeat([]byte{4}, 4096), got)
+}
+
+// With no usable path, I/O waits until a path comes back, or its context
+// ends.
+func TestMultipathNoUsablePath(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, _, p1, p2 := anaTarget(t)
+	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
+	n, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, p1.SetANAState(1, ANAInaccessible))
+	require.NoError(t, p2.SetANAState(1, ANAChange))
+	waitStates(t, m, 1, ANAInaccessible, ANAChange)
+
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = n.WriteAtContext(short, make([]byte, 4096), 0)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.WriteAtContext(ctx, bytes.Repeat([]byte{7}, 4096), 0)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a write went through with no usable path: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, p2.SetANAState(1, ANANonOptimized))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held write did not go once a path came back")
+	}
+	require.Equal(t, uint64(0), m.Paths()[0].Commands)
+}
+
+// A path lost (its port closed) is taken out and its command sent down the
+// other; with no path left, I/O fails with ErrNoPath. A path that does not
+// connect at first is reported, and the others serve.
+func TestMultipathPathLost(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	tg, _, p1, p2 := anaTarget(t)
+	dead, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{testNQN}})
+	require.NoError(t, err)
+	deadAddr := dead.Addr().String()
+	require.NoError(t, dead.Close())
+	m := connectMultipath(t, p1.Addr().String(), deadAddr, p2.Addr().String())
+	ps := m.Paths()
+	require.Error(t, ps[1].Err, "nothing listens there")
+	require.Nil(t, ps[1].Controller)
+	n, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 0, 0}, writes(t, m, n, 1, 1))
+
+	require.NoError(t, p1.Close())
+	require.Eventually(t, func() bool { return m.Paths()[0].Err != nil }, 10*time.Second, 5*time.Millisecond)
+	c := writes(t, m, n, 4, 2)
+	require.Equal(t, uint64(4), c[2], "the non-optimized path, the only one left")
+	require.NoError(t, p2.Close())
+	_, err = n.WriteAt(make([]byte, 4096), 0)
+	require.ErrorIs(t, err, ErrNoPath)
+
+	_, err = ConnectMultipath(ctx, "tcp", []string{deadAddr}, testNQN, HostConfig{})
+	require.Error(t, err, "no path connects")
+}
+
+// Paths that lead to different namespaces under one NQN are refused; bad
+// arguments get errors.
+func TestMultipathChecks(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, _, a := newTestTarget(t, 1<<20, TargetConfig{})
+	_, _, b := newTestTarget(t, 2<<20, TargetConfig{})
+	m := connectMultipath(t, a, b)
+	_, err := m.Namespace(ctx, 1)
+	require.ErrorContains(t, err, "disagree")
+	_, err = m.Namespace(ctx, 9)
+	require.Error(t, err)
+	_, err = ConnectMultipath(ctx, "tcp", nil, testNQN, HostConfig{})
+	require.Error(t, err)
+	_, err = ConnectMultipath(ctx, "tcp", []string{a}, DiscoveryNQN, HostConfig{})
+	require.Error(t, err)
+	// Local faults are the caller's, not the path's.
+	_, _, c := newTestTarget(t, 1<<20, TargetConfig{})
+	m2 := connectMultipath(t, c)
+	n, err := m2.Namespace(ctx, 1)
+	require.NoError(t, err)
+	_, err = n.WriteAt(make([]byte, 100), 0)
+	require.ErrorIs(t, err, ErrUnaligned)
+	require.NoError(t, m2.Paths()[0].Err, "the path stays")
+	k, err := n.ReadAt(make([]byte, 4096), 1<<20-1024)
+	require.Equal(t, 1024, k, "cut short at the end, as io.ReaderAt")
+	require.ErrorIs(t, err, io.EOF)
+	_, err = n.WriteAt(make([]byte, 4096), 1<<20)
+	require.True(t, errors.Is(err, ErrRange), "%v", err)
+	require.Equal(t, 512, n.BlockSize())
+}
+
+// Writers while the optimized path flips back and forth, 30 times (the
+// new one made optimized before the old one inaccessible, so one is always
+// usable): every write succeeds, by notice or by path status, and each
+// region holds its last write.
+func TestMultipathFlipping(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, _, p1, p2 := anaTarget(t)
+	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
+	n, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	const want = 30
+	var flips atomic.Int32
+	flipErr := make(chan error, 1)
+	go func() {
+		ports := []*Port{p1, p2}
+		for f := 0; f < want; f++ {
+			time.Sleep(2 * time.Millisecond)
+			on, off := ports[(f+1)%2], ports[f%2]
+			if err := errors.Join(on.SetANAState(1, ANAOptimized), off.SetANAState(1, ANAInaccessible)); err != nil {
+				flipErr <- err
+				return
+			}
+			flips.Add(1)
+		}
+		flipErr <- nil
+	}()
+	const writers = 4
+	type result struct {
+		w, n int
+		last byte
+		err  error
+	}
+	results := make(chan result, writers)
+	for w := range writers {
+		go func() {
+			r := result{w: w}
+			for ; flips.Load() < want; r.n++ {
+				r.last = byte(w*50 + r.n%50)
+				if _, r.err = n.WriteAtContext(ctx, bytes.Repeat([]byte{r.last}, 8192), int64(w)*65536); r.err != nil {
+					break
+				}
+			}
+			results <- r
+		}()
+	}
+	var last [writers]byte
+	total := 0
+	for range writers {
+		r := <-results
+		require.NoError(t, r.err)
+		require.NotZero(t, r.n)
+		total += r.n
+		last[r.w] = r.last
+	}
+	require.NoError(t, <-flipErr)
+	for w := range writers {
+		got := make([]byte, 8192)
+		_, err := n.ReadAt(got, int64(w)*65536)
+		require.NoError(t, err)
+		require.Equal(t, bytes.Repeat([]byte{last[w]}, 8192), got, "writer %d's region holds its last write", w)
+	}
+	var pathErrs uint64
+	for _, p := range m.Paths() {
+		pathErrs += p.PathErrors
+		require.NoError(t, p.Err)
+	}
+	t.Logf("%d writes over %d flips; commands %d and %d; path statuses %d", total, want, m.Paths()[0].Commands, m.Paths()[1].Commands, pathErrs)
+}
