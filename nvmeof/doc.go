@@ -25,8 +25,8 @@
 // sets CSTS.CFS if one cannot be flushed); Identify CNS 0 (namespace), 1
 // (controller), 2 (active namespaces) and 3 (NGUID and UUID descriptors);
 // Get Log Page for error information, SMART / health, firmware slots, the
-// Changed Namespace List and, on the discovery controller, the discovery
-// log; Set/Get Features Number of Queues, Keep Alive Timer (traffic based,
+// Changed Namespace List, ANA and, on the discovery controller, the
+// discovery log; Set/Get Features Number of Queues, Keep Alive Timer (traffic based,
 // CTRATT.TBKAS: a controller that hears nothing for KATO is torn down),
 // Async Event Configuration (the SMART warnings NVMe makes mandatory, never
 // raised, and Namespace Attribute Notices, as Linux's nvmet; on the
@@ -39,8 +39,10 @@
 // subsystem added or removed (Target.AddSubsystem, RemoveSubsystem) or an
 // access list changed (Subsystem.AllowHost, SetAllowedHosts) raises a
 // Discovery Log Page Change notice on discovery controllers, which Linux's
-// host passes to udev for "nvme connect-all"; Keep Alive; Abort (never
-// aborts).
+// host passes to udev for "nvme connect-all"; an ANA state changed
+// (Port.SetANAState, Subsystem.SetANAGroup) raises an ANA Change notice
+// on the controllers through that port, upon which Linux's multipath host
+// moves its I/O; Keep Alive; Abort (never aborts).
 // I/O queues implement Read, Write, Flush, Write Zeroes and Dataset
 // Management (Deallocate: the range reads as zeros; a Backend may zero
 // itself, Zeroer: memory is cleared, a file gets fallocate as in Linux's
@@ -71,12 +73,26 @@
 // disconnect, then CC.SHN and the admin queue's disconnect.
 //
 // A port (Target.Listen, or ListenPort as a port of nvmet with the
-// subsystems linked to it) is a listener; a subsystem has a controller for
-// each admin Connect, through any port that exposes it, and says so (CMIC multi-port and multi-controller,
+// subsystems linked to it; Port.Close removes it) is a listener; a
+// subsystem has a controller for each admin Connect, through any port
+// that exposes it, and says so (CMIC multi-port and multi-controller,
 // namespaces shared: NMIC), so that a host may reach it by several paths.
+// Asymmetric Namespace Access says which paths to use, as in nvmet: each
+// namespace is in an ANA group (NamespaceConfig.ANAGroup), and each port
+// gives each group a state (PortConfig.ANA, Port.SetANAState): optimized,
+// non-optimized, inaccessible, persistent loss or change. The ANA log
+// page gives a controller its port's states; I/O through a port where its
+// namespace's group is not accessible fails with the path status, which
+// hosts retry down another path.
+//
+// The Go host's ConnectMultipath is Linux's native multipath: one host
+// through several ports, I/O down an optimized path (else a non-optimized
+// one), moved by ANA Change notices (HostConfig.WatchANA,
+// Controller.WaitANAChange), sent again down another path on a path
+// status or a broken path, held while no path is usable.
 //
 // Not implemented: in-band authentication, fused commands (refused),
-// reservations, ANA, namespace management, metadata and
+// reservations, namespace management, metadata and
 // protection information, SGL segments (MSDBD 1), asynchronous events but
 // the two notices above and the SMART warnings never raised, and MPA CRCs
 // are not asked for by default
