@@ -162,13 +162,26 @@ func (s *Subsystem) Allowed(hostNQN string) bool {
 // raises a Namespace Attribute Changed notice (see AddNamespace), upon
 // which Linux's host drops the block device. It returns once the commands
 // already using its Backend have finished, so that the caller may close
-// the Backend then, or when ctx ends. AddNamespace does not reuse the NSID
+// the Backend then, or when ctx ends: the namespace is removed all the
+// same, and its Drained channel says when to close the Backend (a Backend
+// stuck in a read, on a hung network file system, must not hold up the
+// caller for ever). AddNamespace does not reuse the NSID
 // (AddNamespaceConfig may).
 func (s *Subsystem) RemoveNamespace(ctx context.Context, id uint32) error {
+	ns, err := s.takeOut(id)
+	if err != nil {
+		return err
+	}
+	return ns.wait(ctx)
+}
+
+// takeOut removes namespace id: no command finds it from now on, and the
+// controllers are told.
+func (s *Subsystem) takeOut(id uint32) (*Namespace, error) {
 	s.mu.Lock()
 	if id == 0 || id > uint32(len(s.ns)) || s.ns[id-1] == nil {
 		s.mu.Unlock()
-		return fmt.Errorf("nvmeof: %s has no namespace %d", s.NQN, id)
+		return nil, fmt.Errorf("nvmeof: %s has no namespace %d", s.NQN, id)
 	}
 	ns := s.ns[id-1]
 	s.ns[id-1] = nil
@@ -181,13 +194,25 @@ func (s *Subsystem) RemoveNamespace(ctx context.Context, id uint32) error {
 	if ns.refs.Load() == 0 {
 		ns.drain()
 	}
+	return ns, nil
+}
+
+// wait waits until no command uses a removed namespace's Backend, or ctx
+// ends.
+func (ns *Namespace) wait(ctx context.Context) error {
 	select {
 	case <-ns.drained:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("nvmeof: namespace %d: commands still use its backend: %w", ns.ID, ctx.Err())
 	}
 }
+
+// Drained returns a channel closed once the namespace has been removed
+// (RemoveNamespace, or Target.RemoveSubsystem) and no command uses its
+// Backend: when a removal's ctx ended first, the time to close the
+// Backend.
+func (ns *Namespace) Drained() <-chan struct{} { return ns.drained }
 
 // controllers returns the subsystem's live controllers (mu held).
 func (s *Subsystem) controllers() []*controller {

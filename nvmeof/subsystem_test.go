@@ -291,3 +291,74 @@ func TestNSIDReusedUnderWrites(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d swaps", swaps)
 }
+
+// A Backend stuck in a write (a hung network file system): a removal whose
+// ctx ends first returns its error, but the namespace is out all the
+// same, and its Drained channel closes once the stuck command is done,
+// the time to close the Backend. RemoveSubsystem takes out every
+// namespace, not only those before the stuck one (it stopped there).
+func TestRemoveWhileBackendHangs(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	tg, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	gate := func() (*gateWrite, func()) {
+		g := &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+		var once sync.Once
+		release := func() { once.Do(func() { close(g.release) }) }
+		t.Cleanup(release)
+		return g, release
+	}
+	g2, release2 := gate()
+	ns2, err := sub.AddNamespace(g2, 512)
+	require.NoError(t, err)
+	g3, release3 := gate()
+	ns3, err := sub.AddNamespace(g3, 512)
+	require.NoError(t, err)
+	ns4, err := sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	c := connectHost(t, addr, sub.NQN, HostConfig{IOQueues: 2})
+	stuck := func(id uint32, g *gateWrite) chan error {
+		h, err := c.Namespace(ctx, id)
+		require.NoError(t, err)
+		wrote := make(chan error, 1)
+		go func() { _, err := h.WriteAt(make([]byte, 512), 0); wrote <- err }()
+		<-g.entered
+		return wrote
+	}
+	drained := func(ns *Namespace, want bool, what string) {
+		t.Helper()
+		wait := 10 * time.Second
+		if !want {
+			wait = 50 * time.Millisecond
+		}
+		select {
+		case <-ns.Drained():
+			require.True(t, want, "namespace %d drained: %s", ns.ID, what)
+		case <-time.After(wait):
+			require.False(t, want, "namespace %d not drained: %s", ns.ID, what)
+		}
+	}
+
+	wrote3 := stuck(3, g3)
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, sub.RemoveNamespace(short, 3), context.DeadlineExceeded)
+	require.Nil(t, sub.namespace(3), "out all the same")
+	drained(ns3, false, "a write is stuck in its backend")
+	release3()
+	drained(ns3, true, "the write finished")
+	require.NoError(t, <-wrote3, "the stuck write completes")
+
+	wrote2 := stuck(2, g2)
+	ns1 := sub.namespace(1)
+	short2, cancel2 := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel2()
+	require.ErrorIs(t, tg.RemoveSubsystem(short2, sub.NQN), context.DeadlineExceeded)
+	require.Empty(t, sub.namespaces(), "every namespace out, 4 after the stuck 2 too")
+	drained(ns1, true, "unused")
+	drained(ns4, true, "unused, after the stuck one")
+	drained(ns2, false, "a write is stuck in its backend")
+	release2()
+	drained(ns2, true, "the write finished")
+	<-wrote2 // its queue went with the subsystem: success or a lost queue
+}

@@ -180,9 +180,10 @@ func (t *Target) AddSubsystem(s *Subsystem) error {
 // it (discovery controllers that enabled the notice are told), Connects
 // to it are refused, and its controllers on this target end (their hosts
 // see the queues disconnect). Once no target serves it, its namespaces are
-// removed too (Subsystem.RemoveNamespace), and it returns when no command
-// uses their Backends, which the caller may then flush and close, or when
-// ctx ends.
+// removed too (Subsystem.RemoveNamespace), all of them, and it returns
+// when no command uses their Backends, which the caller may then flush
+// and close, or when ctx ends: then each Namespace's Drained channel says
+// when its Backend may be closed.
 func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 	t.mu.Lock()
 	s := t.subs[nqn]
@@ -210,8 +211,14 @@ func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 	if !last {
 		return nil // another target still serves it, namespaces and all
 	}
+	var out []*Namespace
 	for _, ns := range s.namespaces() {
-		if err := s.RemoveNamespace(ctx, ns.ID); err != nil {
+		if n, err := s.takeOut(ns.ID); err == nil { // gone meanwhile: removed by another call
+			out = append(out, n)
+		}
+	}
+	for _, ns := range out {
+		if err := ns.wait(ctx); err != nil {
 			return err
 		}
 	}

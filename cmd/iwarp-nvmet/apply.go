@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/goiwarp/iwarp/nvmeof"
 )
@@ -19,7 +21,25 @@ type served struct {
 	ports map[uint16]servedPort // once listening
 	subs  map[string]*servedSub
 	logf  func(format string, args ...any)
+	// late closes the backends of namespaces removed while a command
+	// still used them (removeWait passed), once it is done.
+	late sync.WaitGroup
 }
+
+// removeWait bounds how long a reload waits for the commands still using
+// a removed namespace's backend (a backend on a hung network file system
+// may never answer): past it the reload goes on, and the backend is
+// closed when they are done. A variable for tests.
+var removeWait = 10 * time.Second
+
+// backend is a namespace's storage as iwarp-nvmet opens it: a file or a
+// block device (openBackend, a variable for tests).
+type backend interface {
+	nvmeof.Backend
+	Close() error
+}
+
+var openBackend = func(path string) (backend, error) { return nvmeof.OpenFileBackend(path) }
 
 type servedPort struct {
 	plan portPlan
@@ -34,7 +54,8 @@ type servedSub struct {
 
 type servedNS struct {
 	plan nsPlan
-	b    *nvmeof.FileBackend
+	ns   *nvmeof.Namespace
+	b    backend
 }
 
 // apply makes the target serve p. What fails (a device that does not
@@ -55,11 +76,23 @@ func (s *served) apply(ctx context.Context, p *plan) error {
 	}
 	for nqn, ss := range s.subs {
 		if !want[nqn] {
-			if err := s.t.RemoveSubsystem(ctx, nqn); err != nil {
+			rctx, cancel := context.WithTimeout(ctx, removeWait)
+			err := s.t.RemoveSubsystem(rctx, nqn)
+			cancel()
+			switch {
+			case errors.Is(err, context.DeadlineExceeded):
+				// Off the target, its namespaces out; their backends
+				// close once the commands stuck in them are done.
+				for id, n := range ss.ns {
+					s.closeLate(nqn, id, n)
+				}
+				clear(ss.ns)
+			case err != nil:
 				fail(err)
 				continue
+			default:
+				ss.closeAll(s)
 			}
-			ss.closeAll(s)
 			delete(s.subs, nqn)
 			s.logf("config: removed subsystem %s", nqn)
 		}
@@ -126,7 +159,7 @@ func (s *served) open(ctx context.Context, pp portPlan) error {
 		return fmt.Errorf("port %d: %w", pp.id, err)
 	}
 	s.ports[pp.id] = servedPort{pp, port}
-	s.logf("config: port %d on %v: %s", pp.id, port.Addr(), strings.Join(pp.subs, ", "))
+	s.logf("config: port %d on %v: %s", pp.id, port.Addr(), links(pp.subs))
 	return nil
 }
 
@@ -164,7 +197,7 @@ func (s *served) applyPorts(ctx context.Context, ports []portPlan) []error {
 					continue
 				}
 				cur.plan.subs = pp.subs
-				s.logf("config: port %d now links %s", pp.id, strings.Join(pp.subs, ", "))
+				s.logf("config: port %d now links %s", pp.id, links(pp.subs))
 			}
 			s.applyANA(cur, pp)
 			cur.plan.ana = pp.ana
@@ -238,11 +271,18 @@ func (ss *servedSub) applyNS(ctx context.Context, s *served, want []nsPlan) []er
 		if keep[id] {
 			continue
 		}
-		if err := ss.sub.RemoveNamespace(ctx, id); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, removeWait)
+		err := ss.sub.RemoveNamespace(rctx, id)
+		cancel()
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			s.closeLate(ss.plan.nqn, id, cur) // removed; its backend closes once its commands are done
+		case err != nil:
 			errs = append(errs, fmt.Errorf("%s: namespace %d: %w", ss.plan.nqn, id, err))
 			continue
+		default:
+			closeBackend(s, ss.plan.nqn, id, cur.b)
 		}
-		closeBackend(s, ss.plan.nqn, id, cur.b)
 		delete(ss.ns, id)
 		s.logf("config: %s: removed namespace %d (%s)", ss.plan.nqn, id, cur.plan.path)
 	}
@@ -262,7 +302,7 @@ func (ss *servedSub) addNS(np nsPlan, s *served) error {
 	if err != nil {
 		return err
 	}
-	b, err := nvmeof.OpenFileBackend(np.path)
+	b, err := openBackend(np.path)
 	if err != nil {
 		return err
 	}
@@ -272,7 +312,7 @@ func (ss *servedSub) addNS(np nsPlan, s *served) error {
 		b.Close()
 		return err
 	}
-	ss.ns[np.id] = servedNS{plan: np, b: b}
+	ss.ns[np.id] = servedNS{plan: np, ns: ns, b: b}
 	s.logf("config: %s: namespace %d: %d blocks of %d octets (%s)", ss.plan.nqn, np.id, ns.Blocks(), bs, np.path)
 	return nil
 }
@@ -286,16 +326,38 @@ func (ss *servedSub) closeAll(s *served) {
 	clear(ss.ns)
 }
 
-func closeBackend(s *served, nqn string, id uint32, b *nvmeof.FileBackend) {
+// links names the subsystems linked to a port, for the log.
+func links(nqns []string) string {
+	if len(nqns) == 0 {
+		return "no subsystem"
+	}
+	return strings.Join(nqns, ", ")
+}
+
+// closeLate closes a removed namespace's backend once no command uses it.
+func (s *served) closeLate(nqn string, id uint32, n servedNS) {
+	s.logf("config: %s: namespace %d removed, but commands still use %s after %v: it closes when they are done", nqn, id, n.plan.path, removeWait)
+	s.late.Add(1)
+	go func() {
+		defer s.late.Done()
+		<-n.ns.Drained()
+		closeBackend(s, nqn, id, n.b)
+		s.logf("config: %s: namespace %d: %s closed", nqn, id, n.plan.path)
+	}()
+}
+
+func closeBackend(s *served, nqn string, id uint32, b backend) {
 	if err := b.Flush(); err != nil {
 		s.logf("config: %s: namespace %d: flush: %v", nqn, id, err)
 	}
 	b.Close()
 }
 
-// close closes every backend, after the target has closed.
+// close closes every backend, after the target has closed (then no
+// command uses any: the late ones close too).
 func (s *served) close() {
 	for _, ss := range s.subs {
 		ss.closeAll(s)
 	}
+	s.late.Wait()
 }
