@@ -111,9 +111,13 @@ func (c *controller) controllerInfo() ControllerInfo {
 	// NN). OAES: a namespace added, and an ANA state changed, raise a
 	// notice (events.go).
 	ci.Serial, ci.Model, ci.SubNQN = c.sub.Serial, c.sub.Model, c.sub.NQN
-	ci.CtrlType, ci.CMIC, ci.OAES = ControllerIO, cmicMultiPort|cmicMultiCtrl|cmicANA, aecNSAttr|aecANAChange
+	ci.CtrlType, ci.CMIC, ci.OAES = ControllerIO, cmicMultiPort|cmicMultiCtrl, aecNSAttr
 	ci.NN, ci.MNAN, ci.ONCS, ci.VWC = maxNSID, maxNSID, oncsDSM|oncsWriteZeroes, 1
-	ci.ANATT, ci.ANACAP, ci.ANAGRPMAX, ci.NANAGRPID = anaTT, anaCap, MaxANAGroup, MaxANAGroup
+	if c.ana() {
+		ci.CMIC |= cmicANA
+		ci.OAES |= aecANAChange
+		ci.ANATT, ci.ANACAP, ci.ANAGRPMAX, ci.NANAGRPID = anaTT, anaCap, MaxANAGroup, MaxANAGroup
+	}
 	return ci
 }
 
@@ -140,10 +144,12 @@ func (c *controller) identify(r *request) ([]byte, Status) {
 		clear(out)
 		if ns := c.sub.namespace(nsid); ns != nil {
 			b := ns.Blocks()
-			ni := NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NMIC: nmicShared, NGUID: ns.NGUID,
-				ANAGroup: ns.ANAGroup()}
-			if s := c.admin.port.ANAState(ni.ANAGroup); s == ANAInaccessible || s == ANAPersistentLoss {
-				ni.Utilization = 0 // as nvmet: no space is in use through this path
+			ni := NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NMIC: nmicShared, NGUID: ns.NGUID}
+			if c.ana() {
+				ni.ANAGroup = ns.ANAGroup()
+				if s := c.admin.port.ANAState(ni.ANAGroup); s == ANAInaccessible || s == ANAPersistentLoss {
+					ni.Utilization = 0 // as nvmet: no space is in use through this path
+				}
 			}
 			ni.Append(out[:0])
 		} // an inactive NSID reads as zeros
@@ -209,7 +215,7 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 		}
 		c.changedNSLog(out, cmd.CDW(10)&(1<<15) != 0)
 		return out, StatusSuccess
-	case lid == LogANA && !c.discovery():
+	case lid == LogANA && c.ana():
 		// LSP bit 0 (CDW10 bit 8): Return Groups Only. The page is as long
 		// as Identify makes it (NANAGRPID descriptors, MNAN NSIDs), zeros
 		// past its groups: nvme-cli reads that length in 4 KiB pieces,
@@ -251,8 +257,11 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 		// Namespace Attribute and ANA Change Notices (OAES); on a discovery controller
 		// Discovery Log Page Change Notices.
 		mask := aecSMART | aecNSAttr | aecANAChange
-		if c.discovery() {
+		switch {
+		case c.discovery():
 			mask = aecDiscChange
+		case !c.ana():
+			mask &^= aecANAChange
 		}
 		if v&^mask != 0 {
 			return 0, StatusInvalidField | DNR

@@ -97,6 +97,13 @@ const (
 	StatusANATransition     = Status(0x303)
 )
 
+// ana reports whether the controller reports ANA: an NVM controller whose
+// target's transfers can carry the whole ANA log page (Linux's host reads
+// it in one command, and gives up ANA if it cannot: MaxTransfer 8 KiB is
+// too small). A target that does not report ANA does not apply the ports'
+// states either: its hosts would not know why their I/O failed.
+func (c *controller) ana() bool { return !c.discovery() && c.t.cfg.MaxTransfer >= anaLogMax }
+
 // anaStatus is the status an I/O command on a namespace of the given state
 // completes with, or Success.
 func anaStatus(s ANAState) Status {
@@ -109,6 +116,15 @@ func anaStatus(s ANAState) Status {
 		return StatusANATransition
 	}
 	return StatusSuccess
+}
+
+// anaStatus is the status of an I/O command on ns through port p, where
+// the controller reports ANA.
+func (c *controller) anaStatus(p *Port, ns *Namespace) Status {
+	if !c.ana() {
+		return StatusSuccess
+	}
+	return anaStatus(p.ANAState(ns.ANAGroup()))
 }
 
 func checkANAGroup(g uint32) error {
@@ -149,6 +165,10 @@ func (p *Port) SetANAState(g uint32, s ANAState) error {
 	}
 	t := p.t
 	t.mu.Lock()
+	if p.closed || t.closed {
+		t.mu.Unlock()
+		return fmt.Errorf("nvmeof: port %d is closed", p.id)
+	}
 	if old := p.ANAState(g); old == s {
 		t.mu.Unlock()
 		return nil
@@ -191,8 +211,9 @@ func (s *Subsystem) SetANAGroup(id, g uint32) error {
 		return nil
 	}
 	ctrls := s.controllers()
+	targets := s.servedBy() // s.mu held: the map changes with targets joining and leaving
 	s.mu.Unlock()
-	for _, t := range s.servedBy() {
+	for _, t := range targets {
 		t.mu.Lock()
 		t.anaChg++
 		t.mu.Unlock()

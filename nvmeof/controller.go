@@ -354,7 +354,11 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 			drop = append(drop, q)
 		}
 		clear(c.ioq)
+		// The events go with the reset; so do their masks, or the next
+		// change of each kind would raise nothing until the host read
+		// the log.
 		c.events = nil
+		c.nsMasked, c.discMasked, c.anaMasked = false, false, false
 		for _, idx := range c.heldAER { // this is the admin queue's goroutine
 			q.abandon(idx)
 		}

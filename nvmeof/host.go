@@ -240,8 +240,8 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 	if c.cfg.WatchNamespaces && c.Info.OAES&aecNSAttr != 0 {
 		aec |= aecNSAttr
 	}
-	if c.cfg.WatchANA && c.Info.OAES&aecANAChange != 0 && c.Info.CMIC&cmicANA != 0 {
-		aec |= aecANAChange
+	if _, err := c.anaLogLen(); c.cfg.WatchANA && c.Info.OAES&aecANAChange != 0 && err == nil {
+		aec |= aecANAChange // only if its log can be read: a failed read would end the other watches too
 	}
 	if aec != 0 {
 		if err := c.watch(ctx, aec); err != nil {

@@ -30,9 +30,12 @@ type hostEvents struct {
 	disc   []DiscoveryEntry
 	discOK bool // disc is new
 	ana    ANALog
-	anaOK  bool          // ana is new
-	err    error         // why the watch ended, if it did while the queue lives
-	signal chan struct{} // capacity 1: something is pending
+	anaOK  bool  // ana is new
+	err    error // why the watch ended, if it did while the queue lives
+	// changed is closed, and replaced, whenever something comes: every
+	// waiter looks again, each for its own kind of notice (one wake-up
+	// token shared by the kinds was taken by the wrong waiter).
+	changed chan struct{}
 }
 
 // watch enables the notices aec and starts the goroutine that keeps an
@@ -42,7 +45,7 @@ func (c *Controller) watch(ctx context.Context, aec uint32) error {
 		return err
 	}
 	c.events.aec = aec
-	c.events.signal = make(chan struct{}, 1)
+	c.events.changed = make(chan struct{})
 	c.events.wg.Add(1)
 	go c.eventLoop()
 	return nil
@@ -60,7 +63,8 @@ func (c *Controller) eventLoop() {
 		res, err := c.admin.standingCmd(context.Background(), func(cmd Command) { NewAdmin(cmd, AdminAER, 0, 0, 0, 0) },
 			"Asynchronous Event Request")
 		if err != nil {
-			return // the queue ended, or the controller refused AERs
+			ev.end(err) // the queue ended, or the controller refused AERs
+			return
 		}
 		if ev.aec&aecANAChange != 0 && res&0xffffff == aerANAChanged {
 			l, err := c.ANALog(context.Background()) // unmasks the next notice
@@ -70,8 +74,8 @@ func (c *Controller) eventLoop() {
 			}
 			ev.mu.Lock()
 			ev.ana, ev.anaOK = l, true
+			ev.wakeLocked()
 			ev.mu.Unlock()
-			ev.wake()
 			continue
 		}
 		if ev.aec == aecDiscChange && res&0xffffff == aerDiscChanged {
@@ -82,8 +86,8 @@ func (c *Controller) eventLoop() {
 			}
 			ev.mu.Lock()
 			ev.disc, ev.discOK = ents, true
+			ev.wakeLocked()
 			ev.mu.Unlock()
-			ev.wake()
 			continue
 		}
 		if ev.aec&aecNSAttr == 0 || res&0xffffff != aerNSChanged {
@@ -104,8 +108,8 @@ func (c *Controller) eventLoop() {
 			}
 			ev.ids = append(ev.ids, id)
 		}
+		ev.wakeLocked()
 		ev.mu.Unlock()
-		ev.wake()
 	}
 }
 
@@ -113,15 +117,14 @@ func (c *Controller) eventLoop() {
 func (ev *hostEvents) end(err error) {
 	ev.mu.Lock()
 	ev.err = err
+	ev.wakeLocked()
 	ev.mu.Unlock()
-	ev.wake()
 }
 
-func (ev *hostEvents) wake() {
-	select {
-	case ev.signal <- struct{}{}:
-	default:
-	}
+// wakeLocked wakes every waiter (ev.mu held).
+func (ev *hostEvents) wakeLocked() {
+	close(ev.changed)
+	ev.changed = make(chan struct{})
 }
 
 // WaitNamespaceChange waits until the controller reports that namespaces
@@ -183,12 +186,12 @@ func (c *Controller) WaitANAChange(ctx context.Context) (ANALog, error) {
 // what the watch for notice aec gathered; or returns why the watch ended.
 func (c *Controller) waitEvent(ctx context.Context, aec uint32, take func() bool) error {
 	ev := &c.events
-	if ev.signal == nil || ev.aec&aec == 0 {
+	if ev.aec&aec == 0 { // aec is set before the controller is returned, and not after
 		return ErrNoWatch
 	}
 	for {
 		ev.mu.Lock()
-		ok, err := take(), ev.err
+		ok, err, changed := take(), ev.err, ev.changed
 		ev.mu.Unlock()
 		if ok {
 			return nil
@@ -197,7 +200,7 @@ func (c *Controller) waitEvent(ctx context.Context, aec uint32, take func() bool
 			return err
 		}
 		select {
-		case <-ev.signal:
+		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-c.admin.dead:

@@ -20,10 +20,13 @@ import (
 //     every path optimized.
 //   - Each path watches its ANA states (HostConfig.WatchANA), so that an
 //     ANA Change notice moves the I/O at once.
-//   - A command that comes back with a path status (SCT 3: the state
-//     changed under it) is sent again down another path, and the path's
-//     log read again before it is used; one whose path broke is sent again
-//     too, and the broken path is closed (it is not reconnected).
+//   - A command that comes back with a path status (SCT 3, without DNR:
+//     an ANA state changed under it) is sent again down another path, and
+//     the path's log read again before it is used; one whose path broke,
+//     or was taken out, is sent again too, and a broken path is closed (it
+//     is not reconnected). A write sent again after its path broke may
+//     land before the first one, if the target still runs that: as with
+//     Linux's host, only the last completed write of a range is certain.
 //   - With no usable path, I/O waits for one (as Linux's host queues it,
 //     "no usable path") until its context ends; with no path left it
 //     fails with ErrNoPath.
@@ -53,7 +56,9 @@ type mpath struct {
 	err     error               // why it is not usable: it never connected or has ended
 	states  map[uint32]ANAState // ANA group → state through this path
 	groups  map[uint32]uint32   // NSID → ANA group, as the log lists them
+	chg     uint64              // the change count of the log applied
 	pending bool                // a path status came back: unusable until its log is read again
+	asked   map[uint32]bool     // groups missing from the log, read again once for each
 
 	cmds, pathErrs atomic.Uint64
 }
@@ -120,7 +125,7 @@ func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQ
 				errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 				continue
 			}
-			p.set(l)
+			p.set(l, true)
 		}
 		live++
 	}
@@ -138,16 +143,23 @@ func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQ
 }
 
 // set records a path's ANA log (Multipath.mu held, or before the path is
-// shared).
-func (p *mpath) set(l ANALog) {
-	p.states, p.groups = map[uint32]ANAState{}, map[uint32]uint32{}
+// shared), unless it is older than the one applied: the path's watch and
+// a read after a path status may fetch logs at once, and the older must
+// not win. A read after a path status (done) ends the pending state.
+func (p *mpath) set(l ANALog, done bool) {
+	if done {
+		p.pending = false
+	}
+	if p.states != nil && l.ChangeCount < p.chg {
+		return
+	}
+	p.states, p.groups, p.chg, p.asked = map[uint32]ANAState{}, map[uint32]uint32{}, l.ChangeCount, nil
 	for _, g := range l.Groups {
 		p.states[g.ID] = g.State
 		for _, id := range g.NSIDs {
 			p.groups[id] = g.ID
 		}
 	}
-	p.pending = false
 }
 
 // watch follows a path: its ANA Change notices, until its controller ends.
@@ -165,7 +177,7 @@ func (m *Multipath) watch(p *mpath) {
 			return
 		}
 		m.mu.Lock()
-		p.set(l)
+		p.set(l, false)
 		m.notify()
 		m.mu.Unlock()
 	}
@@ -208,7 +220,11 @@ func (m *Multipath) fail(p *mpath, err error) {
 func (m *Multipath) refresh(p *mpath) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if p.pending || p.err != nil || m.closed {
+	m.refreshLocked(p)
+}
+
+func (m *Multipath) refreshLocked(p *mpath) {
+	if p.pending || p.err != nil || m.closed || !p.ana {
 		return
 	}
 	p.pending = true
@@ -223,15 +239,16 @@ func (m *Multipath) refresh(p *mpath) {
 			return
 		}
 		m.mu.Lock()
-		p.set(l)
+		p.set(l, true)
 		m.notify()
 		m.mu.Unlock()
 	}()
 }
 
 // state is namespace n's ANA state through path i (m.mu held): optimized
-// where the controller does not report ANA, and inaccessible where the
-// log does not say (the log is then read again, as Linux's host does).
+// where the controller does not report ANA. Where the log does not name
+// its group (a namespace added since), the log is read again, once, as
+// Linux's host does; till then, and if it still does not, inaccessible.
 func (m *Multipath) state(n *MultipathNamespace, i int) ANAState {
 	p := m.paths[i]
 	if !p.ana {
@@ -243,6 +260,13 @@ func (m *Multipath) state(n *MultipathNamespace, i int) ANAState {
 	}
 	s, ok := p.states[g]
 	if !ok {
+		if !p.asked[g] {
+			if p.asked == nil {
+				p.asked = map[uint32]bool{}
+			}
+			p.asked[g] = true
+			m.refreshLocked(p)
+		}
 		return ANAInaccessible
 	}
 	return s
@@ -309,15 +333,21 @@ func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*Host
 		p.cmds.Add(1)
 		k, err := op(n.ns[i])
 		var se *StatusError
+		isStatus := errors.As(err, &se)
 		switch {
 		case err == nil:
 			return k, nil
 		case ctx.Err() != nil:
 			return k, err
-		case errors.As(err, &se) && se.Status.SCT() == SCTPath:
+		case isStatus && se.Status.SCT() == SCTPath && se.Status&DNR == 0:
 			p.pathErrs.Add(1)
-			m.refresh(p)
-		case errors.As(err, &se) || !p.c.broken():
+			if c := se.Status.Code(); c >= StatusANAPersistentLoss && c <= StatusANATransition {
+				m.refresh(p) // an ANA state changed: read it before using the path again
+			}
+		case m.out(p):
+			// Taken out while the command ran (its controller closed
+			// under it): another path may serve it.
+		case isStatus || !p.c.broken():
 			return k, err // the namespace's answer whichever the path, or the call's own (io.EOF, ErrRange)
 		default:
 			m.fail(p, err) // the path broke under the command
@@ -333,6 +363,13 @@ func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*Host
 func (m *Multipath) do0(ctx context.Context, n *MultipathNamespace, op func(*HostNamespace) error) error {
 	_, err := m.do(ctx, n, func(hn *HostNamespace) (int, error) { return 0, op(hn) })
 	return err
+}
+
+// out reports whether a path was taken out while Multipath is open.
+func (m *Multipath) out(p *mpath) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return p.err != nil && !m.closed
 }
 
 // Paths reports each path: its controller, whether it is used, its ANA
@@ -398,6 +435,7 @@ func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNames
 	n := &MultipathNamespace{m: m, ID: nsid, ns: make([]*HostNamespace, len(m.paths))}
 	var errs []error
 	var first *HostNamespace
+	var firstAddr string
 	for i, p := range m.paths {
 		m.mu.Lock()
 		ok := p.err == nil
@@ -411,10 +449,10 @@ func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNames
 			continue
 		}
 		if first != nil && (hn.Size() != first.Size() || hn.BlockSize() != first.BlockSize() || hn.Info.NGUID != first.Info.NGUID) {
-			return nil, fmt.Errorf("nvmeof: namespace %d: paths %s and %s disagree on what it is", nsid, m.paths[0].addr, p.addr)
+			return nil, fmt.Errorf("nvmeof: namespace %d: paths %s and %s disagree on what it is", nsid, firstAddr, p.addr)
 		}
 		if first == nil {
-			first = hn
+			first, firstAddr = hn, p.addr
 		}
 		n.ns[i] = hn
 	}

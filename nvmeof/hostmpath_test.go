@@ -255,7 +255,7 @@ func TestMultipathFlipping(t *testing.T) {
 	for w := range writers {
 		go func() {
 			r := result{w: w}
-			for ; flips.Load() < want; r.n++ {
+			for ; r.n == 0 || flips.Load() < want; r.n++ { // one write at least, however late it starts
 				r.last = byte(w*50 + r.n%50)
 				if _, r.err = n.WriteAtContext(ctx, bytes.Repeat([]byte{r.last}, 8192), int64(w)*65536); r.err != nil {
 					break
@@ -286,4 +286,117 @@ func TestMultipathFlipping(t *testing.T) {
 		require.NoError(t, p.Err)
 	}
 	t.Logf("%d writes over %d flips; commands %d and %d; path statuses %d", total, want, m.Paths()[0].Commands, m.Paths()[1].Commands, pathErrs)
+}
+
+// A namespace added in a group the paths' logs did not list (no ANA
+// notice comes for it, only a namespace one, as from nvmet): its log is
+// read again, once, and the namespace is used.
+func TestMultipathNewGroup(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, sub, p1, p2 := anaTarget(t)
+	for _, p := range []*Port{p1, p2} {
+		require.NoError(t, p.SetANAState(7, ANAOptimized))
+	}
+	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
+	for _, p := range m.Paths() {
+		_, listed := p.States[7]
+		require.False(t, listed, "no namespace in group 7 yet")
+	}
+	_, err := sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 3, ANAGroup: 7})
+	require.NoError(t, err)
+	n, err := m.Namespace(ctx, 3)
+	require.NoError(t, err)
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = n.WriteAtContext(short, make([]byte, 4096), 0)
+	require.NoError(t, err, "group 7 learnt by reading the log again")
+}
+
+// One controller watching namespaces and ANA states at once: a waiter of
+// each kind gets its own notice (they shared one wake-up token, and one
+// took the other's).
+func TestWatchBothKinds(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, sub, p1, _ := anaTarget(t)
+	c := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true, WatchANA: true})
+	nsCh, anaCh := make(chan []uint32, 1), make(chan ANALog, 1)
+	go func() {
+		ids, _ := c.WaitNamespaceChange(ctx)
+		nsCh <- ids
+	}()
+	go func() {
+		l, _ := c.WaitANAChange(ctx)
+		anaCh <- l
+	}()
+	time.Sleep(50 * time.Millisecond) // both waiting
+	_, err := sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	select {
+	case ids := <-nsCh:
+		require.Equal(t, []uint32{3}, ids)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the namespace waiter missed its notice")
+	}
+	require.NoError(t, p1.SetANAState(1, ANANonOptimized))
+	select {
+	case l := <-anaCh:
+		require.Equal(t, ANANonOptimized, l.Groups[0].State)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the ANA waiter missed its notice")
+	}
+}
+
+// A path taken out while commands run on it (its log could not be read):
+// they go down the other path, none fails with ErrClosed.
+func TestMultipathPathTakenOut(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, _, p1, p2 := anaTarget(t)
+	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
+	n, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	const writers = 8
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			_, err := n.WriteAtContext(ctx, bytes.Repeat([]byte{byte(w)}, 64<<10), int64(w)<<16)
+			errs <- err
+		}()
+	}
+	m.fail(m.paths[0], errors.New("test: taken out"))
+	for range writers {
+		require.NoError(t, <-errs)
+	}
+	require.Error(t, m.Paths()[0].Err)
+	got := make([]byte, 64<<10)
+	for w := range writers {
+		_, err := n.ReadAt(got, int64(w)<<16)
+		require.NoError(t, err)
+		require.Equal(t, bytes.Repeat([]byte{byte(w)}, 64<<10), got)
+	}
+}
+
+// Paths to a target that does not report ANA (its transfers are too small
+// for the log): every path is optimized, the I/O is shared, and a path
+// lost is survived.
+func TestMultipathWithoutANA(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{MaxTransfer: 8192})
+	p2, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{testNQN}})
+	require.NoError(t, err)
+	m := connectMultipath(t, addr, p2.Addr().String())
+	n, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	c := writes(t, m, n, 10, 1)
+	require.Equal(t, []uint64{5, 5}, c, "round-robin over two optimized paths")
+	require.NoError(t, p2.Close())
+	writes(t, m, n, 10, 2)
+	require.Eventually(t, func() bool { return m.Paths()[1].Err != nil }, 10*time.Second, 5*time.Millisecond)
+	got := make([]byte, 4096)
+	_, err = n.ReadAt(got, 9*4096)
+	require.NoError(t, err)
+	require.Equal(t, bytes.Repeat([]byte{2 + 9}, 4096), got)
 }

@@ -21,7 +21,7 @@ func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns 
 		if ns == nil {
 			return 0, 0, StatusInvalidNamespace | DNR, nil
 		}
-		if st := anaStatus(p.ANAState(ns.ANAGroup())); !st.OK() {
+		if st := c.anaStatus(p, ns); !st.OK() {
 			return 0, 0, st, nil
 		}
 		slba, nlb := cmd.SLBA(), uint64(cmd.NLB())+1
@@ -43,7 +43,10 @@ func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns 
 	case IOFlush:
 		if id := cmd.NSID(); id != 0xffffffff {
 			if ns := c.sub.namespace(id); ns != nil {
-				return dirNone, 0, anaStatus(p.ANAState(ns.ANAGroup())), ns
+				if st := c.anaStatus(p, ns); !st.OK() {
+					return 0, 0, st, nil
+				}
+				return dirNone, 0, StatusSuccess, ns
 			}
 			return 0, 0, StatusInvalidNamespace | DNR, nil
 		}
@@ -53,7 +56,7 @@ func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns 
 		if ns == nil {
 			return 0, 0, StatusInvalidNamespace | DNR, nil
 		}
-		if st := anaStatus(p.ANAState(ns.ANAGroup())); !st.OK() {
+		if st := c.anaStatus(p, ns); !st.OK() {
 			return 0, 0, st, nil
 		}
 		return dirIn, (int(cmd.CDW(10)&0xff) + 1) * dsmRange, StatusSuccess, ns

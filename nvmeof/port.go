@@ -127,6 +127,14 @@ func (t *Target) portInUseLocked(id uint16) bool {
 	return false
 }
 
+// Ports returns the target's open ports, Listen's and ListenPort's, in the
+// order they were opened: Listen's too may have its ANA states set.
+func (t *Target) Ports() []*Port {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Clone(t.ports)
+}
+
 // Addr returns the port's listening address.
 func (p *Port) Addr() net.Addr { return p.ln.Addr() }
 

@@ -188,7 +188,12 @@ func TestPortClose(t *testing.T) {
 	require.NoError(t, err, "the other port's host goes on")
 	_, err = Connect(ctx, "tcp", addr2, sub.NQN, HostConfig{})
 	require.Error(t, err, "nothing listens there")
-	p9, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{ID: 9, Subsystems: []string{sub.NQN}})
-	require.NoError(t, err, "the ID is free again")
+	require.Eventually(t, func() bool { return tg.controller(via2.ID) == nil }, 10*time.Second, 5*time.Millisecond,
+		"the controller through the closed port is gone")
+	require.NotNil(t, tg.controller(via1.ID))
+	p9, err := tg.ListenPort(ctx, "tcp", addr2, PortConfig{ID: 9, Subsystems: []string{sub.NQN}})
+	require.NoError(t, err, "the ID and the address are free again")
 	connectHost(t, p9.Addr().String(), sub.NQN, HostConfig{})
+	require.Len(t, tg.Ports(), 2)
+	require.Error(t, p2.SetANAState(1, ANAInaccessible), "a closed port")
 }

@@ -70,6 +70,16 @@ func (s *served) apply(ctx context.Context, p *plan) error {
 		s.logf("config: %v", err)
 		errs = append(errs, err)
 	}
+	// ANA states that make a group accessible on a port that stays go
+	// first, those that take one away last (applyPorts): a namespace
+	// moved to another group is never inaccessible on every path between.
+	if s.ports != nil {
+		for _, pp := range p.ports {
+			if cur, ok := s.ports[pp.id]; ok && cur.plan.addr == pp.addr {
+				s.applyANA(cur, pp, true)
+			}
+		}
+	}
 	want := map[string]bool{}
 	for _, sp := range p.subs {
 		want[sp.nqn] = true
@@ -175,10 +185,15 @@ func (s *served) applyPorts(ctx context.Context, ports []portPlan) []error {
 	for _, pp := range ports {
 		want[pp.id] = pp
 	}
+	moved := map[uint16]portPlan{}
 	for _, id := range slices.Sorted(maps.Keys(s.ports)) {
 		cur := s.ports[id]
-		if pp, ok := want[id]; ok && pp.addr == cur.plan.addr {
+		pp, ok := want[id]
+		if ok && pp.addr == cur.plan.addr {
 			continue
+		}
+		if ok {
+			moved[id] = cur.plan
 		}
 		cur.port.Close() // logged by the target
 		delete(s.ports, id)
@@ -187,7 +202,17 @@ func (s *served) applyPorts(ctx context.Context, ports []portPlan) []error {
 		cur, ok := s.ports[pp.id]
 		switch {
 		case !ok:
-			if err := s.open(ctx, pp); err != nil {
+			err := s.open(ctx, pp)
+			if old, was := moved[pp.id]; err != nil && was {
+				// The new address failed: back to the old one, so that
+				// the port is not lost to a typo.
+				if err2 := s.open(ctx, old); err2 != nil {
+					err = errors.Join(err, err2)
+				} else {
+					err = fmt.Errorf("%w: port %d stays on %s", err, pp.id, old.addr)
+				}
+			}
+			if err != nil {
 				errs = append(errs, err)
 			}
 		default:
@@ -199,7 +224,7 @@ func (s *served) applyPorts(ctx context.Context, ports []portPlan) []error {
 				cur.plan.subs = pp.subs
 				s.logf("config: port %d now links %s", pp.id, links(pp.subs))
 			}
-			s.applyANA(cur, pp)
+			s.applyANA(cur, pp, false)
 			cur.plan.ana = pp.ana
 			s.ports[pp.id] = cur
 		}
@@ -207,10 +232,12 @@ func (s *served) applyPorts(ctx context.Context, ports []portPlan) []error {
 	return errs
 }
 
-// applyANA sets the ANA states a reload changed on a port; a group the
-// file no longer sets goes back to nvmet's default (group 1 optimized, any
-// other inaccessible). Hosts connected through the port are told.
-func (s *served) applyANA(cur servedPort, pp portPlan) {
+// applyANA sets the ANA states a reload changed on a port (with
+// accessible, only those that make a group optimized or non-optimized);
+// a group the file no longer sets goes back to nvmet's default (group 1
+// optimized, any other inaccessible). Hosts connected through the port
+// are told.
+func (s *served) applyANA(cur servedPort, pp portPlan, accessible bool) {
 	groups := map[uint32]bool{}
 	for g := range cur.plan.ana {
 		groups[g] = true
@@ -226,7 +253,7 @@ func (s *served) applyANA(cur servedPort, pp portPlan) {
 				want = nvmeof.ANAOptimized
 			}
 		}
-		if cur.port.ANAState(g) == want {
+		if cur.port.ANAState(g) == want || accessible && want != nvmeof.ANAOptimized && want != nvmeof.ANANonOptimized {
 			continue
 		}
 		if err := cur.port.SetANAState(g, want); err != nil { // logged by the target

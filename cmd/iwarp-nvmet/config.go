@@ -153,6 +153,7 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 	p := &plan{}
 	linked := map[string]bool{}
 	ids := map[uint64]bool{}
+	addrs := map[string]uint16{}
 	for _, pt := range cfg.Ports {
 		id, err := strconv.ParseUint(string(pt.PortID), 10, 16)
 		if err != nil || id == 0 {
@@ -198,6 +199,10 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 			}
 			pp.ana[grp] = st
 		}
+		if other, dup := addrs[pp.addr]; dup {
+			return nil, fmt.Errorf("ports %d and %d are both on %s", other, id, pp.addr)
+		}
+		addrs[pp.addr] = pp.id
 		for _, s := range pp.subs {
 			linked[s] = true
 		}
