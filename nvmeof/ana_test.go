@@ -32,15 +32,23 @@ func anaTarget(t *testing.T) (tg *Target, sub *Subsystem, p1, p2 *Port) {
 	return tg, sub, p1, p2
 }
 
+// anaHosts connects a host (one I/O queue) through each of anaTarget's
+// ports.
+func anaHosts(t *testing.T) (context.Context, *Subsystem, *Port, *Port, *Controller, *Controller) {
+	t.Helper()
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, sub, p1, p2 := anaTarget(t)
+	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	b := connectHost(t, p2.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	return ctx, sub, p1, p2, a, b
+}
+
 // Each path's ANA log gives each group's state through its own port, with
 // the group's namespaces in ascending order; Identify Namespace gives the
 // group, and no space in use where the group is inaccessible (as nvmet).
 func TestANALog(t *testing.T) {
-	checkRoutines(t)
-	ctx := testCtx(t)
-	_, _, p1, p2 := anaTarget(t)
-	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1})
-	b := connectHost(t, p2.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	ctx, _, _, _, a, b := anaHosts(t)
 
 	la, err := a.ANALog(ctx)
 	require.NoError(t, err)
@@ -94,11 +102,7 @@ func TestANALogGroupsOnly(t *testing.T) {
 // path), and the data is untouched; the other path serves it. Each state
 // gives its own status, and the namespace comes back when the state does.
 func TestANAStatus(t *testing.T) {
-	checkRoutines(t)
-	ctx := testCtx(t)
-	_, sub, p1, p2 := anaTarget(t)
-	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1})
-	b := connectHost(t, p2.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	ctx, sub, p1, p2, a, b := anaHosts(t)
 	na, err := a.Namespace(ctx, 2)
 	require.NoError(t, err)
 	nb, err := b.Namespace(ctx, 2)
@@ -154,11 +158,7 @@ func TestANAStatus(t *testing.T) {
 // that port only; the next is held back until the host reads the log, as
 // nvmet does; a namespace moved to another group tells every path.
 func TestANAChange(t *testing.T) {
-	checkRoutines(t)
-	ctx := testCtx(t)
-	_, sub, p1, p2 := anaTarget(t)
-	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{})
-	b := connectHost(t, p2.Addr().String(), testNQN, HostConfig{})
+	ctx, sub, p1, _, a, b := anaHosts(t)
 	for _, c := range []*Controller{a, b} {
 		v, err := c.SetFeatures(ctx, FeatAsyncEvent, aecANAChange)
 		require.NoError(t, err)

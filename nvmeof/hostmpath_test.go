@@ -12,6 +12,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// mpathNS connects a Multipath to anaTarget's two ports and opens
+// namespace 1 (group 1: optimized through p1, non-optimized through p2).
+func mpathNS(t *testing.T) (context.Context, *Port, *Port, *Multipath, *MultipathNamespace) {
+	t.Helper()
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, _, p1, p2 := anaTarget(t)
+	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
+	n, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	return ctx, p1, p2, m, n
+}
+
 func connectMultipath(t *testing.T, addrs ...string) *Multipath {
 	t.Helper()
 	m, err := ConnectMultipath(testCtx(t), "tcp", addrs, testNQN, HostConfig{IOQueues: 1})
@@ -52,12 +65,7 @@ func waitStates(t *testing.T, m *Multipath, g uint32, want ...ANAState) {
 // in another group goes where that group is optimized. Data read back by
 // either path is what was written.
 func TestMultipath(t *testing.T) {
-	checkRoutines(t)
-	ctx := testCtx(t)
-	_, _, p1, p2 := anaTarget(t)
-	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
-	n, err := m.Namespace(ctx, 1)
-	require.NoError(t, err)
+	ctx, p1, p2, m, n := mpathNS(t)
 	require.EqualValues(t, 1<<20, n.Size())
 	require.Equal(t, []uint64{10, 0}, writes(t, m, n, 10, 1), "the optimized path")
 
@@ -69,7 +77,7 @@ func TestMultipath(t *testing.T) {
 		require.Zero(t, p.PathErrors, "%s", p.Addr)
 	}
 	got := make([]byte, 4096)
-	_, err = n.ReadAt(got, 9*4096)
+	_, err := n.ReadAt(got, 9*4096)
 	require.NoError(t, err)
 	require.Equal(t, bytes.Repeat([]byte{2 + 9}, 4096), got)
 
@@ -120,19 +128,14 @@ func TestMultipathPathStatus(t *testing.T) {
 // With no usable path, I/O waits until a path comes back, or its context
 // ends.
 func TestMultipathNoUsablePath(t *testing.T) {
-	checkRoutines(t)
-	ctx := testCtx(t)
-	_, _, p1, p2 := anaTarget(t)
-	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
-	n, err := m.Namespace(ctx, 1)
-	require.NoError(t, err)
+	ctx, p1, p2, m, n := mpathNS(t)
 	require.NoError(t, p1.SetANAState(1, ANAInaccessible))
 	require.NoError(t, p2.SetANAState(1, ANAChange))
 	waitStates(t, m, 1, ANAInaccessible, ANAChange)
 
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	_, err = n.WriteAtContext(short, make([]byte, 4096), 0)
+	_, err := n.WriteAtContext(short, make([]byte, 4096), 0)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
 	done := make(chan error, 1)
@@ -223,12 +226,7 @@ func TestMultipathChecks(t *testing.T) {
 // usable): every write succeeds, by notice or by path status, and each
 // region holds its last write.
 func TestMultipathFlipping(t *testing.T) {
-	checkRoutines(t)
-	ctx := testCtx(t)
-	_, _, p1, p2 := anaTarget(t)
-	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
-	n, err := m.Namespace(ctx, 1)
-	require.NoError(t, err)
+	ctx, p1, p2, m, n := mpathNS(t)
 	const want = 30
 	var flips atomic.Int32
 	flipErr := make(chan error, 1)
@@ -351,12 +349,7 @@ func TestWatchBothKinds(t *testing.T) {
 // A path taken out while commands run on it (its log could not be read):
 // they go down the other path, none fails with ErrClosed.
 func TestMultipathPathTakenOut(t *testing.T) {
-	checkRoutines(t)
-	ctx := testCtx(t)
-	_, _, p1, p2 := anaTarget(t)
-	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
-	n, err := m.Namespace(ctx, 1)
-	require.NoError(t, err)
+	ctx, _, _, m, n := mpathNS(t)
 	const writers = 8
 	errs := make(chan error, writers)
 	for w := range writers {
