@@ -112,7 +112,7 @@ func (c *controller) controllerInfo() ControllerInfo {
 	// notice (events.go).
 	ci.Serial, ci.Model, ci.SubNQN = c.sub.Serial, c.sub.Model, c.sub.NQN
 	ci.CtrlType, ci.CMIC, ci.OAES = ControllerIO, cmicMultiPort|cmicMultiCtrl, aecNSAttr
-	ci.NN, ci.MNAN, ci.ONCS, ci.VWC = maxNSID, maxNSID, oncsDSM|oncsWriteZeroes, 1
+	ci.NN, ci.MNAN, ci.ONCS, ci.VWC = maxNSID, maxNSID, oncsDSM|oncsWriteZeroes|oncsResv, 1
 	if c.ana() {
 		ci.CMIC |= cmicANA
 		ci.OAES |= aecANAChange
@@ -145,6 +145,9 @@ func (c *controller) identify(r *request) ([]byte, Status) {
 		if ns := c.sub.namespace(nsid); ns != nil {
 			b := ns.Blocks()
 			ni := NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NMIC: nmicShared, NGUID: ns.NGUID}
+			if ns.resv != nil {
+				ni.RESCAP = rescapAll
+			}
 			if c.ana() {
 				ni.ANAGroup = ns.ANAGroup()
 				if s := c.admin.port.ANAState(ni.ANAGroup); s == ANAInaccessible || s == ANAPersistentLoss {

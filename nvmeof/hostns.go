@@ -208,7 +208,8 @@ func (q *hqueue) startRW(i int, op uint8, nsid uint32, slba uint64, nlb uint16, 
 	return nil
 }
 
-var opNames = map[uint8]string{IORead: "Read", IOWrite: "Write", IOFlush: "Flush", IOWriteZeroes: "Write Zeroes", IODSM: "Dataset Management"}
+var opNames = map[uint8]string{IORead: "Read", IOWrite: "Write", IOFlush: "Flush", IOWriteZeroes: "Write Zeroes", IODSM: "Dataset Management",
+	IOResvRegister: "Reservation Register", IOResvAcquire: "Reservation Acquire", IOResvRelease: "Reservation Release"}
 
 // finish waits for slot i's command and copies read data into p.
 func (q *hqueue) finish(ctx context.Context, i int, op uint8, p []byte) error {

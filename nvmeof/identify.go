@@ -138,6 +138,7 @@ type NamespaceInfo struct {
 	Size, Capacity, Utilization uint64 // in logical blocks
 	LBADS                       uint8  // log2 of the block size
 	NMIC                        uint8  // bit 0: the namespace may be attached to several controllers
+	RESCAP                      uint8  // reservation capabilities: bits 1-6 the types, 7 IEKEY
 	ANAGroup                    uint32 // ANAGRPID
 	NGUID                       [16]byte
 }
@@ -156,7 +157,7 @@ func (n *NamespaceInfo) Append(b []byte) []byte {
 	le.PutUint64(p[16:], n.Utilization)
 	p[25] = 0 // NLBAF: one format
 	p[26] = 0 // FLBAS: format 0
-	p[30] = n.NMIC
+	p[30], p[31] = n.NMIC, n.RESCAP
 	le.PutUint32(p[92:], n.ANAGroup)
 	copy(p[104:120], n.NGUID[:])
 	p[128+2] = n.LBADS // LBAF0: MS 0, LBADS, RP 0
@@ -170,7 +171,7 @@ func ParseNamespaceInfo(p []byte) (NamespaceInfo, error) {
 		return NamespaceInfo{}, errShortIdentify
 	}
 	le := binary.LittleEndian
-	n := NamespaceInfo{Size: le.Uint64(p[0:]), Capacity: le.Uint64(p[8:]), Utilization: le.Uint64(p[16:]), NMIC: p[30],
+	n := NamespaceInfo{Size: le.Uint64(p[0:]), Capacity: le.Uint64(p[8:]), Utilization: le.Uint64(p[16:]), NMIC: p[30], RESCAP: p[31],
 		ANAGroup: le.Uint32(p[92:])}
 	f := int(p[26] & 0xf)
 	n.LBADS = p[128+4*f+2]

@@ -18,6 +18,7 @@ type Namespace struct {
 	UUID      [16]byte
 
 	anaGrp    atomic.Uint32 // ANA group (ana.go)
+	resv      *resv         // reservations (resv.go), nil if not enabled
 	refs      atomic.Int64  // commands using Backend (Subsystem.use), which RemoveNamespace waits out
 	removed   atomic.Bool   // RemoveNamespace has taken it out
 	drained   chan struct{} // closed once removed and refs is 0
@@ -63,6 +64,9 @@ type NamespaceConfig struct {
 	// whose state through each port (Port.SetANAState) says whether hosts
 	// may use it there.
 	ANAGroup uint32
+	// Reservations enables the reservation commands on the namespace, as
+	// nvmet's resv_enable (resv.go).
+	Reservations bool
 }
 
 // AddNamespaceConfig adds a namespace over b and returns it. It may be
@@ -110,6 +114,9 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 		ns.UUID[8] = ns.UUID[8]&0x3f | 0x80
 	}
 	ns.anaGrp.Store(anaGroup)
+	if cfg.Reservations {
+		ns.resv = newResv()
+	}
 	for uint32(len(s.ns)) < id {
 		s.ns = append(s.ns, nil)
 	}

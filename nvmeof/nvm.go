@@ -21,7 +21,7 @@ func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns 
 		if ns == nil {
 			return 0, 0, StatusInvalidNamespace | DNR, nil
 		}
-		if st := c.anaStatus(p, ns); !st.OK() {
+		if st := c.access(p, ns, op); !st.OK() {
 			return 0, 0, st, nil
 		}
 		slba, nlb := cmd.SLBA(), uint64(cmd.NLB())+1
@@ -43,7 +43,7 @@ func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns 
 	case IOFlush:
 		if id := cmd.NSID(); id != 0xffffffff {
 			if ns := c.sub.namespace(id); ns != nil {
-				if st := c.anaStatus(p, ns); !st.OK() {
+				if st := c.access(p, ns, IOFlush); !st.OK() {
 					return 0, 0, st, nil
 				}
 				return dirNone, 0, StatusSuccess, ns
@@ -56,10 +56,12 @@ func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns 
 		if ns == nil {
 			return 0, 0, StatusInvalidNamespace | DNR, nil
 		}
-		if st := c.anaStatus(p, ns); !st.OK() {
+		if st := c.access(p, ns, IODSM); !st.OK() {
 			return 0, 0, st, nil
 		}
 		return dirIn, (int(cmd.CDW(10)&0xff) + 1) * dsmRange, StatusSuccess, ns
+	case IOResvRegister, IOResvAcquire, IOResvRelease, IOResvReport:
+		return c.planResv(cmd, p)
 	}
 	return 0, 0, StatusInvalidOpcode | DNR, nil
 }
@@ -104,6 +106,21 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		return 0, c.flushEach(""), nil
 	case IOWriteZeroes:
 		return 0, zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1, false), nil
+	case IOResvRegister:
+		return 0, ns.resv.register(c.hostID, cmd.CDW(10), r.in), nil
+	case IOResvAcquire:
+		return 0, ns.resv.acquire(c.hostID, cmd.CDW(10), r.in), nil
+	case IOResvRelease:
+		return 0, ns.resv.release(c.hostID, cmd.CDW(10), r.in), nil
+	case IOResvReport:
+		out := r.out(int(r.data.Len))
+		if out == nil {
+			return 0, StatusInternalError, nil
+		}
+		if st := ns.resv.report(cmd.CDW(11), out); !st.OK() {
+			return 0, st, nil
+		}
+		return 0, StatusSuccess, out
 	case IODSM:
 		if cmd.CDW(11)&(1<<2) == 0 {
 			return 0, StatusSuccess, nil // only hints: nothing to do

@@ -1,0 +1,134 @@
+package nvmeof
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+)
+
+// Reservations from the host's side (resv.go has the semantics): the
+// operations of Linux's block pr_ops and nvme-cli's resv-* commands. Keys
+// are the host's; a registration covers every controller of this host
+// (HostConfig.HostID).
+
+// RegisterKey registers key for this host (Reservation Register,
+// register). Registering the key it has already is no error.
+func (n *HostNamespace) RegisterKey(ctx context.Context, key uint64) error {
+	return n.resvKeys(ctx, IOResvRegister, resvRegister, 0, key)
+}
+
+// ReplaceKey replaces this host's key old with key.
+func (n *HostNamespace) ReplaceKey(ctx context.Context, old, key uint64) error {
+	return n.resvKeys(ctx, IOResvRegister, resvReplace, old, key)
+}
+
+// UnregisterKey ends this host's registration, key; a reservation it
+// holds goes with it (one of all registrants passes to another).
+func (n *HostNamespace) UnregisterKey(ctx context.Context, key uint64) error {
+	return n.resvKeys(ctx, IOResvRegister, resvUnregister, key, 0)
+}
+
+// Reserve takes a reservation of type t with this host's key.
+func (n *HostNamespace) Reserve(ctx context.Context, key uint64, t ReservationType) error {
+	return n.resvKeys(ctx, IOResvAcquire, resvAcquire|uint32(t)<<8, key, 0)
+}
+
+// Preempt takes the reservation (type t) from the registrants with key
+// victim, whose registrations end: how a cluster fences a node. With abort
+// it is Preempt and Abort (here: their commands in flight finish).
+func (n *HostNamespace) Preempt(ctx context.Context, key, victim uint64, t ReservationType, abort bool) error {
+	a := uint32(resvPreempt)
+	if abort {
+		a = resvPreemptAbort
+	}
+	return n.resvKeys(ctx, IOResvAcquire, a|uint32(t)<<8, key, victim)
+}
+
+// Release releases the reservation of type t this host holds.
+func (n *HostNamespace) Release(ctx context.Context, key uint64, t ReservationType) error {
+	return n.resvKeys(ctx, IOResvRelease, resvRelease|uint32(t)<<8, key, 0)
+}
+
+// ClearReservations ends the reservation and every registration, any
+// host's.
+func (n *HostNamespace) ClearReservations(ctx context.Context, key uint64) error {
+	return n.resvKeys(ctx, IOResvRelease, resvClear, key, 0)
+}
+
+// ReservationReport reads the namespace's registrants and reservation
+// (the extended data structure: 128-bit host identifiers), up to 63
+// registrants.
+func (n *HostNamespace) ReservationReport(ctx context.Context) (ReservationStatus, error) {
+	const size = 4096
+	var st ReservationStatus
+	var perr error
+	q := n.c.nextIO()
+	_, err := q.adminCmd(ctx, func(cmd Command) {
+		NewAdmin(cmd, IOResvReport, 0, n.ID, size/4-1, cdw11EDS)
+	}, size, "Reservation Report", func(b []byte) { st, perr = ParseReservationStatus(b) })
+	if err != nil {
+		return ReservationStatus{}, err
+	}
+	return st, perr
+}
+
+// resvKeys sends a reservation command with cdw10 and its two keys.
+func (n *HostNamespace) resvKeys(ctx context.Context, op uint8, cdw10 uint32, k1, k2 uint64) error {
+	data := binary.LittleEndian.AppendUint64(nil, k1)
+	data = binary.LittleEndian.AppendUint64(data, k2)
+	if op == IOResvRelease {
+		data = data[:resvKeyData]
+	}
+	err := n.simple(ctx, op, func(cmd Command) { NewAdmin(cmd, op, 0, n.ID, cdw10, 0) }, data)
+	if err != nil {
+		return fmt.Errorf("namespace %d: %w", n.ID, err)
+	}
+	return nil
+}
+
+// The reservation operations through a Multipath: down a usable path, as
+// I/O, since a registration is the host's whichever path carries it. One
+// resent after its path broke may find that the first was done (a
+// Preempt whose victim is gone already answers Reservation Conflict).
+
+// RegisterKey is HostNamespace.RegisterKey down a usable path.
+func (n *MultipathNamespace) RegisterKey(ctx context.Context, key uint64) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.RegisterKey(ctx, key) })
+}
+
+// ReplaceKey is HostNamespace.ReplaceKey down a usable path.
+func (n *MultipathNamespace) ReplaceKey(ctx context.Context, old, key uint64) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.ReplaceKey(ctx, old, key) })
+}
+
+// UnregisterKey is HostNamespace.UnregisterKey down a usable path.
+func (n *MultipathNamespace) UnregisterKey(ctx context.Context, key uint64) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.UnregisterKey(ctx, key) })
+}
+
+// Reserve is HostNamespace.Reserve down a usable path.
+func (n *MultipathNamespace) Reserve(ctx context.Context, key uint64, t ReservationType) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.Reserve(ctx, key, t) })
+}
+
+// Preempt is HostNamespace.Preempt down a usable path.
+func (n *MultipathNamespace) Preempt(ctx context.Context, key, victim uint64, t ReservationType, abort bool) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.Preempt(ctx, key, victim, t, abort) })
+}
+
+// Release is HostNamespace.Release down a usable path.
+func (n *MultipathNamespace) Release(ctx context.Context, key uint64, t ReservationType) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.Release(ctx, key, t) })
+}
+
+// ClearReservations is HostNamespace.ClearReservations down a usable path.
+func (n *MultipathNamespace) ClearReservations(ctx context.Context, key uint64) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.ClearReservations(ctx, key) })
+}
+
+// ReservationReport is HostNamespace.ReservationReport down a usable path.
+func (n *MultipathNamespace) ReservationReport(ctx context.Context) (ReservationStatus, error) {
+	var st ReservationStatus
+	err := n.m.do0(ctx, n, func(hn *HostNamespace) (err error) { st, err = hn.ReservationReport(ctx); return err })
+	return st, err
+}

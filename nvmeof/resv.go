@@ -1,0 +1,413 @@
+package nvmeof
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Reservations (NVMe base 2.0 section 8.19), as Linux's nvmet has them
+// (drivers/nvme/target/pr.c): the fencing that shared-storage clusters
+// build on. A host registers a key with a namespace; a registrant takes a
+// reservation of one of six types, which limits what the other hosts may
+// read and write; another registrant may preempt it (the way a cluster
+// fences a failed node). A registrant is a host (its host identifier from
+// Connect), whichever of its controllers it came through. Enabled per
+// namespace (NamespaceConfig.Reservations), as nvmet's resv_enable.
+//
+// As nvmet: the registrations last as long as the namespace (no
+// persistence through power loss, PTPL); Preempt and Abort preempts and
+// lets the preempted hosts' commands in flight finish; no Reservation
+// Notification log page or notices.
+
+// Reservation commands of the NVM command set.
+const (
+	IOResvRegister = 0x0d
+	IOResvReport   = 0x0e
+	IOResvAcquire  = 0x11
+	IOResvRelease  = 0x15
+)
+
+// Reservation statuses.
+const (
+	StatusHostIDInconsistent  = Status(0x18) // Host Identifier Inconsistent Format: a report without EDS
+	StatusReservationConflict = Status(0x83)
+)
+
+const (
+	oncsResv   = 1 << 5 // ONCS: reservations
+	rescapAll  = 0xfe   // RESCAP: the six types and IEKEY; no PTPL
+	resvHdrExt = 64     // the extended Reservation Status header and each extended entry
+)
+
+// ReservationType is the type of a reservation (RTYPE).
+type ReservationType uint8
+
+// Reservation types: who may read and write while one is held (the
+// holder always may).
+const (
+	ResvWriteExclusive          ReservationType = 1 // others read
+	ResvExclusiveAccess         ReservationType = 2 // others neither read nor write
+	ResvWriteExclusiveRegsOnly  ReservationType = 3 // registrants write, others read
+	ResvExclusiveAccessRegsOnly ReservationType = 4 // registrants read and write, others nothing
+	ResvWriteExclusiveAllRegs   ReservationType = 5 // as 3, every registrant a holder
+	ResvExclusiveAccessAllRegs  ReservationType = 6 // as 4, every registrant a holder
+
+	resvNone    = ReservationType(0)
+	maxResvType = ResvExclusiveAccessAllRegs
+)
+
+// The commands' actions (CDW10 bits 2:0) and flags.
+const (
+	resvRegister, resvUnregister, resvReplace  = 0, 1, 2 // RREGA
+	resvAcquire, resvPreempt, resvPreemptAbort = 0, 1, 2 // RACQA
+	resvRelease, resvClear                     = 0, 1    // RRELA
+
+	cdw10IEKEY = 1 << 3 // Ignore Existing Key
+	cdw11EDS   = 1 << 0 // Extended Data Structure
+
+	resvKeysData = 16 // CRKEY and NRKEY or PRKEY
+	resvKeyData  = 8  // CRKEY
+)
+
+var resvTypeNames = map[ReservationType]string{
+	ResvWriteExclusive: "Write Exclusive", ResvExclusiveAccess: "Exclusive Access",
+	ResvWriteExclusiveRegsOnly: "Write Exclusive - Registrants Only", ResvExclusiveAccessRegsOnly: "Exclusive Access - Registrants Only",
+	ResvWriteExclusiveAllRegs: "Write Exclusive - All Registrants", ResvExclusiveAccessAllRegs: "Exclusive Access - All Registrants",
+}
+
+func (t ReservationType) String() string {
+	if n, ok := resvTypeNames[t]; ok {
+		return n
+	}
+	if t == resvNone {
+		return "none"
+	}
+	return fmt.Sprintf("reservation type %d", uint8(t))
+}
+
+func (t ReservationType) allRegs() bool {
+	return t == ResvWriteExclusiveAllRegs || t == ResvExclusiveAccessAllRegs
+}
+
+// resv is a namespace's reservation state.
+type resv struct {
+	mu     sync.Mutex
+	gen    uint32
+	keys   map[[16]byte]uint64 // registrants: host identifier → key
+	order  [][16]byte          // registrants in the order they registered
+	holder [16]byte
+	rtype  ReservationType // resvNone: no reservation
+}
+
+func newResv() *resv { return &resv{keys: map[[16]byte]uint64{}} }
+
+// held reports whether host holds the reservation (r.mu held): its
+// holder, or any registrant of an all-registrants type.
+func (r *resv) holds(host [16]byte) bool {
+	if r.rtype == resvNone {
+		return false
+	}
+	if r.rtype.allRegs() {
+		_, reg := r.keys[host]
+		return reg
+	}
+	return r.holder == host
+}
+
+// allows reports whether host may run I/O command op on the namespace,
+// as nvmet's access check: the write group is Flush, Write, Write Zeroes
+// and Dataset Management, the read group Read.
+func (r *resv) allows(host [16]byte, op uint8) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rtype == resvNone || r.holds(host) {
+		return true
+	}
+	write := op == IOFlush || op == IOWrite || op == IOWriteZeroes || op == IODSM
+	read := op == IORead
+	_, reg := r.keys[host]
+	switch r.rtype {
+	case ResvWriteExclusive:
+		return !write
+	case ResvExclusiveAccess:
+		return !write && !read
+	case ResvWriteExclusiveRegsOnly, ResvWriteExclusiveAllRegs:
+		return reg || !write
+	default: // the exclusive access registrants types
+		return reg || !write && !read
+	}
+}
+
+// unregister removes host's registration (r.mu held); a holder that goes
+// takes a reservation of types 1 to 4 with it, and passes one of the
+// all-registrants types to the first remaining registrant.
+func (r *resv) unregister(host [16]byte) {
+	delete(r.keys, host)
+	r.order = slices.DeleteFunc(r.order, func(h [16]byte) bool { return h == host })
+	if r.rtype == resvNone || r.holder != host {
+		return
+	}
+	if r.rtype.allRegs() && len(r.order) > 0 {
+		r.holder = r.order[0]
+		return
+	}
+	r.rtype, r.holder = resvNone, [16]byte{}
+}
+
+// unregisterKey removes every registrant with key k (r.mu held) and
+// reports whether there was one.
+func (r *resv) unregisterKey(k uint64) bool {
+	var hit [][16]byte
+	for _, h := range r.order {
+		if r.keys[h] == k {
+			hit = append(hit, h)
+		}
+	}
+	for _, h := range hit {
+		r.unregister(h)
+	}
+	return len(hit) > 0
+}
+
+// register serves Reservation Register.
+func (r *resv) register(host [16]byte, cdw10 uint32, data []byte) Status {
+	crkey, nrkey := binary.LittleEndian.Uint64(data), binary.LittleEndian.Uint64(data[8:])
+	iekey := cdw10&cdw10IEKEY != 0
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key, reg := r.keys[host]
+	switch cdw10 & 7 {
+	case resvRegister: // CRKEY and IEKEY are not looked at (as nvmet)
+		if reg && key != nrkey {
+			return StatusReservationConflict | DNR
+		}
+		if !reg {
+			r.keys[host] = nrkey
+			r.order = append(r.order, host)
+		}
+	case resvUnregister, resvReplace:
+		if !reg || !iekey && key != crkey {
+			return StatusReservationConflict | DNR
+		}
+		if cdw10&7 == resvUnregister {
+			r.unregister(host)
+		} else {
+			r.keys[host] = nrkey
+		}
+	default:
+		return StatusInvalidOpcode | DNR
+	}
+	r.gen++
+	return StatusSuccess
+}
+
+// acquire serves Reservation Acquire: acquire, preempt, preempt and
+// abort.
+func (r *resv) acquire(host [16]byte, cdw10 uint32, data []byte) Status {
+	crkey, prkey := binary.LittleEndian.Uint64(data), binary.LittleEndian.Uint64(data[8:])
+	t := ReservationType(cdw10 >> 8)
+	if cdw10&cdw10IEKEY != 0 || t < ResvWriteExclusive || t > maxResvType {
+		return StatusInvalidField | DNR
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if key, reg := r.keys[host]; !reg || key != crkey {
+		return StatusReservationConflict | DNR
+	}
+	switch cdw10 & 7 {
+	case resvAcquire:
+		switch {
+		case r.rtype == resvNone:
+			r.holder, r.rtype = host, t
+		case r.holder == host && r.rtype == t:
+		default: // held by another, or in another type (nvmet: for the all-registrants types too)
+			return StatusReservationConflict | DNR
+		}
+		return StatusSuccess
+	case resvPreempt, resvPreemptAbort:
+	default:
+		return StatusInvalidOpcode | DNR
+	}
+	switch {
+	case r.rtype == resvNone:
+		if !r.unregisterKey(prkey) {
+			return StatusReservationConflict | DNR
+		}
+	case r.rtype.allRegs() && prkey == 0:
+		// Every other registrant out, the caller the holder.
+		for _, h := range slices.Clone(r.order) {
+			if h != host {
+				r.unregister(h)
+			}
+		}
+		r.holder, r.rtype = host, t
+	case r.rtype.allRegs():
+		if !r.unregisterKey(prkey) {
+			return StatusReservationConflict | DNR
+		}
+	case r.holder == host:
+		r.rtype = t // only the type changes
+	case prkey == r.keys[r.holder]:
+		// The holder preempted: the caller holds, the registrants with
+		// the holder's key (the holder among them) are out.
+		for _, h := range slices.Clone(r.order) {
+			if h != host && r.keys[h] == prkey {
+				r.unregister(h)
+			}
+		}
+		r.holder, r.rtype = host, t
+	case prkey != 0:
+		if !r.unregisterKey(prkey) {
+			return StatusReservationConflict | DNR
+		}
+	default:
+		return StatusInvalidField | DNR
+	}
+	r.gen++
+	return StatusSuccess
+}
+
+// release serves Reservation Release: release, clear.
+func (r *resv) release(host [16]byte, cdw10 uint32, data []byte) Status {
+	crkey := binary.LittleEndian.Uint64(data)
+	if cdw10&cdw10IEKEY != 0 {
+		return StatusInvalidField | DNR
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if key, reg := r.keys[host]; !reg || key != crkey {
+		return StatusReservationConflict | DNR
+	}
+	switch cdw10 & 7 {
+	case resvRelease:
+		switch {
+		case r.rtype == resvNone || r.holder != host: // nothing to release (as nvmet, for every type)
+		case ReservationType(cdw10>>8) != r.rtype:
+			return StatusReservationConflict | DNR
+		default:
+			r.rtype, r.holder = resvNone, [16]byte{}
+		}
+	case resvClear:
+		clear(r.keys)
+		r.order, r.rtype, r.holder = nil, resvNone, [16]byte{}
+		r.gen++
+	default:
+		return StatusInvalidOpcode | DNR
+	}
+	return StatusSuccess
+}
+
+// report serves Reservation Report into out (its whole length, NUMD): the
+// extended data structure only, as nvmet, since host identifiers are 128
+// bits here.
+func (r *resv) report(cdw11 uint32, out []byte) Status {
+	if cdw11&cdw11EDS == 0 {
+		return StatusHostIDInconsistent | DNR
+	}
+	if len(out) < resvHdrExt {
+		return StatusInvalidField | DNR
+	}
+	clear(out)
+	le := binary.LittleEndian
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	le.PutUint32(out[0:], r.gen)
+	out[4] = byte(r.rtype)
+	le.PutUint16(out[5:], uint16(len(r.order)))
+	for i, h := range r.order {
+		e := out[resvHdrExt*(i+1):]
+		if len(e) < resvHdrExt {
+			break // REGCTL counts them all; those that do not fit are left out
+		}
+		le.PutUint16(e[0:], DynamicCntlID)
+		if r.holds(h) {
+			e[2] = 1
+		}
+		le.PutUint64(e[8:], r.keys[h])
+		copy(e[16:32], h[:])
+	}
+	return StatusSuccess
+}
+
+// Registrant is a registrant in a Reservation Report.
+type Registrant struct {
+	CntlID uint16 // 0xFFFF: any controller of the host (the dynamic model)
+	Holder bool
+	Key    uint64
+	HostID [16]byte
+}
+
+// ReservationStatus is a Reservation Report (extended data structure).
+type ReservationStatus struct {
+	Gen         uint32
+	Type        ReservationType // 0: none held
+	Registrants []Registrant
+	Count       int // REGCTL: every registrant, even those the report had no room for
+}
+
+// ParseReservationStatus decodes an extended Reservation Status data
+// structure.
+func ParseReservationStatus(b []byte) (ReservationStatus, error) {
+	if len(b) < resvHdrExt {
+		return ReservationStatus{}, fmt.Errorf("nvmeof: a reservation report of %d octets", len(b))
+	}
+	le := binary.LittleEndian
+	st := ReservationStatus{Gen: le.Uint32(b[0:]), Type: ReservationType(b[4]), Count: int(le.Uint16(b[5:]))}
+	for i := range st.Count {
+		e := b[resvHdrExt*(i+1):]
+		if len(e) < resvHdrExt {
+			break
+		}
+		rg := Registrant{CntlID: le.Uint16(e[0:]), Holder: e[2]&1 != 0, Key: le.Uint64(e[8:])}
+		copy(rg.HostID[:], e[16:32])
+		st.Registrants = append(st.Registrants, rg)
+	}
+	return st, nil
+}
+
+// access is the status of I/O command op on ns through port p: its ANA
+// state there, then its reservation (as nvmet checks them).
+func (c *controller) access(p *Port, ns *Namespace, op uint8) Status {
+	if st := c.anaStatus(p, ns); !st.OK() {
+		return st
+	}
+	if ns.resv != nil && !ns.resv.allows(c.hostID, op) {
+		return StatusReservationConflict | DNR
+	}
+	return StatusSuccess
+}
+
+// planResv checks a reservation command: its namespace has reservations
+// and is accessible through p; the data is the keys (16 octets, or 8 for
+// Release as nvme-cli sends it; a longer buffer is taken, as nvmet
+// reads only the keys) or, for Report, NUMD's length.
+func (c *controller) planResv(cmd Command, p *Port) (dir, need int, st Status, ns *Namespace) {
+	ns = c.sub.namespace(cmd.NSID())
+	switch {
+	case ns == nil:
+		return 0, 0, StatusInvalidNamespace | DNR, nil
+	case ns.resv == nil:
+		return 0, 0, StatusInvalidOpcode | DNR, nil
+	}
+	if st := c.anaStatus(p, ns); !st.OK() {
+		return 0, 0, st, nil
+	}
+	if cmd.Opcode() == IOResvReport {
+		n := 4 * (uint64(cmd.CDW(10)) + 1)
+		if n > uint64(c.t.cfg.MaxTransfer) {
+			return 0, 0, StatusInvalidField | DNR, nil
+		}
+		return dirOut, int(n), StatusSuccess, ns
+	}
+	least := resvKeysData
+	if cmd.Opcode() == IOResvRelease {
+		least = resvKeyData
+	}
+	need = least
+	if l := int(cmd.SGL().Length()); l >= least && l <= 4096 {
+		need = l
+	}
+	return dirIn, need, StatusSuccess, ns
+}

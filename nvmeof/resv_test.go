@@ -1,0 +1,249 @@
+package nvmeof
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// resvHosts serves namespace 1 with reservations and namespace 2 without,
+// and connects host a twice (one host, two controllers), b and c.
+func resvHosts(t *testing.T) (ctx context.Context, a, a2, b, c *HostNamespace, ids [3][16]byte) {
+	t.Helper()
+	checkRoutines(t)
+	ctx = testCtx(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{Reservations: true})
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	addr, err := tg.Listen(ctx, "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	open := func(id [16]byte) *HostNamespace {
+		c := connectHost(t, addr.String(), testNQN, HostConfig{IOQueues: 1, HostID: id})
+		n, err := c.Namespace(ctx, 1)
+		require.NoError(t, err)
+		return n
+	}
+	ids = [3][16]byte{{0xaa, 1}, {0xbb, 2}, {0xcc, 3}}
+	return ctx, open(ids[0]), open(ids[0]), open(ids[1]), open(ids[2]), ids
+}
+
+// canWrite and canRead report whether n may write and read, and fail on
+// any other error than a reservation conflict.
+func canWrite(t *testing.T, n *HostNamespace) bool {
+	t.Helper()
+	_, err := n.WriteAt(make([]byte, 512), 0)
+	return resvOK(t, err)
+}
+
+func canRead(t *testing.T, n *HostNamespace) bool {
+	t.Helper()
+	_, err := n.ReadAt(make([]byte, 512), 0)
+	return resvOK(t, err)
+}
+
+func resvOK(t *testing.T, err error) bool {
+	t.Helper()
+	if err == nil {
+		return true
+	}
+	requireStatus(t, err, StatusReservationConflict|DNR)
+	return false
+}
+
+func report(t *testing.T, ctx context.Context, n *HostNamespace) ReservationStatus {
+	t.Helper()
+	st, err := n.ReservationReport(ctx)
+	require.NoError(t, err)
+	return st
+}
+
+// A reservation's life, as a two-node cluster lives it, over TCP: keys
+// registered (one registration for both of host a's controllers), a
+// Write Exclusive reservation (others read, do not write), its type
+// changed, the holder fenced by preemption, a release, an all-registrants
+// reservation handed on when its holder leaves, a clear. Each step's
+// report and each host's access are checked.
+func TestReservations(t *testing.T) {
+	ctx, a, a2, b, c, ids := resvHosts(t)
+	require.EqualValues(t, 0xfe, a.Info.RESCAP)
+	require.NotZero(t, a.c.Info.ONCS&oncsResv)
+	n2, err := a.c.Namespace(ctx, 2)
+	require.NoError(t, err)
+	require.Zero(t, n2.Info.RESCAP, "not enabled on namespace 2")
+	_, err = n2.ReservationReport(ctx)
+	requireStatus(t, err, StatusInvalidOpcode|DNR)
+
+	require.NoError(t, a.RegisterKey(ctx, 0xa))
+	require.NoError(t, a2.RegisterKey(ctx, 0xa), "the same host and key again")
+	require.NoError(t, b.RegisterKey(ctx, 0xb))
+	st := report(t, ctx, c)
+	require.Equal(t, resvNone, st.Type)
+	require.Equal(t, 2, st.Count, "one registration a host")
+	require.Equal(t, []Registrant{{CntlID: DynamicCntlID, Key: 0xa, HostID: ids[0]}, {CntlID: DynamicCntlID, Key: 0xb, HostID: ids[1]}},
+		st.Registrants)
+	gen := st.Gen
+
+	require.NoError(t, a.Reserve(ctx, 0xa, ResvWriteExclusive))
+	st = report(t, ctx, b)
+	require.Equal(t, ResvWriteExclusive, st.Type)
+	require.True(t, st.Registrants[0].Holder)
+	require.False(t, st.Registrants[1].Holder)
+	require.Equal(t, gen, st.Gen, "acquiring moves no generation (as nvmet)")
+	require.True(t, canWrite(t, a) && canWrite(t, a2), "the holder, through either controller")
+	require.False(t, canWrite(t, b), "a registrant does not write")
+	require.True(t, canRead(t, b) && canRead(t, c), "others read")
+	require.False(t, canWrite(t, c))
+	requireStatus(t, b.Reserve(ctx, 0xb, ResvWriteExclusive), StatusReservationConflict|DNR)
+	requireStatus(t, a.Reserve(ctx, 0xa, ResvExclusiveAccess), StatusReservationConflict|DNR)
+
+	// The holder preempting itself changes only the type.
+	require.NoError(t, a.Preempt(ctx, 0xa, 0, ResvExclusiveAccess, false))
+	require.False(t, canRead(t, b), "Exclusive Access: no reads either")
+	// b fences a: a's registration ends, b holds.
+	require.NoError(t, b.Preempt(ctx, 0xb, 0xa, ResvWriteExclusiveRegsOnly, true))
+	st = report(t, ctx, c)
+	require.Equal(t, ResvWriteExclusiveRegsOnly, st.Type)
+	require.Equal(t, []Registrant{{CntlID: DynamicCntlID, Holder: true, Key: 0xb, HostID: ids[1]}}, st.Registrants)
+	require.Greater(t, st.Gen, gen)
+	require.False(t, canWrite(t, a), "fenced")
+	require.True(t, canRead(t, a))
+	requireStatus(t, a.Release(ctx, 0xa, ResvWriteExclusiveRegsOnly), StatusReservationConflict|DNR)
+
+	requireStatus(t, b.Release(ctx, 0xb, ResvWriteExclusive), StatusReservationConflict|DNR)
+	require.NoError(t, b.Release(ctx, 0xb, ResvWriteExclusiveRegsOnly))
+	require.Equal(t, resvNone, report(t, ctx, c).Type)
+	require.True(t, canWrite(t, a), "no reservation")
+
+	// All registrants: every registrant a holder; the reservation stays
+	// when the one that took it leaves.
+	require.NoError(t, a.RegisterKey(ctx, 0xa2))
+	require.NoError(t, a.Reserve(ctx, 0xa2, ResvExclusiveAccessAllRegs))
+	st = report(t, ctx, c)
+	require.True(t, st.Registrants[0].Holder && st.Registrants[1].Holder)
+	require.True(t, canWrite(t, b))
+	require.False(t, canRead(t, c))
+	require.NoError(t, a.UnregisterKey(ctx, 0xa2))
+	st = report(t, ctx, c)
+	require.Equal(t, ResvExclusiveAccessAllRegs, st.Type)
+	require.Equal(t, []Registrant{{CntlID: DynamicCntlID, Holder: true, Key: 0xb, HostID: ids[1]}}, st.Registrants)
+	require.False(t, canWrite(t, a))
+
+	require.NoError(t, b.ClearReservations(ctx, 0xb))
+	st = report(t, ctx, c)
+	require.Equal(t, resvNone, st.Type)
+	require.Zero(t, st.Count)
+	require.True(t, canWrite(t, a) && canWrite(t, c))
+}
+
+// What the commands refuse, with nvmet's statuses.
+func TestReservationErrors(t *testing.T) {
+	ctx, a, _, b, c, _ := resvHosts(t)
+	require.NoError(t, a.RegisterKey(ctx, 1))
+	requireStatus(t, a.RegisterKey(ctx, 2), StatusReservationConflict|DNR) // registered with another key
+	requireStatus(t, a.UnregisterKey(ctx, 2), StatusReservationConflict|DNR)
+	requireStatus(t, a.ReplaceKey(ctx, 2, 3), StatusReservationConflict|DNR)
+	require.NoError(t, a.ReplaceKey(ctx, 1, 3))
+	requireStatus(t, c.Reserve(ctx, 0, ResvWriteExclusive), StatusReservationConflict|DNR) // not registered
+	requireStatus(t, a.Reserve(ctx, 1, ResvWriteExclusive), StatusReservationConflict|DNR) // the old key
+	requireStatus(t, a.Reserve(ctx, 3, 7), StatusInvalidField|DNR)
+	require.NoError(t, b.RegisterKey(ctx, 4))
+	require.NoError(t, a.Reserve(ctx, 3, ResvWriteExclusive))
+	requireStatus(t, b.Preempt(ctx, 4, 0, ResvWriteExclusive, false), StatusInvalidField|DNR) // PRKEY 0 of a holder of type 1
+	requireStatus(t, b.Preempt(ctx, 4, 99, ResvWriteExclusive, false), StatusReservationConflict|DNR)
+	require.NoError(t, b.Release(ctx, 4, ResvWriteExclusive), "not the holder: nothing to release, no error (as nvmet)")
+	require.Equal(t, ResvWriteExclusive, report(t, ctx, b).Type)
+
+	q := a.c.io[0]
+	cmd := func(op uint8, cdw10, cdw11 uint32, data int) (Status, uint64) {
+		return raw(t, q, func(cm Command, buf []byte) int {
+			NewAdmin(cm, op, 0, 1, cdw10, cdw11)
+			if op == IOResvReport {
+				cm.SGL().SetKeyed(0, 4*(cdw10+1), 0, false)
+				return 0
+			}
+			cm.SGL().SetInCapsule(0, uint32(data))
+			return data
+		})
+	}
+	st, _ := cmd(IOResvReport, 1023, 0, 0)
+	require.Equal(t, StatusHostIDInconsistent|DNR, st, "a report without EDS: host identifiers are 128 bits")
+	st, _ = cmd(IOResvReport, 14, cdw11EDS, 0)
+	require.Equal(t, StatusInvalidField|DNR, st, "shorter than the header")
+	st, _ = cmd(IOResvRegister, 5, 0, 16)
+	require.Equal(t, StatusInvalidOpcode|DNR, st, "RREGA 5")
+	st, _ = cmd(IOResvAcquire, resvAcquire|cdw10IEKEY|1<<8, 0, 16)
+	require.Equal(t, StatusInvalidField|DNR, st, "IEKEY on Acquire (as nvmet)")
+	st, _ = cmd(IOResvRelease, resvRelease|cdw10IEKEY|1<<8, 0, 8)
+	require.Equal(t, StatusInvalidField|DNR, st, "IEKEY on Release (as nvmet)")
+	st, _ = cmd(IOResvRegister, resvRegister, 0, 8)
+	require.Equal(t, StatusSGLInvalidData|DNR, st, "8 octets are not the two keys")
+}
+
+func FuzzReservationStatus(f *testing.F) {
+	r := newResv()
+	r.keys[[16]byte{1}] = 7
+	r.order = [][16]byte{{1}}
+	r.holder, r.rtype = [16]byte{1}, ResvWriteExclusive
+	out := make([]byte, 256)
+	r.report(cdw11EDS, out)
+	f.Add(out)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := ParseReservationStatus(b)
+		if err != nil {
+			return
+		}
+		require.LessOrEqual(t, len(st.Registrants), st.Count)
+		require.LessOrEqual(t, 64*(len(st.Registrants)+1), len(b))
+	})
+}
+
+// Reservations through a Multipath: one registration for the host, made
+// down one path and seen down the other.
+func TestMultipathReservations(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{Reservations: true})
+	require.NoError(t, err)
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	var addrs []string
+	for range 2 {
+		p, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{testNQN}})
+		require.NoError(t, err)
+		addrs = append(addrs, p.Addr().String())
+	}
+	m := connectMultipath(t, addrs...)
+	n, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, n.RegisterKey(ctx, 9))
+	require.NoError(t, n.Reserve(ctx, 9, ResvExclusiveAccess))
+	for _, p := range m.Paths() { // both paths: one host
+		hn, err := p.Controller.Namespace(ctx, 1)
+		require.NoError(t, err)
+		require.True(t, canWrite(t, hn), "path %s", p.Addr)
+	}
+	st, err := n.ReservationReport(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Count)
+	require.True(t, st.Registrants[0].Holder)
+	require.NoError(t, n.Release(ctx, 9, ResvExclusiveAccess))
+	require.NoError(t, n.ReplaceKey(ctx, 9, 10))
+	require.NoError(t, n.Preempt(ctx, 10, 10, ResvWriteExclusive, false), "preempting its own key: unregistered")
+	require.NoError(t, n.RegisterKey(ctx, 11))
+	require.NoError(t, n.UnregisterKey(ctx, 11))
+	require.NoError(t, n.RegisterKey(ctx, 12))
+	require.NoError(t, n.ClearReservations(ctx, 12))
+	st, err = n.ReservationReport(ctx)
+	require.NoError(t, err)
+	require.Zero(t, st.Count)
+}
