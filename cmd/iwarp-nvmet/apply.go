@@ -334,7 +334,7 @@ func (ss *servedSub) addNS(np nsPlan, s *served) error {
 		return err
 	}
 	ns, err := ss.sub.AddNamespaceConfig(b, nvmeof.NamespaceConfig{ID: np.id, BlockSize: bs, NGUID: np.nguid, UUID: np.uuid,
-		ANAGroup: np.anaGroup})
+		ANAGroup: np.anaGroup, Reservations: np.resv})
 	if err != nil {
 		b.Close()
 		return err

@@ -56,6 +56,7 @@ type nvmetNamespace struct {
 	Enable   cfsValue            `json:"enable"`
 	Device   map[string]cfsValue `json:"device"`    // path, nguid, uuid, ...
 	ANAGrpID cfsValue            `json:"ana_grpid"` // 0 or none: 1
+	Resv     map[string]cfsValue `json:"resv"`      // enable: reservations (nvmet's resv_enable)
 }
 
 // cfsValue is a configfs attribute: nvmetcli writes strings, and numbers
@@ -123,6 +124,7 @@ type nsPlan struct {
 	path        string
 	nguid, uuid [16]byte
 	anaGroup    uint32 // changed by a reload without taking the namespace away
+	resv        bool   // reservations
 }
 
 // maxNSID is the target's NN: the highest NSID a namespace may have.
@@ -250,6 +252,7 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 				return nil, fmt.Errorf("subsystem %s: namespace %d: ana_grpid %q: want 1 to %d", s.NQN, id, n.ANAGrpID, nvmeof.MaxANAGroup)
 			}
 			np.anaGroup = max(np.anaGroup, 1)
+			np.resv = n.Resv["enable"].on()
 			if np.path == "" {
 				return nil, fmt.Errorf("subsystem %s: namespace %d is enabled with no device path", s.NQN, id)
 			}

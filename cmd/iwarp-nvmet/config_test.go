@@ -38,6 +38,8 @@ func TestLoadConfig(t *testing.T) {
 	require.EqualValues(t, 1, disk.ns[0].anaGroup)
 	require.EqualValues(t, 3, disk.ns[1].id, "sorted by NSID")
 	require.EqualValues(t, 2, disk.ns[1].anaGroup)
+	require.False(t, disk.ns[0].resv)
+	require.True(t, disk.ns[1].resv, "resv enable 1: reservations")
 	require.Equal(t, [16]byte{0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x01}, disk.ns[1].nguid)
 	scratch := p.subs[1]
 	require.True(t, scratch.anyHost)

@@ -1,0 +1,123 @@
+//go:build interop
+
+package interop
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/stretchr/testify/require"
+)
+
+// Reservations judged by nvme-cli 2.3 and the Linux 6.1 host: the guest
+// registers a key and takes a Write Exclusive reservation with nvme-cli's
+// resv-* commands (passed through by the kernel), and nvme-cli decodes our
+// Reservation Report. Our Go host, another host, may then read but not
+// write; the guest, the holder, writes with dd through the block layer.
+// The Go host fences the guest (Preempt, Write Exclusive - Registrants
+// Only): the guest's writes now fail, its reads go on, and nvme-cli
+// reports the Go host as the only registrant and holder.
+func TestNVMeKernelHostReservations(t *testing.T) {
+	sub, err := nvmeof.NewSubsystem(nvmeNQN)
+	require.NoError(t, err)
+	mem := nvmeof.NewMemBackend(64 << 20)
+	_, err = sub.AddNamespaceConfig(mem, nvmeof.NamespaceConfig{Reservations: true})
+	require.NoError(t, err)
+	_, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
+	const guestKey, goKey = 2748, 11 // 0xabc, 0xb
+	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1; echo "CONNECT rc=$?"
+waitdev && echo "DEVICE present"
+echo "HOSTID $(cat /sys/class/nvme/nvme0/hostid | tr -d -)"
+$NVME resv-register /dev/nvme0n1 --nrkey=%d --rrega=0; echo "REGISTER rc=$?"
+$NVME resv-acquire /dev/nvme0n1 --crkey=%d --rtype=1 --racqa=0; echo "ACQUIRE rc=$?"
+$NVME resv-report /dev/nvme0n1 -e | tr -s ' \t' ' ' | sed 's/^/REPORT1 /'
+echo "READY1"
+waitfile tried 300
+dd if=/dev/urandom of=/tmp/pat bs=1M count=1 2>/dev/null
+echo "PATTERN $(sha256sum /tmp/pat | cut -d' ' -f1)"
+dd if=/tmp/pat of=/dev/nvme0n1 bs=1M oflag=direct 2>/tmp/err; echo "WRITE1 rc=$?"
+echo "READY2"
+waitfile fenced 300
+dd if=/tmp/pat of=/dev/nvme0n1 bs=1M seek=2 oflag=direct 2>/tmp/err; echo "WRITE2 rc=$?"
+dd if=/dev/nvme0n1 of=/tmp/back bs=1M count=1 iflag=direct 2>/tmp/err; echo "READ2 rc=$?"
+echo "READBACK $(sha256sum /tmp/back | cut -d' ' -f1)"
+$NVME resv-report /dev/nvme0n1 -e | tr -s ' \t' ' ' | sed 's/^/REPORT2 /'
+$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
+dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, nvmeNQN)
+	vm := nvmeVM(t, script)
+	const step = 2 * time.Minute
+	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
+	guestLine(t, vm, "DEVICE present", step)
+	hostID := guestValue(t, vm, "HOSTID", step)
+	require.Len(t, hostID, 32)
+	require.Equal(t, "REGISTER rc=0", guestLine(t, vm, "REGISTER rc=", step))
+	require.Equal(t, "ACQUIRE rc=0", guestLine(t, vm, "ACQUIRE rc=", step))
+	guestLine(t, vm, "READY1", step)
+	report := func(prefix string) map[string]string {
+		kv := map[string]string{}
+		for _, l := range vm.Lines() {
+			i := strings.Index(l, prefix+" ")
+			if i < 0 {
+				continue
+			}
+			k, v, ok := strings.Cut(l[i+len(prefix)+1:], " : ")
+			if ok {
+				kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
+			}
+		}
+		return kv
+	}
+	r1 := report("REPORT1")
+	require.Equal(t, "1", r1["rtype"], "nvme-cli's report: %v", r1)
+	require.Equal(t, "1", r1["regctl"])
+	require.Equal(t, "1", r1["rcsts"], "the guest holds it")
+	require.Equal(t, "abc", r1["rkey"])
+	require.Equal(t, "ffff", r1["cntlid"])
+	require.Equal(t, hostID, r1["hostid"], "the guest's host identifier, as its Connect gave it")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	goHost := [16]byte{0x60, 0x1d, 0x0c, 0x0f, 0xfe, 0xe0, 0x40, 0x00, 0x80, 0x00, 0, 0, 0, 0, 0, 0x0b}
+	c, err := nvmeof.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", ports[0]), nvmeNQN, nvmeof.HostConfig{IOQueues: 1, HostID: goHost})
+	require.NoError(t, err)
+	defer c.Close()
+	n, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	_, err = n.WriteAtContext(ctx, make([]byte, 4096), 8<<20)
+	var se *nvmeof.StatusError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status, "another host under Write Exclusive")
+	_, err = n.ReadAtContext(ctx, make([]byte, 4096), 0)
+	require.NoError(t, err, "others read")
+	require.NoError(t, vm.Signal("tried"))
+	pattern := guestValue(t, vm, "PATTERN", step)
+	require.Equal(t, "WRITE1 rc=0", guestLine(t, vm, "WRITE1 rc=", step), "the holder writes")
+	guestLine(t, vm, "READY2", step)
+	requireHolds(t, mem, 0, 1<<20, pattern, "the holder's write")
+
+	require.NoError(t, n.RegisterKey(ctx, goKey))
+	require.NoError(t, n.Preempt(ctx, goKey, guestKey, nvmeof.ResvWriteExclusiveRegsOnly, true))
+	require.NoError(t, vm.Signal("fenced"))
+	require.NotEqual(t, "WRITE2 rc=0", guestLine(t, vm, "WRITE2 rc=", step), "the fenced guest cannot write")
+	require.Equal(t, "READ2 rc=0", guestLine(t, vm, "READ2 rc=", step), "but reads")
+	require.Equal(t, pattern, guestValue(t, vm, "READBACK", step))
+	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
+	r2 := report("REPORT2")
+	require.Equal(t, "3", r2["rtype"], "nvme-cli's report after the fence: %v", r2)
+	require.Equal(t, "1", r2["regctl"])
+	require.Equal(t, "b", r2["rkey"])
+	require.Equal(t, "1", r2["rcsts"])
+	require.Equal(t, hex.EncodeToString(goHost[:]), r2["hostid"], "our host's identifier")
+	_, err = vm.Wait(vmCtx(t, vm, step))
+	require.NoError(t, err)
+	_, err = n.WriteAtContext(ctx, make([]byte, 4096), 8<<20)
+	require.NoError(t, err, "the holder now")
+	zeros := sha256.Sum256(make([]byte, 1<<20))
+	requireHolds(t, mem, 2<<20, 1<<20, hex.EncodeToString(zeros[:]), "the fenced write did not land")
+}
