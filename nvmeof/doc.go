@@ -43,7 +43,9 @@
 // (Port.SetANAState, Subsystem.SetANAGroup) raises an ANA Change notice
 // on the controllers through that port, upon which Linux's multipath host
 // moves its I/O; Keep Alive; Abort (never aborts).
-// I/O queues implement Read, Write, Flush, Write Zeroes and Dataset
+// I/O queues implement Read, Write, Flush, Write Zeroes, the reservation
+// commands (Register, Acquire, Release, Report: resv.go, on namespaces
+// with NamespaceConfig.Reservations, as nvmet's resv_enable) and Dataset
 // Management (Deallocate: the range reads as zeros; a Backend may zero
 // itself, Zeroer: memory is cleared, a file gets fallocate as in Linux's
 // nvmet, zeroed in place or a hole punched). Bad input gets the status the
@@ -92,7 +94,8 @@
 // status or a broken path, held while no path is usable.
 //
 // Not implemented: in-band authentication, fused commands (refused),
-// reservations, namespace management, metadata and
+// reservation notifications and persistence through power loss, namespace
+// management, metadata and
 // protection information, SGL segments (MSDBD 1), asynchronous events but
 // the two notices above and the SMART warnings never raised, and MPA CRCs
 // are not asked for by default
