@@ -142,3 +142,55 @@ func ExampleConnectMultipath() {
 	// write during the change: <nil>
 	// read back: <nil> a b
 }
+
+// Fencing with reservations, as a two-node cluster does: node A holds a
+// Write Exclusive - Registrants Only reservation; node B, also registered,
+// writes; when A is declared dead, B preempts it, and A's writes are
+// refused from then on, even if it comes back.
+func ExampleHostNamespace_Preempt() {
+	ctx := context.Background()
+	sub, _ := nvmeof.NewSubsystem("nqn.2024-01.io.example:shared")
+	sub.AddNamespaceConfig(nvmeof.NewMemBackend(1<<20), nvmeof.NamespaceConfig{Reservations: true})
+	t, err := nvmeof.NewTarget(nvmeof.TargetConfig{}, sub)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	addr, err := t.Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	var ctrls []*nvmeof.Controller
+	defer func() {
+		for _, c := range ctrls {
+			c.Close()
+		}
+	}()
+	node := func(id byte) *nvmeof.HostNamespace {
+		// A node's host identifier must stay the same across its
+		// connections: registrations are the host's.
+		c, err := nvmeof.Connect(ctx, "tcp", addr.String(), sub.NQN, nvmeof.HostConfig{IOQueues: 1, HostID: [16]byte{id}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		ctrls = append(ctrls, c)
+		ns, err := c.Namespace(ctx, 1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return ns
+	}
+	a, b := node(0xa), node(0xb)
+	a.RegisterKey(ctx, 0xa)
+	b.RegisterKey(ctx, 0xb)
+	a.Reserve(ctx, 0xa, nvmeof.ResvWriteExclusiveRegsOnly)
+
+	b.Preempt(ctx, 0xb, 0xa, nvmeof.ResvWriteExclusiveRegsOnly, true) // A is fenced
+	_, err = a.WriteAt(make([]byte, 512), 0)
+	fmt.Println("A writes:", err)
+	st, _ := b.ReservationReport(ctx)
+	fmt.Printf("%v, %d registrant, holder key %#x\n", st.Type, st.Count, st.Registrants[0].Key)
+	// Output:
+	// A writes: nvmeof: Write: Reservation Conflict (DNR) (status 0x4083)
+	// Write Exclusive - Registrants Only, 1 registrant, holder key 0xb
+}

@@ -8,8 +8,11 @@ import (
 
 // Reservations from the host's side (resv.go has the semantics): the
 // operations of Linux's block pr_ops and nvme-cli's resv-* commands. Keys
-// are the host's; a registration covers every controller of this host
-// (HostConfig.HostID).
+// are the host's; a registration covers every controller of this host,
+// known by its host identifier: HostConfig.HostID must stay the same
+// across a host's connections (Connect makes a random one if it is not
+// set), or a reconnected host is another registrant, and may be locked
+// out by its own reservation.
 
 // RegisterKey registers key for this host (Reservation Register,
 // register). Registering the key it has already is no error.
@@ -66,10 +69,13 @@ func (n *HostNamespace) ReservationReport(ctx context.Context) (ReservationStatu
 	_, err := q.adminCmd(ctx, func(cmd Command) {
 		NewAdmin(cmd, IOResvReport, 0, n.ID, size/4-1, cdw11EDS)
 	}, size, "Reservation Report", func(b []byte) { st, perr = ParseReservationStatus(b) })
-	if err != nil {
-		return ReservationStatus{}, err
+	if err == nil {
+		err = perr
 	}
-	return st, perr
+	if err != nil {
+		return ReservationStatus{}, fmt.Errorf("namespace %d: %w", n.ID, err)
+	}
+	return st, nil
 }
 
 // resvKeys sends a reservation command with cdw10 and its two keys.
@@ -88,8 +94,9 @@ func (n *HostNamespace) resvKeys(ctx context.Context, op uint8, cdw10 uint32, k1
 
 // The reservation operations through a Multipath: down a usable path, as
 // I/O, since a registration is the host's whichever path carries it. One
-// resent after its path broke may find that the first was done (a
-// Preempt whose victim is gone already answers Reservation Conflict).
+// resent after its path broke may find that the first was done: a
+// Replace, Unregister, Preempt or Clear done already answers Reservation
+// Conflict.
 
 // RegisterKey is HostNamespace.RegisterKey down a usable path.
 func (n *MultipathNamespace) RegisterKey(ctx context.Context, key uint64) error {

@@ -78,6 +78,16 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 	if ns != r.ns && !(cmd.Opcode() == IOFlush && cmd.NSID() == 0xffffffff) {
 		return 0, StatusInvalidNamespace | DNR, nil
 	}
+	switch op := cmd.Opcode(); {
+	case ns == nil || ns.resv == nil:
+	case op == IORead, op == IOWrite, op == IOWriteZeroes, op == IODSM, op == IOFlush:
+		// Checked again as it runs, and a reservation change (a fence)
+		// waits until it is done: its data may have moved for long.
+		if !ns.resv.admit(c.hostID, op) {
+			return 0, StatusReservationConflict | DNR, nil
+		}
+		defer ns.resv.done()
+	}
 	switch cmd.Opcode() {
 	case IORead:
 		off := int64(cmd.SLBA()) * int64(ns.BlockSize)

@@ -17,9 +17,14 @@ import (
 // namespace (NamespaceConfig.Reservations), as nvmet's resv_enable.
 //
 // As nvmet: the registrations last as long as the namespace (no
-// persistence through power loss, PTPL); Preempt and Abort preempts and
-// lets the preempted hosts' commands in flight finish; no Reservation
-// Notification log page or notices.
+// persistence through power loss, PTPL); a reservation change (Preempt
+// and Abort among them) completes only once the I/O commands it admitted
+// before have finished, and those executed after it see it; of an
+// all-registrants type, the registrant that acquired it is the one that
+// may release it or acquire it again (the others get Reservation
+// Conflict, or a release that releases nothing); no Reservation
+// Notification log page or notices. Flush of every namespace (NSID
+// FFFFFFFFh) is not checked: it changes no data.
 
 // Reservation commands of the NVM command set.
 const (
@@ -91,9 +96,11 @@ func (t ReservationType) allRegs() bool {
 	return t == ResvWriteExclusiveAllRegs || t == ResvExclusiveAccessAllRegs
 }
 
-// resv is a namespace's reservation state.
+// resv is a namespace's reservation state. I/O commands hold mu's read
+// lock while they run (admit), reservation commands its write lock: a
+// preempt waits for the commands that the old state admitted.
 type resv struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	gen    uint32
 	keys   map[[16]byte]uint64 // registrants: host identifier → key
 	order  [][16]byte          // registrants in the order they registered
@@ -103,7 +110,7 @@ type resv struct {
 
 func newResv() *resv { return &resv{keys: map[[16]byte]uint64{}} }
 
-// held reports whether host holds the reservation (r.mu held): its
+// holds reports whether host holds the reservation (r.mu held): its
 // holder, or any registrant of an all-registrants type.
 func (r *resv) holds(host [16]byte) bool {
 	if r.rtype == resvNone {
@@ -116,12 +123,30 @@ func (r *resv) holds(host [16]byte) bool {
 	return r.holder == host
 }
 
-// allows reports whether host may run I/O command op on the namespace,
-// as nvmet's access check: the write group is Flush, Write, Write Zeroes
-// and Dataset Management, the read group Read.
+// allows reports whether host may run I/O command op on the namespace:
+// the early check, when the command is planned (before its data moves).
 func (r *resv) allows(host [16]byte, op uint8) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.allowsLocked(host, op)
+}
+
+// admit checks again, as the command runs, and if it may keeps the read
+// lock until done: a reservation change waits for it.
+func (r *resv) admit(host [16]byte, op uint8) bool {
+	r.mu.RLock()
+	if !r.allowsLocked(host, op) {
+		r.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (r *resv) done() { r.mu.RUnlock() }
+
+// allowsLocked is nvmet's access check (r.mu held): the write group is
+// Flush, Write, Write Zeroes and Dataset Management, the read group Read.
+func (r *resv) allowsLocked(host [16]byte, op uint8) bool {
 	if r.rtype == resvNone || r.holds(host) {
 		return true
 	}
@@ -311,8 +336,8 @@ func (r *resv) report(cdw11 uint32, out []byte) Status {
 	}
 	clear(out)
 	le := binary.LittleEndian
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	le.PutUint32(out[0:], r.gen)
 	out[4] = byte(r.rtype)
 	le.PutUint16(out[5:], uint16(len(r.order)))
@@ -381,8 +406,9 @@ func (c *controller) access(p *Port, ns *Namespace, op uint8) Status {
 
 // planResv checks a reservation command: its namespace has reservations
 // and is accessible through p; the data is the keys (16 octets, or 8 for
-// Release as nvme-cli sends it; a longer buffer is taken, as nvmet
-// reads only the keys) or, for Report, NUMD's length.
+// Release as nvme-cli sends it; a longer buffer, as Linux's host sends
+// for Release, is taken, as nvmet reads only the keys) or, for Report,
+// NUMD's length.
 func (c *controller) planResv(cmd Command, p *Port) (dir, need int, st Status, ns *Namespace) {
 	ns = c.sub.namespace(cmd.NSID())
 	switch {
@@ -406,7 +432,7 @@ func (c *controller) planResv(cmd Command, p *Port) (dir, need int, st Status, n
 		least = resvKeyData
 	}
 	need = least
-	if l := int(cmd.SGL().Length()); l >= least && l <= 4096 {
+	if l := int(cmd.SGL().Length()); l >= least && l <= c.t.cfg.MaxTransfer {
 		need = l
 	}
 	return dirIn, need, StatusSuccess, ns

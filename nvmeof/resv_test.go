@@ -2,7 +2,9 @@ package nvmeof
 
 import (
 	"context"
+	"encoding/binary"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -98,6 +100,9 @@ func TestReservations(t *testing.T) {
 	require.Equal(t, gen, st.Gen, "acquiring moves no generation (as nvmet)")
 	require.True(t, canWrite(t, a) && canWrite(t, a2), "the holder, through either controller")
 	require.False(t, canWrite(t, b), "a registrant does not write")
+	requireStatus(t, b.WriteZeroes(ctx, 0, 512), StatusReservationConflict|DNR)
+	requireStatus(t, b.Deallocate(ctx, 0, 512), StatusReservationConflict|DNR)
+	requireStatus(t, b.Flush(ctx), StatusReservationConflict|DNR)
 	require.True(t, canRead(t, b) && canRead(t, c), "others read")
 	require.False(t, canWrite(t, c))
 	requireStatus(t, b.Reserve(ctx, 0xb, ResvWriteExclusive), StatusReservationConflict|DNR)
@@ -140,6 +145,82 @@ func TestReservations(t *testing.T) {
 	require.Equal(t, resvNone, st.Type)
 	require.Zero(t, st.Count)
 	require.True(t, canWrite(t, a) && canWrite(t, c))
+
+	// Exclusive Access - Registrants Only: registrants read and write,
+	// others nothing; Write Exclusive - All Registrants: registrants
+	// write, others read.
+	require.NoError(t, a.RegisterKey(ctx, 0xa))
+	require.NoError(t, b.RegisterKey(ctx, 0xb))
+	require.NoError(t, a.Reserve(ctx, 0xa, ResvExclusiveAccessRegsOnly))
+	require.True(t, canWrite(t, b) && canRead(t, b))
+	require.False(t, canRead(t, c) || canWrite(t, c))
+	require.NoError(t, a.Release(ctx, 0xa, ResvExclusiveAccessRegsOnly))
+	require.NoError(t, a.Reserve(ctx, 0xa, ResvWriteExclusiveAllRegs))
+	require.True(t, canWrite(t, b) && canRead(t, c))
+	require.False(t, canWrite(t, c))
+}
+
+// A fence waits for the I/O the old reservation admitted: Preempt and
+// Abort of the holder returns only once the holder's write stuck in the
+// backend is done, and a write planned before a fence but run after it is
+// refused (its data had moved; the check is made again as it runs).
+func TestPreemptAbortWaitsForInFlight(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	g := &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(g.release)
+		}
+	}
+	_, err = sub.AddNamespaceConfig(g, NamespaceConfig{Reservations: true})
+	require.NoError(t, err)
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	t.Cleanup(release) // before the target's Close, which waits for the write
+	addr, err := tg.Listen(ctx, "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	open := func(id byte) *HostNamespace {
+		c := connectHost(t, addr.String(), testNQN, HostConfig{IOQueues: 1, HostID: [16]byte{id}})
+		n, err := c.Namespace(ctx, 1)
+		require.NoError(t, err)
+		return n
+	}
+	a, b := open(0xa), open(0xb)
+	require.NoError(t, a.RegisterKey(ctx, 0xa))
+	require.NoError(t, b.RegisterKey(ctx, 0xb))
+	require.NoError(t, a.Reserve(ctx, 0xa, ResvWriteExclusiveRegsOnly))
+	wrote := make(chan error, 1)
+	go func() { _, err := a.WriteAt(make([]byte, 512), 0); wrote <- err }()
+	<-g.entered
+	fenced := make(chan error, 1)
+	go func() { fenced <- b.Preempt(ctx, 0xb, 0xa, ResvWriteExclusiveRegsOnly, true) }()
+	select {
+	case err := <-fenced:
+		t.Fatalf("the fence completed (%v) while the victim's write ran", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	release()
+	require.NoError(t, <-wrote, "admitted before the fence")
+	require.NoError(t, <-fenced)
+	require.False(t, canWrite(t, a), "fenced")
+
+	// Planned before a change (a registrant may write under type 3), run
+	// after it (not under type 1).
+	require.NoError(t, a.RegisterKey(ctx, 0xa))
+	c := &controller{t: tg, sub: sub, hostID: [16]byte{0xa}}
+	cmd := make(Command, CommandSize)
+	NewRW(cmd, IOWrite, 1, 1, 0, 0)
+	_, need, st, planned := c.planIO(cmd, &Port{})
+	require.True(t, st.OK(), "%v", st)
+	require.NoError(t, b.Preempt(ctx, 0xb, 0, ResvWriteExclusive, true)) // the holder: Write Exclusive now
+	_, st, _ = c.execIO(&request{cmd: cmd, in: make([]byte, need), ns: planned})
+	require.Equal(t, StatusReservationConflict|DNR, st, "checked again as it runs")
 }
 
 // What the commands refuse, with nvmet's statuses.
@@ -168,6 +249,8 @@ func TestReservationErrors(t *testing.T) {
 				cm.SGL().SetKeyed(0, 4*(cdw10+1), 0, false)
 				return 0
 			}
+			clear(buf[:data])
+			binary.LittleEndian.PutUint64(buf, 3) // CRKEY: a's key
 			cm.SGL().SetInCapsule(0, uint32(data))
 			return data
 		})
@@ -184,66 +267,39 @@ func TestReservationErrors(t *testing.T) {
 	require.Equal(t, StatusInvalidField|DNR, st, "IEKEY on Release (as nvmet)")
 	st, _ = cmd(IOResvRegister, resvRegister, 0, 8)
 	require.Equal(t, StatusSGLInvalidData|DNR, st, "8 octets are not the two keys")
+	st, _ = cmd(IOResvRelease, resvRelease|1<<8, 0, 16)
+	require.Equal(t, StatusSuccess, st, "Release with 16 octets, as Linux's host sends it")
 }
 
+// Any registrants, reported into any length: the report parses back to
+// them, as many as fit, and counts them all.
 func FuzzReservationStatus(f *testing.F) {
-	r := newResv()
-	r.keys[[16]byte{1}] = 7
-	r.order = [][16]byte{{1}}
-	r.holder, r.rtype = [16]byte{1}, ResvWriteExclusive
-	out := make([]byte, 256)
-	r.report(cdw11EDS, out)
-	f.Add(out)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := ParseReservationStatus(b)
-		if err != nil {
+	f.Add(uint8(3), uint16(200), uint8(1))
+	f.Add(uint8(0), uint16(64), uint8(0))
+	f.Add(uint8(70), uint16(4096), uint8(6))
+	f.Fuzz(func(t *testing.T, n uint8, size uint16, rtype uint8) {
+		r := newResv()
+		for i := range int(n) {
+			h := [16]byte{byte(i), byte(i >> 8), 0xee}
+			r.keys[h] = uint64(i)*0x101 + 1
+			r.order = append(r.order, h)
+		}
+		if n > 0 && rtype >= 1 && rtype <= 6 {
+			r.holder, r.rtype = r.order[0], ReservationType(rtype)
+		}
+		out := make([]byte, size)
+		if st := r.report(cdw11EDS, out); !st.OK() {
+			require.Less(t, int(size), resvHdrExt)
 			return
 		}
-		require.LessOrEqual(t, len(st.Registrants), st.Count)
-		require.LessOrEqual(t, 64*(len(st.Registrants)+1), len(b))
+		st, err := ParseReservationStatus(out)
+		require.NoError(t, err)
+		require.Equal(t, int(n), st.Count)
+		require.Equal(t, min(int(n), (int(size)-resvHdrExt)/resvHdrExt), len(st.Registrants))
+		for i, rg := range st.Registrants {
+			require.Equal(t, r.keys[r.order[i]], rg.Key)
+			require.Equal(t, r.order[i], rg.HostID)
+			require.Equal(t, r.holds(r.order[i]), rg.Holder)
+		}
 	})
-}
-
-// Reservations through a Multipath: one registration for the host, made
-// down one path and seen down the other.
-func TestMultipathReservations(t *testing.T) {
-	checkRoutines(t)
-	ctx := testCtx(t)
-	sub, err := NewSubsystem(testNQN)
-	require.NoError(t, err)
-	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{Reservations: true})
-	require.NoError(t, err)
-	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
-	require.NoError(t, err)
-	t.Cleanup(func() { tg.Close() })
-	var addrs []string
-	for range 2 {
-		p, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{testNQN}})
-		require.NoError(t, err)
-		addrs = append(addrs, p.Addr().String())
-	}
-	m := connectMultipath(t, addrs...)
-	n, err := m.Namespace(ctx, 1)
-	require.NoError(t, err)
-	require.NoError(t, n.RegisterKey(ctx, 9))
-	require.NoError(t, n.Reserve(ctx, 9, ResvExclusiveAccess))
-	for _, p := range m.Paths() { // both paths: one host
-		hn, err := p.Controller.Namespace(ctx, 1)
-		require.NoError(t, err)
-		require.True(t, canWrite(t, hn), "path %s", p.Addr)
-	}
-	st, err := n.ReservationReport(ctx)
-	require.NoError(t, err)
-	require.Equal(t, 1, st.Count)
-	require.True(t, st.Registrants[0].Holder)
-	require.NoError(t, n.Release(ctx, 9, ResvExclusiveAccess))
-	require.NoError(t, n.ReplaceKey(ctx, 9, 10))
-	require.NoError(t, n.Preempt(ctx, 10, 10, ResvWriteExclusive, false), "preempting its own key: unregistered")
-	require.NoError(t, n.RegisterKey(ctx, 11))
-	require.NoError(t, n.UnregisterKey(ctx, 11))
-	require.NoError(t, n.RegisterKey(ctx, 12))
-	require.NoError(t, n.ClearReservations(ctx, 12))
-	st, err = n.ReservationReport(ctx)
-	require.NoError(t, err)
-	require.Zero(t, st.Count)
 }

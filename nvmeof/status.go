@@ -98,6 +98,8 @@ var statusNames = map[Status]string{
 	StatusConnectCtrlBusy:      "Controller Busy",
 	StatusConnectInvalidParm:   "Connect Invalid Parameters",
 	StatusConnectInvalidHost:   "Connect Invalid Host",
+	StatusReservationConflict:  "Reservation Conflict",
+	StatusHostIDInconsistent:   "Host Identifier Inconsistent Format",
 	StatusANAPersistentLoss:    "Asymmetric Access Persistent Loss",
 	StatusANAInaccessible:      "Asymmetric Access Inaccessible",
 	StatusANATransition:        "Asymmetric Access Transition",

@@ -279,6 +279,10 @@ func (ss *servedSub) applyNS(ctx context.Context, s *served, want []nsPlan) []er
 		was := cur.plan
 		was.anaGroup = np.anaGroup
 		if was != np {
+			if was.resv != np.resv {
+				s.logf("config: %s: namespace %d: reservations turned %s: it is added again, its registrations gone",
+					ss.plan.nqn, np.id, map[bool]string{true: "on", false: "off"}[np.resv])
+			}
 			continue
 		}
 		keep[np.id] = true
