@@ -155,7 +155,8 @@ dmesg | grep -iE 'nvmet' | tail -20`, nvmeNQN)
 	require.NotContains(t, vm.Output(), "FAILED")
 	ctx := vmCtx(t, vm, 3*time.Minute)
 	addrs := []string{fmt.Sprintf("127.0.0.1:%d", hp1), fmt.Sprintf("127.0.0.1:%d", hp2)}
-	m, err := nvmeof.ConnectMultipath(ctx, "tcp", addrs, nvmeNQN, nvmeof.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 1, QueueDepth: 16})
+	m, err := nvmeof.ConnectMultipath(ctx, "tcp", addrs, nvmeNQN, nvmeof.MultipathConfig{
+		HostConfig: nvmeof.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 1, QueueDepth: 16}})
 	require.NoError(t, err)
 	defer m.Close()
 	for _, p := range m.Paths() {

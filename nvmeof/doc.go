@@ -91,7 +91,8 @@
 // through several ports, I/O down an optimized path (else a non-optimized
 // one), moved by ANA Change notices (HostConfig.WatchANA,
 // Controller.WaitANAChange), sent again down another path on a path
-// status or a broken path, held while no path is usable.
+// status or a broken path, held while no path is usable; a lost path is
+// connected again (MultipathConfig.ReconnectDelay, LossTimeout).
 //
 // Not implemented: in-band authentication, fused commands (refused),
 // reservation notifications and persistence through power loss, namespace

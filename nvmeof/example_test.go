@@ -117,7 +117,7 @@ func ExampleConnectMultipath() {
 		ports, addrs = append(ports, p), append(addrs, p.Addr().String())
 	}
 
-	m, err := nvmeof.ConnectMultipath(ctx, "tcp", addrs, sub.NQN, nvmeof.HostConfig{IOQueues: 1})
+	m, err := nvmeof.ConnectMultipath(ctx, "tcp", addrs, sub.NQN, nvmeof.MultipathConfig{HostConfig: nvmeof.HostConfig{IOQueues: 1}})
 	if err != nil {
 		log.Fatal(err)
 	}

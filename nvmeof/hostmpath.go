@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,54 +24,77 @@ import (
 //   - A command that comes back with a path status (SCT 3, without DNR:
 //     an ANA state changed under it) is sent again down another path, and
 //     the path's log read again before it is used; one whose path broke,
-//     or was taken out, is sent again too, and a broken path is closed (it
-//     is not reconnected). A write sent again after its path broke may
-//     land before the first one, if the target still runs that: as with
-//     Linux's host, only the last completed write of a range is certain.
+//     or was taken out, is sent again too. A write sent again after its
+//     path broke may land before the first one, if the target still runs
+//     that: as with Linux's host, only the last completed write of a range
+//     is certain.
+//   - A path that broke, or did not connect at first, is connected again
+//     every ReconnectDelay until LossTimeout, as Linux's reconnect_delay
+//     and ctrl_loss_tmo: its namespaces are opened again and it serves as
+//     its ANA log says.
 //   - With no usable path, I/O waits for one (as Linux's host queues it,
-//     "no usable path") until its context ends; with no path left it
-//     fails with ErrNoPath.
+//     "no usable path") until its context ends; with no path left, none
+//     being connected again, it fails with ErrNoPath.
 //
 // Its methods may be called from several goroutines.
 type Multipath struct {
-	SubNQN string
-	paths  []*mpath
-	rr     atomic.Uint32
+	SubNQN  string
+	paths   []*mpath
+	rr      atomic.Uint32
+	network string
+	cfg     MultipathConfig
 
-	ctx    context.Context // ends at Close: the paths' log reads
+	ctx    context.Context // ends at Close: log reads, reconnects
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the paths' watches and log reads
+	wg     sync.WaitGroup // the paths' watches, log reads, closes and reconnects
 
 	mu      sync.Mutex
 	changed chan struct{} // closed, and replaced, when a path's states change or it ends
 	closed  bool
+	nss     []*MultipathNamespace // opened, for a path connected again
+}
+
+// MultipathConfig is what ConnectMultipath takes besides the addresses:
+// the host's configuration for every path, and how lost paths come back.
+type MultipathConfig struct {
+	HostConfig
+	// ReconnectDelay is the wait between attempts to connect a lost path
+	// again (default 10 s, Linux's reconnect_delay; negative: a lost path
+	// stays lost).
+	ReconnectDelay time.Duration
+	// LossTimeout is how long a lost path is tried before it is given up
+	// (default 600 s, Linux's ctrl_loss_tmo; negative: for ever).
+	LossTimeout time.Duration
 }
 
 // mpath is a path: its controller and what its ANA log last said.
 type mpath struct {
 	addr string
-	c    *Controller
-	ana  bool // the controller reports ANA
 
 	// Under Multipath.mu.
-	err     error               // why it is not usable: it never connected or has ended
-	states  map[uint32]ANAState // ANA group → state through this path
-	groups  map[uint32]uint32   // NSID → ANA group, as the log lists them
-	chg     uint64              // the change count of the log applied
-	pending bool                // a path status came back: unusable until its log is read again
-	asked   map[uint32]bool     // groups missing from the log, read again once for each
+	c        *Controller         // nil while it is not connected
+	ana      bool                // the controller reports ANA
+	err      error               // why it is not usable: not connected, or ended
+	retrying bool                // it is being connected again
+	states   map[uint32]ANAState // ANA group → state through this path
+	groups   map[uint32]uint32   // NSID → ANA group, as the log lists them
+	chg      uint64              // the change count of the log applied
+	pending  bool                // a path status came back: unusable until its log is read again
+	asked    map[uint32]bool     // groups missing from the log, read again once for each
 
-	cmds, pathErrs atomic.Uint64
+	cmds, pathErrs, connects atomic.Uint64
 }
 
 // PathInfo is a path's state, as Multipath.Paths reports it.
 type PathInfo struct {
 	Addr       string
-	Controller *Controller         // nil if it never connected
-	Err        error               // why it is not used: it never connected, or has ended
+	Controller *Controller         // nil while it is not connected
+	Err        error               // why it is not used: not connected, or ended
+	Retrying   bool                // it is being connected again
 	States     map[uint32]ANAState // each ANA group's state through the path, as its log last said
 	Commands   uint64              // commands sent down the path
 	PathErrors uint64              // of them, those that came back with a path status
+	Connects   uint64              // times it connected, the first included
 }
 
 // ErrNoPath is the error of I/O on a Multipath none of whose paths is
@@ -80,6 +104,12 @@ var ErrNoPath = errors.New("nvmeof: no path to the subsystem is left")
 // maxFailovers bounds how often one call is sent again down another path.
 const maxFailovers = 16
 
+// Linux's defaults for a lost path.
+const (
+	defaultReconnectDelay = 10 * time.Second
+	defaultLossTimeout    = 600 * time.Second
+)
+
 // testNoANAWatch, if set, connects paths without their ANA watch, so that
 // path statuses alone move the I/O (tests).
 var testNoANAWatch bool
@@ -88,8 +118,9 @@ var testNoANAWatch bool
 // ports) as one host: every path with cfg's host NQN and host ID, which
 // tell the target the controllers are one host's (random ones are made
 // once if cfg has none). It succeeds if at least one path connects; Paths
-// says why the others did not. ctx bounds the connects.
-func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQN string, cfg HostConfig) (*Multipath, error) {
+// says why the others did not, and they are tried again as lost paths.
+// ctx bounds the first connects.
+func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQN string, cfg MultipathConfig) (*Multipath, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("nvmeof: Multipath needs at least one address")
 	}
@@ -102,44 +133,70 @@ func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQ
 	if cfg.HostID == [16]byte{} {
 		rand.Read(cfg.HostID[:])
 	}
+	if cfg.ReconnectDelay == 0 {
+		cfg.ReconnectDelay = defaultReconnectDelay
+	}
+	if cfg.LossTimeout == 0 {
+		cfg.LossTimeout = defaultLossTimeout
+	}
 	cfg.WatchANA = !testNoANAWatch
-	m := &Multipath{SubNQN: subNQN, changed: make(chan struct{})}
+	m := &Multipath{SubNQN: subNQN, network: network, cfg: cfg, changed: make(chan struct{})}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	var errs []error
-	live := 0
 	for _, addr := range addrs {
 		p := &mpath{addr: addr}
 		m.paths = append(m.paths, p)
-		c, err := Connect(ctx, network, addr, subNQN, cfg)
+		c, l, err := m.dial(ctx, addr)
 		if err != nil {
 			p.err = err
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			continue
 		}
-		p.c, p.ana = c, c.Info.CMIC&cmicANA != 0
-		if p.ana {
-			l, err := c.ANALog(ctx)
-			if err != nil {
-				c.Close()
-				p.c, p.err = nil, err
-				errs = append(errs, fmt.Errorf("%s: %w", addr, err))
-				continue
-			}
-			p.set(l, true)
-		}
-		live++
+		p.up(c, l)
 	}
-	if live == 0 {
+	if len(errs) == len(addrs) {
 		m.cancel()
 		return nil, errors.Join(errs...)
 	}
+	m.mu.Lock()
 	for _, p := range m.paths {
 		if p.c != nil {
 			m.wg.Add(1)
-			go m.watch(p)
+			go m.watch(p, p.c)
+		} else {
+			m.retryLocked(p)
 		}
 	}
+	m.mu.Unlock()
 	return m, nil
+}
+
+// dial connects a path and reads its ANA log, if it has one.
+func (m *Multipath) dial(ctx context.Context, addr string) (*Controller, ANALog, error) {
+	c, err := Connect(ctx, m.network, addr, m.SubNQN, m.cfg.HostConfig)
+	if err != nil {
+		return nil, ANALog{}, err
+	}
+	if c.Info.CMIC&cmicANA == 0 {
+		return c, ANALog{}, nil
+	}
+	l, err := c.ANALog(ctx)
+	if err != nil {
+		c.Close()
+		return nil, ANALog{}, err
+	}
+	return c, l, nil
+}
+
+// up makes c the path's controller (m.mu held, or before the path is
+// shared).
+func (p *mpath) up(c *Controller, l ANALog) {
+	p.c, p.ana, p.err, p.retrying = c, c.Info.CMIC&cmicANA != 0, nil, false
+	p.states, p.chg = nil, 0
+	if p.ana {
+		p.set(l, true)
+	}
+	p.connects.Add(1)
 }
 
 // set records a path's ANA log (Multipath.mu held, or before the path is
@@ -162,23 +219,26 @@ func (p *mpath) set(l ANALog, done bool) {
 	}
 }
 
-// watch follows a path: its ANA Change notices, until its controller ends.
-func (m *Multipath) watch(p *mpath) {
+// watch follows a path's controller c: its ANA Change notices, until it
+// ends.
+func (m *Multipath) watch(p *mpath, c *Controller) {
 	defer m.wg.Done()
-	if p.c.events.aec&aecANAChange == 0 {
-		<-p.c.admin.dead
-		m.fail(p, p.c.admin.err)
+	if c.events.aec&aecANAChange == 0 {
+		<-c.admin.dead
+		m.fail(p, c, c.admin.err)
 		return
 	}
 	for {
-		l, err := p.c.WaitANAChange(context.Background()) // ends with the controller
+		l, err := c.WaitANAChange(context.Background()) // ends with the controller
 		if err != nil {
-			m.fail(p, err)
+			m.fail(p, c, err)
 			return
 		}
 		m.mu.Lock()
-		p.set(l, false)
-		m.notify()
+		if p.c == c {
+			p.set(l, false)
+			m.notify()
+		}
 		m.mu.Unlock()
 	}
 }
@@ -189,58 +249,128 @@ func (m *Multipath) notify() {
 	m.changed = make(chan struct{})
 }
 
-// fail takes a path out for good and closes its controller, in the
-// background: the caller may be an I/O call, which goes on down another
-// path.
-func (m *Multipath) fail(p *mpath, err error) {
+// fail takes a path's controller c out, closes it in the background (the
+// caller may be an I/O call, which goes on down another path), and starts
+// connecting the path again. A c that is no longer the path's is past.
+func (m *Multipath) fail(p *mpath, c *Controller, err error) {
 	if err == nil {
 		err = ErrClosed
 	}
 	m.mu.Lock()
-	first := p.err == nil
-	if first {
-		p.err = err
+	defer m.mu.Unlock()
+	if p.c != c || m.closed {
+		return // after Close, Close closes it
+	}
+	p.c, p.err, p.pending = nil, err, false
+	m.notify()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		c.Close()
+	}()
+	m.retryLocked(p)
+}
+
+// retryLocked starts connecting a lost path again, if Multipath does
+// (m.mu held).
+func (m *Multipath) retryLocked(p *mpath) {
+	if m.cfg.ReconnectDelay < 0 || m.closed {
+		return
+	}
+	p.retrying = true
+	m.wg.Add(1)
+	go m.reconnect(p)
+}
+
+// reconnect connects a lost path every ReconnectDelay until it connects,
+// LossTimeout passes or Multipath closes; then it opens the namespaces
+// opened through the others.
+func (m *Multipath) reconnect(p *mpath) {
+	defer m.wg.Done()
+	lost := time.Now()
+	for {
+		select {
+		case <-time.After(m.cfg.ReconnectDelay):
+		case <-m.ctx.Done():
+			return
+		}
+		if m.cfg.LossTimeout >= 0 && time.Since(lost) > m.cfg.LossTimeout {
+			m.mu.Lock()
+			p.retrying = false
+			p.err = fmt.Errorf("%w (given up after %v)", p.err, m.cfg.LossTimeout)
+			m.notify()
+			m.mu.Unlock()
+			return
+		}
+		ctx, cancel := context.WithTimeout(m.ctx, max(m.cfg.ReconnectDelay, 10*time.Second))
+		c, l, err := m.dial(ctx, p.addr)
+		if err != nil {
+			cancel()
+			m.mu.Lock()
+			p.err = err
+			m.mu.Unlock()
+			continue
+		}
+		m.mu.Lock()
+		nss := slices.Clone(m.nss)
+		m.mu.Unlock()
+		opened := make([]*HostNamespace, len(nss))
+		for i, n := range nss {
+			if hn, err := c.Namespace(ctx, n.ID); err == nil && n.same(hn) {
+				opened[i] = hn
+			}
+		}
+		cancel()
+		i := slices.Index(m.paths, p)
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			c.Close()
+			return
+		}
+		p.up(c, l)
+		for k, n := range nss {
+			n.ns[i] = opened[k]
+		}
 		m.notify()
-	}
-	closeIt := first && !m.closed // after Close, Close closes it
-	if closeIt {
 		m.wg.Add(1)
-	}
-	m.mu.Unlock()
-	if closeIt {
-		go func() {
-			defer m.wg.Done()
-			p.c.Close()
-		}()
+		go m.watch(p, c)
+		m.mu.Unlock()
+		return
 	}
 }
 
 // refresh reads a path's ANA log again after a path status; the path is
 // not used until then.
-func (m *Multipath) refresh(p *mpath) {
+func (m *Multipath) refresh(p *mpath, c *Controller) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.refreshLocked(p)
+	if p.c == c {
+		m.refreshLocked(p)
+	}
 }
 
 func (m *Multipath) refreshLocked(p *mpath) {
-	if p.pending || p.err != nil || m.closed || !p.ana {
+	if p.pending || p.c == nil || m.closed || !p.ana {
 		return
 	}
 	p.pending = true
+	c := p.c
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 		defer cancel()
-		l, err := p.c.ANALog(ctx)
+		l, err := c.ANALog(ctx)
 		if err != nil {
-			m.fail(p, fmt.Errorf("nvmeof: reading the ANA log again: %w", err))
+			m.fail(p, c, fmt.Errorf("nvmeof: reading the ANA log again: %w", err))
 			return
 		}
 		m.mu.Lock()
-		p.set(l, true)
-		m.notify()
+		if p.c == c {
+			p.set(l, true)
+			m.notify()
+		}
 		m.mu.Unlock()
 	}()
 }
@@ -272,19 +402,22 @@ func (m *Multipath) state(n *MultipathNamespace, i int) ANAState {
 	return s
 }
 
-// pick returns the path for a command on n: an optimized one, round-robin,
-// else a non-optimized one; or none, with the channel that says when to
-// look again, or ErrNoPath.
-func (m *Multipath) pick(n *MultipathNamespace) (int, <-chan struct{}, error) {
+// pick returns the path for a command on n and its namespace there: an
+// optimized one, round-robin, else a non-optimized one; or none, with the
+// channel that says when to look again, or ErrNoPath.
+func (m *Multipath) pick(n *MultipathNamespace) (int, *HostNamespace, <-chan struct{}, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return -1, nil, ErrClosed
+		return -1, nil, nil, ErrClosed
 	}
 	var opt, nonOpt []int
 	left := false
 	for i, p := range m.paths {
-		if p.err != nil || n.ns[i] == nil {
+		if p.retrying {
+			left = true
+		}
+		if p.c == nil || n.ns[i] == nil {
 			continue
 		}
 		left = true
@@ -303,12 +436,13 @@ func (m *Multipath) pick(n *MultipathNamespace) (int, <-chan struct{}, error) {
 		best = nonOpt
 	}
 	if len(best) > 0 {
-		return best[int(m.rr.Add(1)%uint32(len(best)))], nil, nil
+		i := best[int(m.rr.Add(1)%uint32(len(best)))]
+		return i, n.ns[i], nil, nil
 	}
 	if !left {
-		return -1, nil, ErrNoPath
+		return -1, nil, nil, ErrNoPath
 	}
-	return -1, m.changed, nil
+	return -1, nil, m.changed, nil
 }
 
 // do runs op on a path of n, and again on another when the path answers
@@ -317,7 +451,7 @@ func (m *Multipath) pick(n *MultipathNamespace) (int, <-chan struct{}, error) {
 func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*HostNamespace) (int, error)) (int, error) {
 	var last error
 	for tries := 0; ; {
-		i, wait, err := m.pick(n)
+		i, hn, wait, err := m.pick(n)
 		if err != nil {
 			return 0, errors.Join(err, last)
 		}
@@ -329,9 +463,9 @@ func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*Host
 				return 0, errors.Join(ctx.Err(), last)
 			}
 		}
-		p := m.paths[i]
+		p, c := m.paths[i], hn.c
 		p.cmds.Add(1)
-		k, err := op(n.ns[i])
+		k, err := op(hn)
 		var se *StatusError
 		isStatus := errors.As(err, &se)
 		switch {
@@ -341,16 +475,16 @@ func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*Host
 			return k, err
 		case isStatus && se.Status.SCT() == SCTPath && se.Status&DNR == 0:
 			p.pathErrs.Add(1)
-			if c := se.Status.Code(); c >= StatusANAPersistentLoss && c <= StatusANATransition {
-				m.refresh(p) // an ANA state changed: read it before using the path again
+			if code := se.Status.Code(); code >= StatusANAPersistentLoss && code <= StatusANATransition {
+				m.refresh(p, c) // an ANA state changed: read it before using the path again
 			}
-		case m.out(p):
+		case m.out(p, c):
 			// Taken out while the command ran (its controller closed
 			// under it): another path may serve it.
-		case isStatus || !p.c.broken():
+		case isStatus || !c.broken():
 			return k, err // the namespace's answer whichever the path, or the call's own (io.EOF, ErrRange)
 		default:
-			m.fail(p, err) // the path broke under the command
+			m.fail(p, c, err) // the path broke under the command
 		}
 		last = fmt.Errorf("path %s: %w", p.addr, err)
 		if tries++; tries > maxFailovers {
@@ -365,11 +499,12 @@ func (m *Multipath) do0(ctx context.Context, n *MultipathNamespace, op func(*Hos
 	return err
 }
 
-// out reports whether a path was taken out while Multipath is open.
-func (m *Multipath) out(p *mpath) bool {
+// out reports whether a path's controller c was taken out while
+// Multipath is open.
+func (m *Multipath) out(p *mpath, c *Controller) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return p.err != nil && !m.closed
+	return p.c != c && !m.closed
 }
 
 // Paths reports each path: its controller, whether it is used, its ANA
@@ -379,8 +514,8 @@ func (m *Multipath) Paths() []PathInfo {
 	defer m.mu.Unlock()
 	var ps []PathInfo
 	for _, p := range m.paths {
-		pi := PathInfo{Addr: p.addr, Controller: p.c, Err: p.err, States: map[uint32]ANAState{},
-			Commands: p.cmds.Load(), PathErrors: p.pathErrs.Load()}
+		pi := PathInfo{Addr: p.addr, Controller: p.c, Err: p.err, Retrying: p.retrying, States: map[uint32]ANAState{},
+			Commands: p.cmds.Load(), PathErrors: p.pathErrs.Load(), Connects: p.connects.Load()}
 		for g, s := range p.states {
 			pi.States[g] = s
 		}
@@ -389,8 +524,9 @@ func (m *Multipath) Paths() []PathInfo {
 	return ps
 }
 
-// Close closes every path's controller, as Controller.Close does, and
-// returns once the paths' watches have stopped.
+// Close closes every path's controller, as Controller.Close does, stops
+// connecting lost ones, and returns once the paths' goroutines have
+// stopped.
 func (m *Multipath) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -400,20 +536,19 @@ func (m *Multipath) Close() error {
 	}
 	m.closed = true
 	m.notify()
-	up := make([]bool, len(m.paths))
-	for i, p := range m.paths {
-		up[i] = p.err == nil
+	var cs []*Controller
+	var addrs []string
+	for _, p := range m.paths {
+		if p.c != nil {
+			cs, addrs = append(cs, p.c), append(addrs, p.addr)
+		}
 	}
 	m.mu.Unlock()
 	m.cancel()
 	var errs []error
-	for i, p := range m.paths {
-		if p.c == nil {
-			continue
-		}
-		// A path taken out already failed; its Close says so again.
-		if err := p.c.Close(); err != nil && up[i] && !errors.Is(err, ErrClosed) {
-			errs = append(errs, fmt.Errorf("%s: %w", p.addr, err))
+	for i, c := range cs {
+		if err := c.Close(); err != nil && !errors.Is(err, ErrClosed) {
+			errs = append(errs, fmt.Errorf("%s: %w", addrs[i], err))
 		}
 	}
 	m.wg.Wait()
@@ -430,7 +565,8 @@ type MultipathNamespace struct {
 }
 
 // Namespace opens namespace nsid on every path, which must agree on what
-// it is (its size, block size and, where given, NGUID).
+// it is (its size, block size and, where given, NGUID); a path connected
+// again later opens it too.
 func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNamespace, error) {
 	n := &MultipathNamespace{m: m, ID: nsid, ns: make([]*HostNamespace, len(m.paths))}
 	var errs []error
@@ -438,17 +574,17 @@ func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNames
 	var firstAddr string
 	for i, p := range m.paths {
 		m.mu.Lock()
-		ok := p.err == nil
+		c := p.c
 		m.mu.Unlock()
-		if !ok {
+		if c == nil {
 			continue
 		}
-		hn, err := p.c.Namespace(ctx, nsid)
+		hn, err := c.Namespace(ctx, nsid)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("path %s: %w", p.addr, err))
 			continue
 		}
-		if first != nil && (hn.Size() != first.Size() || hn.BlockSize() != first.BlockSize() || hn.Info.NGUID != first.Info.NGUID) {
+		if first != nil && !first.agrees(hn) {
 			return nil, fmt.Errorf("nvmeof: namespace %d: paths %s and %s disagree on what it is", nsid, firstAddr, p.addr)
 		}
 		if first == nil {
@@ -460,7 +596,26 @@ func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNames
 		return nil, errors.Join(append(errs, fmt.Errorf("nvmeof: namespace %d: no path opens it", nsid))...)
 	}
 	n.Info = first.Info
+	m.mu.Lock()
+	for i, hn := range n.ns { // a path that came back meanwhile
+		if hn != nil && m.paths[i].c != hn.c {
+			n.ns[i] = nil
+		}
+	}
+	m.nss = append(m.nss, n)
+	m.mu.Unlock()
 	return n, nil
+}
+
+// agrees reports whether two paths' views of a namespace are of the same
+// namespace.
+func (hn *HostNamespace) agrees(o *HostNamespace) bool {
+	return hn.Size() == o.Size() && hn.BlockSize() == o.BlockSize() && hn.Info.NGUID == o.Info.NGUID
+}
+
+// same reports whether hn, opened on a path connected again, is n.
+func (n *MultipathNamespace) same(hn *HostNamespace) bool {
+	return int64(n.Info.Size) == int64(hn.Info.Size) && n.Info.LBADS == hn.Info.LBADS && n.Info.NGUID == hn.Info.NGUID
 }
 
 // Size returns the namespace's size in octets.

@@ -27,7 +27,12 @@ func mpathNS(t *testing.T) (context.Context, *Port, *Port, *Multipath, *Multipat
 
 func connectMultipath(t *testing.T, addrs ...string) *Multipath {
 	t.Helper()
-	m, err := ConnectMultipath(testCtx(t), "tcp", addrs, testNQN, HostConfig{IOQueues: 1})
+	return connectMultipathCfg(t, MultipathConfig{HostConfig: HostConfig{IOQueues: 1}}, addrs...)
+}
+
+func connectMultipathCfg(t *testing.T, cfg MultipathConfig, addrs ...string) *Multipath {
+	t.Helper()
+	m, err := ConnectMultipath(testCtx(t), "tcp", addrs, testNQN, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	return m
@@ -159,8 +164,9 @@ func TestMultipathNoUsablePath(t *testing.T) {
 }
 
 // A path lost (its port closed) is taken out and its command sent down the
-// other; with no path left, I/O fails with ErrNoPath. A path that does not
-// connect at first is reported, and the others serve.
+// other; with no path left (none connected again: ReconnectDelay -1), I/O
+// fails with ErrNoPath. A path that does not connect at first is
+// reported, and the others serve.
 func TestMultipathPathLost(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
@@ -169,9 +175,11 @@ func TestMultipathPathLost(t *testing.T) {
 	require.NoError(t, err)
 	deadAddr := dead.Addr().String()
 	require.NoError(t, dead.Close())
-	m := connectMultipath(t, p1.Addr().String(), deadAddr, p2.Addr().String())
+	m := connectMultipathCfg(t, MultipathConfig{HostConfig: HostConfig{IOQueues: 1}, ReconnectDelay: -1},
+		p1.Addr().String(), deadAddr, p2.Addr().String())
 	ps := m.Paths()
 	require.Error(t, ps[1].Err, "nothing listens there")
+	require.False(t, ps[1].Retrying, "not with ReconnectDelay -1")
 	require.Nil(t, ps[1].Controller)
 	n, err := m.Namespace(ctx, 1)
 	require.NoError(t, err)
@@ -185,7 +193,7 @@ func TestMultipathPathLost(t *testing.T) {
 	_, err = n.WriteAt(make([]byte, 4096), 0)
 	require.ErrorIs(t, err, ErrNoPath)
 
-	_, err = ConnectMultipath(ctx, "tcp", []string{deadAddr}, testNQN, HostConfig{})
+	_, err = ConnectMultipath(ctx, "tcp", []string{deadAddr}, testNQN, MultipathConfig{})
 	require.Error(t, err, "no path connects")
 }
 
@@ -201,9 +209,9 @@ func TestMultipathChecks(t *testing.T) {
 	require.ErrorContains(t, err, "disagree")
 	_, err = m.Namespace(ctx, 9)
 	require.Error(t, err)
-	_, err = ConnectMultipath(ctx, "tcp", nil, testNQN, HostConfig{})
+	_, err = ConnectMultipath(ctx, "tcp", nil, testNQN, MultipathConfig{})
 	require.Error(t, err)
-	_, err = ConnectMultipath(ctx, "tcp", []string{a}, DiscoveryNQN, HostConfig{})
+	_, err = ConnectMultipath(ctx, "tcp", []string{a}, DiscoveryNQN, MultipathConfig{})
 	require.Error(t, err)
 	// Local faults are the caller's, not the path's.
 	_, _, c := newTestTarget(t, 1<<20, TargetConfig{})
@@ -358,7 +366,10 @@ func TestMultipathPathTakenOut(t *testing.T) {
 			errs <- err
 		}()
 	}
-	m.fail(m.paths[0], errors.New("test: taken out"))
+	m.mu.Lock()
+	c0 := m.paths[0].c
+	m.mu.Unlock()
+	m.fail(m.paths[0], c0, errors.New("test: taken out"))
 	for range writers {
 		require.NoError(t, <-errs)
 	}
@@ -392,4 +403,87 @@ func TestMultipathWithoutANA(t *testing.T) {
 	_, err = n.ReadAt(got, 9*4096)
 	require.NoError(t, err)
 	require.Equal(t, bytes.Repeat([]byte{2 + 9}, 4096), got)
+}
+
+// Lost paths come back: a port closed and opened again on its address is
+// connected again, its namespace opened again, and the I/O returns to it
+// (it is the optimized one); a path that did not connect at first joins
+// when its port opens; with every path lost, I/O waits while they are
+// tried, and fails with ErrNoPath once LossTimeout gives them up.
+func TestMultipathReconnect(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	tg, _, p1, p2 := anaTarget(t)
+	later, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{testNQN}})
+	require.NoError(t, err)
+	laterAddr := later.Addr().String()
+	require.NoError(t, later.Close())
+	addr1 := p1.Addr().String()
+	m := connectMultipathCfg(t, MultipathConfig{HostConfig: HostConfig{IOQueues: 1}, ReconnectDelay: 20 * time.Millisecond,
+		LossTimeout: 3 * time.Second}, addr1, p2.Addr().String(), laterAddr)
+	require.True(t, m.Paths()[2].Retrying)
+	n, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 0, 0}, writes(t, m, n, 1, 1))
+
+	require.NoError(t, p1.Close())
+	require.Eventually(t, func() bool { return m.Paths()[0].Controller == nil }, 10*time.Second, 5*time.Millisecond)
+	c := writes(t, m, n, 2, 2)
+	require.EqualValues(t, 2, c[1], "down the non-optimized path meanwhile")
+	p1, err = tg.ListenPort(ctx, "tcp", addr1, PortConfig{Subsystems: []string{testNQN}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return m.Paths()[0].Controller != nil }, 10*time.Second, 5*time.Millisecond, "connected again")
+	require.EqualValues(t, 2, m.Paths()[0].Connects)
+	before := m.Paths()[0].Commands
+	writes(t, m, n, 3, 3)
+	require.Equal(t, before+3, m.Paths()[0].Commands, "back on the optimized path, its namespace opened again")
+
+	later, err = tg.ListenPort(ctx, "tcp", laterAddr, PortConfig{Subsystems: []string{testNQN}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return m.Paths()[2].Controller != nil }, 10*time.Second, 5*time.Millisecond,
+		"the path that did not connect at first")
+
+	// Every path lost: a write waits while they are tried, and goes when
+	// one comes back.
+	for _, p := range []*Port{p1, p2, later} {
+		require.NoError(t, p.Close())
+	}
+	require.Eventually(t, func() bool {
+		for _, p := range m.Paths() {
+			if p.Controller != nil {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.WriteAtContext(ctx, bytes.Repeat([]byte{9}, 4096), 0)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a write with no path: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	back, err := tg.ListenPort(ctx, "tcp", p2.Addr().String(), PortConfig{Subsystems: []string{testNQN},
+		ANA: map[uint32]ANAState{1: ANANonOptimized, 5: ANAOptimized}})
+	require.NoError(t, err)
+	require.NoError(t, <-done, "held until a path came back")
+	got := make([]byte, 4096)
+	_, err = n.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, bytes.Repeat([]byte{9}, 4096), got)
+
+	// Given up after LossTimeout: ErrNoPath.
+	require.Eventually(t, func() bool {
+		ps := m.Paths()
+		return !ps[0].Retrying && !ps[2].Retrying
+	}, 10*time.Second, 10*time.Millisecond, "paths 1 and 3 given up")
+	require.ErrorContains(t, m.Paths()[0].Err, "given up")
+	require.NoError(t, back.Close())
+	start := time.Now()
+	_, err = n.WriteAtContext(ctx, make([]byte, 4096), 0)
+	require.ErrorIs(t, err, ErrNoPath, "the last path given up too")
+	require.Greater(t, time.Since(start), time.Second, "after it was tried for LossTimeout")
 }
