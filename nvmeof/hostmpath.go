@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -51,7 +52,10 @@ type Multipath struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed, and replaced, when a path's states change or it ends
 	closed  bool
-	nss     []*MultipathNamespace // opened, for a path connected again
+	// nsMu orders Namespace against a path coming back: each namespace
+	// is opened on a path either by Namespace or by the reconnect.
+	nsMu sync.Mutex
+	nss  map[uint32]*MultipathNamespace // opened (under nsMu and mu), one per NSID
 }
 
 // MultipathConfig is what ConnectMultipath takes besides the addresses:
@@ -80,7 +84,7 @@ type mpath struct {
 	groups   map[uint32]uint32   // NSID → ANA group, as the log lists them
 	chg      uint64              // the change count of the log applied
 	pending  bool                // a path status came back: unusable until its log is read again
-	asked    map[uint32]bool     // groups missing from the log, read again once for each
+	asked    map[uint32]bool     // groups missing from the log, read again once for each, for this controller
 
 	cmds, pathErrs, connects atomic.Uint64
 }
@@ -140,7 +144,7 @@ func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQ
 		cfg.LossTimeout = defaultLossTimeout
 	}
 	cfg.WatchANA = !testNoANAWatch
-	m := &Multipath{SubNQN: subNQN, network: network, cfg: cfg, changed: make(chan struct{})}
+	m := &Multipath{SubNQN: subNQN, network: network, cfg: cfg, changed: make(chan struct{}), nss: map[uint32]*MultipathNamespace{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	var errs []error
 	for _, addr := range addrs {
@@ -192,7 +196,7 @@ func (m *Multipath) dial(ctx context.Context, addr string) (*Controller, ANALog,
 // shared).
 func (p *mpath) up(c *Controller, l ANALog) {
 	p.c, p.ana, p.err, p.retrying = c, c.Info.CMIC&cmicANA != 0, nil, false
-	p.states, p.chg = nil, 0
+	p.states, p.chg, p.asked = nil, 0, nil
 	if p.ana {
 		p.set(l, true)
 	}
@@ -210,7 +214,7 @@ func (p *mpath) set(l ANALog, done bool) {
 	if p.states != nil && l.ChangeCount < p.chg {
 		return
 	}
-	p.states, p.groups, p.chg, p.asked = map[uint32]ANAState{}, map[uint32]uint32{}, l.ChangeCount, nil
+	p.states, p.groups, p.chg = map[uint32]ANAState{}, map[uint32]uint32{}, l.ChangeCount
 	for _, g := range l.Groups {
 		p.states[g.ID] = g.State
 		for _, id := range g.NSIDs {
@@ -283,8 +287,10 @@ func (m *Multipath) retryLocked(p *mpath) {
 }
 
 // reconnect connects a lost path every ReconnectDelay until it connects,
-// LossTimeout passes or Multipath closes; then it opens the namespaces
-// opened through the others.
+// LossTimeout passes (after one attempt at least, as Linux's host) or
+// Multipath closes; then it opens the namespaces opened through the
+// others. A namespace the target answers it no longer has stays closed on
+// the path; an open that fails otherwise fails the attempt.
 func (m *Multipath) reconnect(p *mpath) {
 	defer m.wg.Done()
 	lost := time.Now()
@@ -294,50 +300,68 @@ func (m *Multipath) reconnect(p *mpath) {
 		case <-m.ctx.Done():
 			return
 		}
-		if m.cfg.LossTimeout >= 0 && time.Since(lost) > m.cfg.LossTimeout {
-			m.mu.Lock()
+		err := m.reconnectOnce(p)
+		if err == nil || m.ctx.Err() != nil {
+			return
+		}
+		m.mu.Lock()
+		p.err = err
+		if m.cfg.LossTimeout >= 0 && time.Since(lost)+m.cfg.ReconnectDelay > m.cfg.LossTimeout {
 			p.retrying = false
-			p.err = fmt.Errorf("%w (given up after %v)", p.err, m.cfg.LossTimeout)
+			p.err = fmt.Errorf("%w (given up after %v)", err, m.cfg.LossTimeout)
 			m.notify()
 			m.mu.Unlock()
 			return
 		}
-		ctx, cancel := context.WithTimeout(m.ctx, max(m.cfg.ReconnectDelay, 10*time.Second))
-		c, l, err := m.dial(ctx, p.addr)
-		if err != nil {
-			cancel()
-			m.mu.Lock()
-			p.err = err
-			m.mu.Unlock()
-			continue
-		}
-		m.mu.Lock()
-		nss := slices.Clone(m.nss)
 		m.mu.Unlock()
-		opened := make([]*HostNamespace, len(nss))
-		for i, n := range nss {
-			if hn, err := c.Namespace(ctx, n.ID); err == nil && n.same(hn) {
-				opened[i] = hn
-			}
-		}
-		cancel()
-		i := slices.Index(m.paths, p)
-		m.mu.Lock()
-		if m.closed {
-			m.mu.Unlock()
-			c.Close()
-			return
-		}
-		p.up(c, l)
-		for k, n := range nss {
-			n.ns[i] = opened[k]
-		}
-		m.notify()
-		m.wg.Add(1)
-		go m.watch(p, c)
-		m.mu.Unlock()
-		return
 	}
+}
+
+// reconnectOnce is one attempt to connect a lost path again.
+func (m *Multipath) reconnectOnce(p *mpath) error {
+	wait := max(m.cfg.ReconnectDelay, 10*time.Second)
+	ctx, cancel := context.WithTimeout(m.ctx, wait)
+	c, l, err := m.dial(ctx, p.addr)
+	cancel()
+	if err != nil {
+		return err
+	}
+	m.nsMu.Lock()
+	defer m.nsMu.Unlock()
+	m.mu.Lock()
+	nss := slices.Collect(maps.Values(m.nss))
+	m.mu.Unlock()
+	opened := make([]*HostNamespace, len(nss))
+	for i, n := range nss {
+		ctx, cancel := context.WithTimeout(m.ctx, wait)
+		hn, err := c.Namespace(ctx, n.ID)
+		timedOut := ctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil && n.Info.sameAs(hn.Info):
+			opened[i] = hn
+		case err != nil && (timedOut || c.broken()):
+			c.Close()
+			return fmt.Errorf("opening namespace %d: %w", n.ID, err)
+		default:
+			// Not there, or another namespace now: the target's answer.
+		}
+	}
+	i := slices.Index(m.paths, p)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		c.Close()
+		return ErrClosed
+	}
+	p.up(c, l)
+	for k, n := range nss {
+		n.ns[i] = opened[k]
+	}
+	m.notify()
+	m.wg.Add(1)
+	go m.watch(p, c)
+	return nil
 }
 
 // refresh reads a path's ANA log again after a path status; the path is
@@ -378,7 +402,8 @@ func (m *Multipath) refreshLocked(p *mpath) {
 // state is namespace n's ANA state through path i (m.mu held): optimized
 // where the controller does not report ANA. Where the log does not name
 // its group (a namespace added since), the log is read again, once, as
-// Linux's host does; till then, and if it still does not, inaccessible.
+// Linux's host does, and till then the path is not used; if it still does
+// not, the path is used, non-optimized, so that the target answers.
 func (m *Multipath) state(n *MultipathNamespace, i int) ANAState {
 	p := m.paths[i]
 	if !p.ana {
@@ -389,17 +414,20 @@ func (m *Multipath) state(n *MultipathNamespace, i int) ANAState {
 		g = n.ns[i].Info.ANAGroup
 	}
 	s, ok := p.states[g]
-	if !ok {
-		if !p.asked[g] {
-			if p.asked == nil {
-				p.asked = map[uint32]bool{}
-			}
-			p.asked[g] = true
-			m.refreshLocked(p)
+	switch {
+	case ok:
+		return s
+	case !p.asked[g]:
+		if p.asked == nil {
+			p.asked = map[uint32]bool{}
 		}
+		p.asked[g] = true
+		m.refreshLocked(p)
 		return ANAInaccessible
 	}
-	return s
+	// Read again, and still not there: the namespace may be gone. Let
+	// the target say so (Invalid Namespace), not wait for ever.
+	return ANANonOptimized
 }
 
 // pick returns the path for a command on n and its namespace there: an
@@ -478,11 +506,13 @@ func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*Host
 			if code := se.Status.Code(); code >= StatusANAPersistentLoss && code <= StatusANATransition {
 				m.refresh(p, c) // an ANA state changed: read it before using the path again
 			}
+		case isStatus:
+			return k, err // the namespace's answer, whichever the path
 		case m.out(p, c):
 			// Taken out while the command ran (its controller closed
 			// under it): another path may serve it.
-		case isStatus || !c.broken():
-			return k, err // the namespace's answer whichever the path, or the call's own (io.EOF, ErrRange)
+		case !c.broken():
+			return k, err // the call's own (io.EOF, ErrRange)
 		default:
 			m.fail(p, c, err) // the path broke under the command
 		}
@@ -566,29 +596,39 @@ type MultipathNamespace struct {
 
 // Namespace opens namespace nsid on every path, which must agree on what
 // it is (its size, block size and, where given, NGUID); a path connected
-// again later opens it too.
+// again later opens it too. It returns the same MultipathNamespace for an
+// NSID each time.
 func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNamespace, error) {
-	n := &MultipathNamespace{m: m, ID: nsid, ns: make([]*HostNamespace, len(m.paths))}
+	m.nsMu.Lock()
+	defer m.nsMu.Unlock()
+	m.mu.Lock()
+	n := m.nss[nsid]
+	cs := make([]*Controller, len(m.paths))
+	for i, p := range m.paths {
+		cs[i] = p.c
+	}
+	m.mu.Unlock()
+	if n != nil {
+		return n, nil
+	}
+	n = &MultipathNamespace{m: m, ID: nsid, ns: make([]*HostNamespace, len(m.paths))}
 	var errs []error
 	var first *HostNamespace
 	var firstAddr string
-	for i, p := range m.paths {
-		m.mu.Lock()
-		c := p.c
-		m.mu.Unlock()
+	for i, c := range cs {
 		if c == nil {
 			continue
 		}
 		hn, err := c.Namespace(ctx, nsid)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("path %s: %w", p.addr, err))
+			errs = append(errs, fmt.Errorf("path %s: %w", m.paths[i].addr, err))
 			continue
 		}
-		if first != nil && !first.agrees(hn) {
-			return nil, fmt.Errorf("nvmeof: namespace %d: paths %s and %s disagree on what it is", nsid, firstAddr, p.addr)
+		if first != nil && !first.Info.sameAs(hn.Info) {
+			return nil, fmt.Errorf("nvmeof: namespace %d: paths %s and %s disagree on what it is", nsid, firstAddr, m.paths[i].addr)
 		}
 		if first == nil {
-			first, firstAddr = hn, p.addr
+			first, firstAddr = hn, m.paths[i].addr
 		}
 		n.ns[i] = hn
 	}
@@ -597,25 +637,20 @@ func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNames
 	}
 	n.Info = first.Info
 	m.mu.Lock()
-	for i, hn := range n.ns { // a path that came back meanwhile
+	for i, hn := range n.ns { // a path lost meanwhile (one that came back waited for nsMu)
 		if hn != nil && m.paths[i].c != hn.c {
 			n.ns[i] = nil
 		}
 	}
-	m.nss = append(m.nss, n)
+	m.nss[nsid] = n
 	m.mu.Unlock()
 	return n, nil
 }
 
-// agrees reports whether two paths' views of a namespace are of the same
-// namespace.
-func (hn *HostNamespace) agrees(o *HostNamespace) bool {
-	return hn.Size() == o.Size() && hn.BlockSize() == o.BlockSize() && hn.Info.NGUID == o.Info.NGUID
-}
-
-// same reports whether hn, opened on a path connected again, is n.
-func (n *MultipathNamespace) same(hn *HostNamespace) bool {
-	return int64(n.Info.Size) == int64(hn.Info.Size) && n.Info.LBADS == hn.Info.LBADS && n.Info.NGUID == hn.Info.NGUID
+// sameAs reports whether two views of a namespace, through two paths or
+// before and after a reconnect, are of the same namespace.
+func (ni NamespaceInfo) sameAs(o NamespaceInfo) bool {
+	return ni.Size == o.Size && ni.LBADS == o.LBADS && ni.NGUID == o.NGUID
 }
 
 // Size returns the namespace's size in octets.

@@ -247,6 +247,18 @@ func TestMultipathFlipping(t *testing.T) {
 				flipErr <- err
 				return
 			}
+			// Seen by the host before the next: a write is bounced by a
+			// few flips, not by all of them (maxFailovers bounds it).
+			for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+				ps := m.Paths()
+				if ps[(f+1)%2].States[1] == ANAOptimized && ps[f%2].States[1] == ANAInaccessible {
+					break
+				}
+				if time.Now().After(end) {
+					flipErr <- errors.New("a flip was not seen by the host")
+					return
+				}
+			}
 			flips.Add(1)
 		}
 		flipErr <- nil
@@ -442,6 +454,9 @@ func TestMultipathReconnect(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return m.Paths()[2].Controller != nil }, 10*time.Second, 5*time.Millisecond,
 		"the path that did not connect at first")
+	before = m.Paths()[2].Commands
+	writes(t, m, n, 4, 4)
+	require.Equal(t, before+2, m.Paths()[2].Commands, "its namespace opened: round-robin with the other optimized path")
 
 	// Every path lost: a write waits while they are tried, and goes when
 	// one comes back.
@@ -486,4 +501,42 @@ func TestMultipathReconnect(t *testing.T) {
 	_, err = n.WriteAtContext(ctx, make([]byte, 4096), 0)
 	require.ErrorIs(t, err, ErrNoPath, "the last path given up too")
 	require.Greater(t, time.Since(start), time.Second, "after it was tried for LossTimeout")
+}
+
+// A namespace removed from the target, alone in its group: the paths'
+// logs no longer list the group; after one read of the log, the command
+// goes to the target, which answers Invalid Namespace (it spun reading the
+// log, and the write waited for ever).
+func TestMultipathRemovedNamespace(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, sub, p1, p2 := anaTarget(t)
+	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
+	n2, err := m.Namespace(ctx, 2)
+	require.NoError(t, err)
+	same, err := m.Namespace(ctx, 2)
+	require.NoError(t, err)
+	require.Same(t, n2, same, "one MultipathNamespace an NSID")
+	require.NoError(t, sub.RemoveNamespace(ctx, 2))
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = n2.WriteAtContext(short, make([]byte, 4096), 0)
+	requireStatus(t, err, StatusInvalidNamespace|DNR)
+}
+
+// A LossTimeout shorter than ReconnectDelay still makes one attempt, as
+// Linux's host does.
+func TestMultipathShortLossTimeout(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	tg, _, p1, p2 := anaTarget(t)
+	addr1 := p1.Addr().String()
+	m := connectMultipathCfg(t, MultipathConfig{HostConfig: HostConfig{IOQueues: 1}, ReconnectDelay: 200 * time.Millisecond,
+		LossTimeout: 10 * time.Millisecond}, addr1, p2.Addr().String())
+	require.NoError(t, p1.Close())
+	require.Eventually(t, func() bool { return m.Paths()[0].Controller == nil }, 10*time.Second, 5*time.Millisecond)
+	_, err := tg.ListenPort(ctx, "tcp", addr1, PortConfig{Subsystems: []string{testNQN}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return m.Paths()[0].Controller != nil }, 10*time.Second, 5*time.Millisecond,
+		"connected again by the one attempt")
 }

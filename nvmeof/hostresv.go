@@ -95,8 +95,8 @@ func (n *HostNamespace) resvKeys(ctx context.Context, op uint8, cdw10 uint32, k1
 // The reservation operations through a Multipath: down a usable path, as
 // I/O, since a registration is the host's whichever path carries it. One
 // resent after its path broke may find that the first was done: a
-// Replace, Unregister, Preempt or Clear done already answers Reservation
-// Conflict.
+// Replace, Unregister or Clear done already answers Reservation Conflict,
+// and so may a Preempt of another host's key.
 
 // RegisterKey is HostNamespace.RegisterKey down a usable path.
 func (n *MultipathNamespace) RegisterKey(ctx context.Context, key uint64) error {

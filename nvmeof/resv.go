@@ -125,8 +125,12 @@ func (r *resv) holds(host [16]byte) bool {
 
 // allows reports whether host may run I/O command op on the namespace:
 // the early check, when the command is planned (before its data moves).
+// While a reservation change waits for the commands admitted before it,
+// the check is left to admit rather than stall the queue.
 func (r *resv) allows(host [16]byte, op uint8) bool {
-	r.mu.RLock()
+	if !r.mu.TryRLock() {
+		return true
+	}
 	defer r.mu.RUnlock()
 	return r.allowsLocked(host, op)
 }
