@@ -169,6 +169,12 @@ func (r *resv) allowsLocked(host [16]byte, op uint8) bool {
 	}
 }
 
+// hasKey reports whether host is registered with key (r.mu held).
+func (r *resv) hasKey(host [16]byte, key uint64) bool {
+	k, reg := r.keys[host]
+	return reg && k == key
+}
+
 // unregister removes host's registration (r.mu held); a holder that goes
 // takes a reservation of types 1 to 4 with it, and passes one of the
 // all-registrants types to the first remaining registrant.
@@ -242,7 +248,7 @@ func (r *resv) acquire(host [16]byte, cdw10 uint32, data []byte) Status {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if key, reg := r.keys[host]; !reg || key != crkey {
+	if !r.hasKey(host, crkey) {
 		return StatusReservationConflict | DNR
 	}
 	switch cdw10 & 7 {
@@ -306,7 +312,7 @@ func (r *resv) release(host [16]byte, cdw10 uint32, data []byte) Status {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if key, reg := r.keys[host]; !reg || key != crkey {
+	if !r.hasKey(host, crkey) {
 		return StatusReservationConflict | DNR
 	}
 	switch cdw10 & 7 {
