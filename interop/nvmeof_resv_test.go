@@ -5,8 +5,10 @@ package interop
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +33,8 @@ func TestNVMeKernelHostReservations(t *testing.T) {
 	require.NoError(t, err)
 	_, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
 	const guestKey, goKey = 2748, 11 // 0xabc, 0xb
-	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1; echo "CONNECT rc=$?"
+	script := fmt.Sprintf(`uevent sh -c 'env | grep NVME_AEN >> /tmp/uev.log' & UEV=$!
+$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1; echo "CONNECT rc=$?"
 waitdev && echo "DEVICE present"
 echo "HOSTID $(cat /sys/class/nvme/nvme0/hostid | tr -d -)"
 $NVME resv-register /dev/nvme0n1 --nrkey=%d --rrega=0; echo "REGISTER rc=$?"
@@ -48,8 +51,26 @@ dd if=/tmp/pat of=/dev/nvme0n1 bs=1M seek=2 oflag=direct 2>/tmp/err; echo "WRITE
 dd if=/dev/nvme0n1 of=/tmp/back bs=1M count=1 iflag=direct 2>/tmp/err; echo "READ2 rc=$?"
 echo "READBACK $(sha256sum /tmp/back | cut -d' ' -f1)"
 $NVME resv-report /dev/nvme0n1 -e | tr -s ' \t' ' ' | sed 's/^/REPORT2 /'
+for i in $(seq 120); do grep -q 'NVME_AEN=0x800006' /tmp/uev.log 2>/dev/null && break; sleep 0.25; done
+echo "AENS $(grep -c 'NVME_AEN=0x800006' /tmp/uev.log)"
+$NVME resv-notif-log /dev/nvme0 2>&1 | tr -s ' \t' ' ' | sed 's/^/NOTIF1 /'
+echo "LOG2 $($NVME get-log /dev/nvme0 --log-id=0x80 --log-len=64 -b | od -An -tx1 -v | tr -s ' \n' ' ')"
+echo "MASK1 $($NVME get-feature /dev/nvme0 -f 0x82 -n 1 2>&1)"
+$NVME set-feature /dev/nvme0 -f 0x82 -n 1 -v 2; echo "SETMASK rc=$?"
+echo "MASK2 $($NVME get-feature /dev/nvme0 -f 0x82 -n 1 2>&1)"
+$NVME resv-register /dev/nvme0n1 --nrkey=%d --rrega=0; echo "REGISTER2 rc=$?"
+echo "READY3"
+waitfile fenced2 300
+$NVME resv-register /dev/nvme0n1 --nrkey=%d --rrega=0; echo "REGISTER3 rc=$?"
+echo "READY4"
+waitfile released 300
+for i in $(seq 120); do [ "$(grep -c 'NVME_AEN=0x800006' /tmp/uev.log)" -ge 2 ] && break; sleep 0.25; done
+echo "AENS2 $(grep -c 'NVME_AEN=0x800006' /tmp/uev.log)"
+echo "LOG3 $($NVME get-log /dev/nvme0 --log-id=0x80 --log-len=64 -b | od -An -tx1 -v | tr -s ' \n' ' ')"
+echo "LOG4 $($NVME get-log /dev/nvme0 --log-id=0x80 --log-len=64 -b | od -An -tx1 -v | tr -s ' \n' ' ')"
+kill $UEV
 $NVME disconnect -n %s; echo "DISCONNECT rc=$?"
-dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, nvmeNQN)
+dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, guestKey, guestKey, nvmeNQN)
 	vm := nvmeVM(t, script)
 	const step = 2 * time.Minute
 	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
@@ -107,7 +128,42 @@ dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, nvme
 	require.NotEqual(t, "WRITE2 rc=0", guestLine(t, vm, "WRITE2 rc=", step), "the fenced guest cannot write")
 	require.Equal(t, "READ2 rc=0", guestLine(t, vm, "READ2 rc=", step), "but reads")
 	require.Equal(t, pattern, guestValue(t, vm, "READBACK", step))
+
+	// The fence told the guest: a Reservation Log Page Available notice,
+	// which the kernel passes to udev, and a Registration Preempted page
+	// that nvme-cli decodes; the next read finds the log empty.
+	require.Equal(t, "1", guestValue(t, vm, "AENS", step), "the kernel's uevent for the notice")
+	guestLine(t, vm, "LOG2", step)
+	notif := report("NOTIF1")
+	require.Equal(t, "1", notif["Log Page Count"], "nvme-cli's resv-notif-log: %v", notif)
+	// Type 1, Registration Preempted (Linux's NVME_PR_LOG_REGISTRATION_PREEMPTED),
+	// which nvme-cli 2.3 names one off ("1 (Empty Log Page)"; later
+	// versions name 0 so, as the specification does).
+	require.True(t, strings.HasPrefix(notif["Resv Notif Log Page Type"], "1 "), "%v", notif)
+	require.Equal(t, "0", notif["Num of Available Log Pages"])
+	require.Equal(t, "1", notif["Namespace ID:"])
+	require.Equal(t, zeroPage, guestValue(t, vm, "LOG2", step), "the log read empty after its one page")
+	// The guest masks Registration Preempted with nvme-cli, registers
+	// again, and is fenced again: no page, no notice.
+	require.EqualValues(t, 0, featureValue(t, guestValue(t, vm, "MASK1", step)), "no mask at first")
+	require.Equal(t, "SETMASK rc=0", guestLine(t, vm, "SETMASK rc=", step))
+	require.EqualValues(t, 2, featureValue(t, guestValue(t, vm, "MASK2", step)), "REGPRE masked")
+	require.Equal(t, "REGISTER2 rc=0", guestLine(t, vm, "REGISTER2 rc=", step))
+	guestLine(t, vm, "READY3", step)
+	require.NoError(t, n.Preempt(ctx, goKey, guestKey, nvmeof.ResvWriteExclusiveRegsOnly, false))
+	require.NoError(t, vm.Signal("fenced2"))
+	// Registered again, the guest is told when our host, the holder of a
+	// registrants-only type, releases it (not masked).
+	require.Equal(t, "REGISTER3 rc=0", guestLine(t, vm, "REGISTER3 rc=", step))
+	guestLine(t, vm, "READY4", step)
+	require.NoError(t, n.Release(ctx, goKey, nvmeof.ResvWriteExclusiveRegsOnly))
+	require.NoError(t, vm.Signal("released"))
+	require.Equal(t, "2", guestValue(t, vm, "AENS2", step), "a second notice, for the release")
+	require.Equal(t, page(2, nvmeof.ResvNoticeReleased, 0, 1), guestValue(t, vm, "LOG3", step),
+		"count 2: the masked preemption made no page")
+	require.Equal(t, zeroPage, guestValue(t, vm, "LOG4", step))
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
+	require.NoError(t, n.Reserve(ctx, goKey, nvmeof.ResvWriteExclusiveRegsOnly)) // for what follows
 	r2 := report("REPORT2")
 	require.Equal(t, "3", r2["rtype"], "nvme-cli's report after the fence: %v", r2)
 	require.Equal(t, "1", r2["regctl"])
@@ -120,4 +176,33 @@ dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, nvme
 	require.NoError(t, err, "the holder now")
 	zeros := sha256.Sum256(make([]byte, 1<<20))
 	requireHolds(t, mem, 2<<20, 1<<20, hex.EncodeToString(zeros[:]), "the fenced write did not land")
+}
+
+// page is a Reservation Notification log page as od prints it.
+func page(count uint64, t nvmeof.ReservationNoticeType, more int, nsid uint32) string {
+	b := make([]byte, 64)
+	binary.LittleEndian.PutUint64(b, count)
+	b[8], b[9] = byte(t), byte(more)
+	binary.LittleEndian.PutUint32(b[12:], nsid)
+	var sb strings.Builder
+	for i, x := range b {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		fmt.Fprintf(&sb, "%02x", x)
+	}
+	return sb.String()
+}
+
+var zeroPage = page(0, 0, 0, 0)
+
+// featureValue is the value nvme-cli's get-feature prints (%#010x: no 0x
+// for 0).
+func featureValue(t *testing.T, out string) uint64 {
+	t.Helper()
+	_, v, ok := strings.Cut(out, "Current value:")
+	require.True(t, ok, "%q", out)
+	n, err := strconv.ParseUint(strings.TrimSpace(v), 0, 32)
+	require.NoError(t, err, "%q", out)
+	return n
 }

@@ -225,6 +225,10 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 		// and a piece past the groups is not past the page.
 		log = c.anaLog(cmd.CDW(10)&(1<<8) != 0, cmd.CDW(10)&(1<<15) != 0)
 		log = append(log, make([]byte, anaLogMax-len(log))...)
+	case lid == LogResvNotice && !c.discovery():
+		// One page a read, which takes it (as nvmet, whatever the
+		// length asked for).
+		log = c.resvLogRead(cmd.CDW(10)&(1<<15) != 0)
 	case lid == LogFirmware && !c.discovery():
 		log = make([]byte, firmwareLogSize)
 		log[0] = 1 // slot 1 active
@@ -293,6 +297,11 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 		c.vwc = v&1 != 0
 		c.mu.Unlock()
 		return 0, StatusSuccess
+	case fid == FeatResvMask:
+		if st := c.setResvMask(cmd.NSID(), v); !st.OK() {
+			return 0, st
+		}
+		return uint64(v), StatusSuccess
 	}
 	return 0, StatusInvalidField | DNR
 }
@@ -300,6 +309,9 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 // getFeatures serves Get Features (current values).
 func (c *controller) getFeatures(cmd Command) (uint64, Status) {
 	fid := uint8(cmd.CDW(10))
+	if fid == FeatResvMask && !c.discovery() {
+		return c.getResvMask(cmd.NSID())
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {

@@ -36,6 +36,13 @@ type controller struct {
 	nsMasked   bool
 	discMasked bool // the discovery log notice, until the log is read
 	anaMasked  bool // the ANA Change notice, until the ANA log is read
+	// Reservation notifications (resvlog.go): the pages not read yet,
+	// the last page's count, the notice's mask until the log is read,
+	// and the host's masks by NSID.
+	resvLog    []resvLogPage
+	resvCount  uint64
+	resvMasked bool
+	resvMask   map[uint32]uint32
 	events     []uint32
 	kaStop     chan struct{}
 	kaPoke     chan struct{} // setKATO tells the keep-alive goroutine
@@ -359,6 +366,9 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 		// the log.
 		c.events = nil
 		c.nsMasked, c.discMasked, c.anaMasked = false, false, false
+		// The reservation log starts again at count 0, and the masks go
+		// back to none (the feature does not persist across a reset).
+		c.resvLog, c.resvCount, c.resvMasked, c.resvMask = nil, 0, false, nil
 		for _, idx := range c.heldAER { // this is the admin queue's goroutine
 			q.abandon(idx)
 		}

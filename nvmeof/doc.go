@@ -94,11 +94,17 @@
 // status or a broken path, held while no path is usable; a lost path is
 // connected again (MultipathConfig.ReconnectDelay, LossTimeout).
 //
+// Reservations (resv.go) are nvmet's: register, acquire, preempt, release,
+// report and the six types' access rules, per namespace
+// (NamespaceConfig.Reservations); the hosts a change takes something from
+// are told by the Reservation Notification log and its notice
+// (resvlog.go; HostConfig.WatchReservations, Controller.WaitReservationNotice).
+//
 // Not implemented: in-band authentication, fused commands (refused),
-// reservation notifications and persistence through power loss, namespace
-// management, metadata and
+// reservation persistence through power loss, namespace management,
+// metadata and
 // protection information, SGL segments (MSDBD 1), asynchronous events but
-// the two notices above and the SMART warnings never raised, and MPA CRCs
+// the notices above and the SMART warnings never raised, and MPA CRCs
 // are not asked for by default
 // (TargetConfig.AskCRC, HostConfig.AskCRC: Linux siw 6.1 mis-checks CRCs
 // whose trailer arrives split across two receive buffers, see CRCMaxFPDU).

@@ -3,6 +3,7 @@ package nvmeof
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -15,6 +16,38 @@ func goldenSeeds(f *testing.F) [][]byte {
 		goldGetLogDisc, goldWriteKeyed, goldRead} {
 		seeds = append(seeds, unhex(f, h))
 	}
+	// Reservation commands to the fuzz target's second namespace (data in
+	// the capsule), its report and the ANA log (keyed, pointed at the
+	// host's buffer by FuzzTargetCommands).
+	resv := func(op uint8, cdw10 uint32, keys ...uint64) []byte {
+		b := unhex(f, goldWriteInCap)
+		c := Command(b)
+		c.SetOpcode(op)
+		c.SetNSID(2)
+		for n := 10; n <= 15; n++ {
+			c.SetCDW(n, 0)
+		}
+		c.SetCDW(10, cdw10)
+		c.SGL().SetInCapsule(0, uint32(8*len(keys)))
+		for _, k := range keys {
+			b = binary.LittleEndian.AppendUint64(b, k)
+		}
+		return b
+	}
+	seeds = append(seeds,
+		resv(IOResvRegister, resvRegister, 0, 7),
+		resv(IOResvAcquire, resvAcquire|uint32(ResvWriteExclusive)<<8, 7, 0),
+		resv(IOResvAcquire, resvPreemptAbort|uint32(ResvExclusiveAccessAllRegs)<<8, 7, 7),
+		resv(IOResvRelease, resvRelease|uint32(ResvWriteExclusive)<<8, 7),
+		resv(IOResvRelease, resvClear, 7))
+	rep := unhex(f, goldGetLogDisc)
+	Command(rep).SetOpcode(IOResvReport)
+	Command(rep).SetNSID(2)
+	Command(rep).SetCDW(10, 1024/4-1) // the descriptor's 1 KiB
+	Command(rep).SetCDW(11, cdw11EDS)
+	ana := unhex(f, goldGetLogDisc)
+	Command(ana).SetCDW(10, Command(ana).CDW(10)&^0xff|LogANA)
+	seeds = append(seeds, rep, ana)
 	ioc := unhex(f, goldIOConnect)
 	ioc = ConnectData{CntlID: 1, SubNQN: testNQN, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:5eed0000-0000-4000-8000-000000000001"}.Append(ioc)
 	w := append(unhex(f, goldWriteInCap), make([]byte, 4096)...)
@@ -162,10 +195,14 @@ func fuzzTarget(f *testing.F) (*Target, *Subsystem, string) {
 	require.NoError(f, err)
 	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
 	require.NoError(f, err)
+	// The second: reservations on, in ANA group 2 (non-optimized below).
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 2, ANAGroup: 2, Reservations: true})
+	require.NoError(f, err)
 	tg, err := NewTarget(TargetConfig{}, sub)
 	require.NoError(f, err)
 	f.Cleanup(func() { tg.Close() })
 	a, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(f, err)
+	require.NoError(f, tg.Ports()[0].SetANAState(2, ANANonOptimized))
 	return tg, sub, a.String()
 }

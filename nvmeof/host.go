@@ -56,6 +56,14 @@ type HostConfig struct {
 	// ANA states changing, as Linux's multipath host does to move its
 	// I/O (Multipath watches its paths so).
 	WatchANA bool
+	// WatchReservations keeps an Asynchronous Event Request outstanding
+	// (on a controller whose ONCS announces reservations) and reads the
+	// Reservation Notification log at each Reservation Log Page
+	// Available notice, so that WaitReservationNotice learns of another
+	// host preempting this one's registration, or releasing or clearing
+	// a reservation this one is registered for: how a fenced cluster node
+	// learns it was fenced before its next write fails.
+	WatchReservations bool
 	// AskCRC asks the target for MPA CRCs and, unless ConnConfig.MaxFPDU
 	// is set, sends FPDUs of at most CRCMaxFPDU octets, each in a TCP
 	// segment of its own. Off by default, as Linux's nvme-rdma. Linux siw
@@ -89,7 +97,7 @@ type Controller struct {
 	rr      atomic.Uint32
 	maxData int
 
-	events    hostEvents // HostConfig.WatchNamespaces, WatchANA, WatchDiscovery
+	events    hostEvents // HostConfig.WatchNamespaces, WatchANA, WatchReservations, WatchDiscovery
 	kaStop    chan struct{}
 	kaOnce    sync.Once
 	kaWG      sync.WaitGroup
@@ -242,6 +250,9 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 	}
 	if _, err := c.anaLogLen(); c.cfg.WatchANA && c.Info.OAES&aecANAChange != 0 && err == nil {
 		aec |= aecANAChange // only if its log can be read: a failed read would end the other watches too
+	}
+	if c.cfg.WatchReservations && c.Info.ONCS&oncsResv != 0 {
+		aec |= watchResv
 	}
 	if aec != 0 {
 		if err := c.watch(ctx, aec); err != nil {

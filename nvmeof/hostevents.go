@@ -11,7 +11,8 @@ import (
 // ErrNoWatch is WaitNamespaceChange's error on a controller that does not
 // watch for namespace changes (HostConfig.WatchNamespaces was not set, or
 // the controller does not announce Namespace Attribute Notices in OAES),
-// and WaitDiscoveryChange's on one that does not watch its discovery log.
+// and the other Wait methods' on one that does not watch what they wait
+// for (its discovery log, ANA states, reservation notifications).
 var ErrNoWatch = errors.New("nvmeof: not watching for changes")
 
 // hostEvents is a Controller's watch for Namespace Attribute Changed
@@ -30,8 +31,9 @@ type hostEvents struct {
 	disc   []DiscoveryEntry
 	discOK bool // disc is new
 	ana    ANALog
-	anaOK  bool  // ana is new
-	err    error // why the watch ended, if it did while the queue lives
+	anaOK  bool                // ana is new
+	resv   []ReservationNotice // HostConfig.WatchReservations: not taken yet
+	err    error               // why the watch ended, if it did while the queue lives
 	// changed is closed, and replaced, whenever something comes: every
 	// waiter looks again, each for its own kind of notice (one wake-up
 	// token shared by the kinds was taken by the wrong waiter).
@@ -41,7 +43,7 @@ type hostEvents struct {
 // watch enables the notices aec and starts the goroutine that keeps an
 // AER outstanding; Close (or the admin queue's end) stops it.
 func (c *Controller) watch(ctx context.Context, aec uint32) error {
-	if _, err := c.SetFeatures(ctx, FeatAsyncEvent, aec); err != nil {
+	if _, err := c.SetFeatures(ctx, FeatAsyncEvent, aec&^watchResv); err != nil {
 		return err
 	}
 	c.events.aec = aec
@@ -76,6 +78,20 @@ func (c *Controller) eventLoop() {
 			ev.ana, ev.anaOK = l, true
 			ev.wakeLocked()
 			ev.mu.Unlock()
+			continue
+		}
+		if ev.aec&watchResv != 0 && res&0xffffff == aerResvLog {
+			ns, err := c.ReservationNotices(context.Background()) // unmasks the next notice
+			if err != nil {
+				ev.end(fmt.Errorf("nvmeof: watching reservation notifications: %w", err))
+				return
+			}
+			if len(ns) > 0 {
+				ev.mu.Lock()
+				ev.resv = append(ev.resv, ns...)
+				ev.wakeLocked()
+				ev.mu.Unlock()
+			}
 			continue
 		}
 		if ev.aec == aecDiscChange && res&0xffffff == aerDiscChanged {

@@ -117,11 +117,17 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 	case IOWriteZeroes:
 		return 0, zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1, false), nil
 	case IOResvRegister:
-		return 0, ns.resv.register(c.hostID, cmd.CDW(10), r.in), nil
+		st := ns.resv.register(c.hostID, cmd.CDW(10), r.in)
+		c.sub.resvNotify(ns)
+		return 0, st, nil
 	case IOResvAcquire:
-		return 0, ns.resv.acquire(c.hostID, cmd.CDW(10), r.in), nil
+		st := ns.resv.acquire(c.hostID, cmd.CDW(10), r.in)
+		c.sub.resvNotify(ns)
+		return 0, st, nil
 	case IOResvRelease:
-		return 0, ns.resv.release(c.hostID, cmd.CDW(10), r.in), nil
+		st := ns.resv.release(c.hostID, cmd.CDW(10), r.in)
+		c.sub.resvNotify(ns)
+		return 0, st, nil
 	case IOResvReport:
 		out := r.out(int(r.data.Len))
 		if out == nil {

@@ -22,8 +22,8 @@ import (
 // before have finished, and those executed after it see it; of an
 // all-registrants type, the registrant that acquired it is the one that
 // may release it or acquire it again (the others get Reservation
-// Conflict, or a release that releases nothing); no Reservation
-// Notification log page or notices. Flush of every namespace (NSID
+// Conflict, or a release that releases nothing); the hosts a change takes
+// something from are told (resvlog.go). Flush of every namespace (NSID
 // FFFFFFFFh) is not checked: it changes no data.
 
 // Reservation commands of the NVM command set.
@@ -106,6 +106,7 @@ type resv struct {
 	order  [][16]byte          // registrants in the order they registered
 	holder [16]byte
 	rtype  ReservationType // resvNone: no reservation
+	notes  []resvNote      // notifications owed (resvlog.go), until taken
 }
 
 func newResv() *resv { return &resv{keys: map[[16]byte]uint64{}} }
@@ -176,7 +177,8 @@ func (r *resv) hasKey(host [16]byte, key uint64) bool {
 }
 
 // unregister removes host's registration (r.mu held); a holder that goes
-// takes a reservation of types 1 to 4 with it, and passes one of the
+// takes a reservation of types 1 to 4 with it (the other registrants of a
+// registrants-only type are told it was released), and passes one of the
 // all-registrants types to the first remaining registrant.
 func (r *resv) unregister(host [16]byte) {
 	delete(r.keys, host)
@@ -188,12 +190,16 @@ func (r *resv) unregister(host [16]byte) {
 		r.holder = r.order[0]
 		return
 	}
+	if r.rtype == ResvWriteExclusiveRegsOnly || r.rtype == ResvExclusiveAccessRegsOnly {
+		r.noteLocked(ResvNoticeReleased, r.othersLocked(host)...)
+	}
 	r.rtype, r.holder = resvNone, [16]byte{}
 }
 
-// unregisterKey removes every registrant with key k (r.mu held) and
-// reports whether there was one.
-func (r *resv) unregisterKey(k uint64) bool {
+// preemptKey removes every registrant with key k, for a preempt by host
+// (r.mu held): each other host is told its registration was preempted.
+// It reports whether there was one.
+func (r *resv) preemptKey(host [16]byte, k uint64) bool {
 	var hit [][16]byte
 	for _, h := range r.order {
 		if r.keys[h] == k {
@@ -201,9 +207,18 @@ func (r *resv) unregisterKey(k uint64) bool {
 		}
 	}
 	for _, h := range hit {
-		r.unregister(h)
+		r.preemptOne(host, h)
 	}
 	return len(hit) > 0
+}
+
+// preemptOne removes victim's registration for a preempt by host (r.mu
+// held), and tells it unless it is host.
+func (r *resv) preemptOne(host, victim [16]byte) {
+	r.unregister(victim)
+	if victim != host {
+		r.noteLocked(ResvNoticeRegPreempted, victim)
+	}
 }
 
 // register serves Reservation Register.
@@ -265,36 +280,43 @@ func (r *resv) acquire(host [16]byte, cdw10 uint32, data []byte) Status {
 	default:
 		return StatusInvalidOpcode | DNR
 	}
-	switch {
-	case r.rtype == resvNone:
-		if !r.unregisterKey(prkey) {
+	switch old := r.rtype; {
+	case old == resvNone:
+		if !r.preemptKey(host, prkey) {
 			return StatusReservationConflict | DNR
 		}
-	case r.rtype.allRegs() && prkey == 0:
-		// Every other registrant out, the caller the holder.
+	case old.allRegs() && prkey == 0:
+		// The caller the holder first (so that no registrant going
+		// passes it on), then every other registrant out.
+		r.holder, r.rtype = host, t
 		for _, h := range slices.Clone(r.order) {
 			if h != host {
-				r.unregister(h)
+				r.preemptOne(host, h)
 			}
 		}
-		r.holder, r.rtype = host, t
-	case r.rtype.allRegs():
-		if !r.unregisterKey(prkey) {
+	case old.allRegs():
+		if !r.preemptKey(host, prkey) {
 			return StatusReservationConflict | DNR
 		}
 	case r.holder == host:
 		r.rtype = t // only the type changes
+		if t != old {
+			r.noteLocked(ResvNoticeReleased, r.othersLocked(host)...)
+		}
 	case prkey == r.keys[r.holder]:
-		// The holder preempted: the caller holds, the registrants with
-		// the holder's key (the holder among them) are out.
+		// The holder preempted: the caller holds, then the registrants
+		// with the holder's key (the holder among them) are out.
+		r.holder, r.rtype = host, t
 		for _, h := range slices.Clone(r.order) {
 			if h != host && r.keys[h] == prkey {
-				r.unregister(h)
+				r.preemptOne(host, h)
 			}
 		}
-		r.holder, r.rtype = host, t
+		if t != old {
+			r.noteLocked(ResvNoticeReleased, r.othersLocked(host)...)
+		}
 	case prkey != 0:
-		if !r.unregisterKey(prkey) {
+		if !r.preemptKey(host, prkey) {
 			return StatusReservationConflict | DNR
 		}
 	default:
@@ -322,9 +344,15 @@ func (r *resv) release(host [16]byte, cdw10 uint32, data []byte) Status {
 		case ReservationType(cdw10>>8) != r.rtype:
 			return StatusReservationConflict | DNR
 		default:
+			if t := r.rtype; t != ResvWriteExclusive && t != ResvExclusiveAccess {
+				r.noteLocked(ResvNoticeReleased, r.othersLocked(host)...)
+			}
 			r.rtype, r.holder = resvNone, [16]byte{}
 		}
 	case resvClear:
+		for _, h := range r.othersLocked(host) {
+			r.noteLocked(ResvNoticePreempted, h)
+		}
 		clear(r.keys)
 		r.order, r.rtype, r.holder = nil, resvNone, [16]byte{}
 		r.gen++

@@ -13,6 +13,13 @@ import (
 // and connects host a twice (one host, two controllers), b and c.
 func resvHosts(t *testing.T) (ctx context.Context, a, a2, b, c *HostNamespace, ids [3][16]byte) {
 	t.Helper()
+	return resvHostsWith(t, HostConfig{IOQueues: 1})
+}
+
+// resvHostsWith is resvHosts with each host's configuration cfg (but for
+// its HostID).
+func resvHostsWith(t *testing.T, cfg HostConfig) (ctx context.Context, a, a2, b, c *HostNamespace, ids [3][16]byte) {
+	t.Helper()
 	checkRoutines(t)
 	ctx = testCtx(t)
 	sub, err := NewSubsystem(testNQN)
@@ -27,7 +34,8 @@ func resvHosts(t *testing.T) (ctx context.Context, a, a2, b, c *HostNamespace, i
 	addr, err := tg.Listen(ctx, "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	open := func(id [16]byte) *HostNamespace {
-		c := connectHost(t, addr.String(), testNQN, HostConfig{IOQueues: 1, HostID: id})
+		cfg.HostID = id
+		c := connectHost(t, addr.String(), testNQN, cfg)
 		n, err := c.Namespace(ctx, 1)
 		require.NoError(t, err)
 		return n

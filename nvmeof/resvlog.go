@@ -1,0 +1,268 @@
+package nvmeof
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Reservation notifications (NVMe base 2.0: the Reservation Notification
+// log page and the Reservation Notification Mask feature), as Linux's
+// nvmet raises them (pr.c): a host learns that a reservation command of
+// another host took something from it. Each controller keeps a queue of
+// Reservation Notification log pages (80h), one notification a page, read
+// one page per Get Log Page; a new page raises a Reservation Log Page
+// Available notice (an AEN of type I/O command specific status). Which
+// notifications a controller records is set per namespace with the
+// Reservation Notification Mask feature (82h).
+//
+// When (nvmet's choices, which follow the specification):
+//   - Registration Preempted: to the controllers of each host whose
+//     registration a Preempt (or Preempt and Abort) of another host ended.
+//   - Reservation Released: to the controllers of the other registrants,
+//     when the holder releases a reservation of a registrants-only or
+//     all-registrants type, when the holder of a registrants-only type
+//     unregisters, and when a Preempt changes the reservation's type.
+//   - Reservation Preempted: to the controllers of the other registrants,
+//     when a Clear ends every registration.
+//
+// Unlike nvmet: the mask is each controller's own, where nvmet's is the
+// namespace's for every controller (one host's setting should not silence
+// another's); and a notice is masked until the host reads the log without
+// Retain Asynchronous Event, as the specification has it for every event,
+// where nvmet raises one for each page.
+
+const (
+	// LogResvNotice is the Reservation Notification log page.
+	LogResvNotice = 0x80
+	// FeatResvMask is the Reservation Notification Mask feature.
+	FeatResvMask = 0x82
+
+	resvLogSize  = 64 // one page: count, type, pages left, NSID
+	resvLogQueue = 64 // pages a controller keeps, as nvmet's
+	// aerResvLog is the notice: type 6 (I/O command specific status),
+	// information 0 (Reservation Log Page Available), log page 80h.
+	aerResvLog = 6 | 0<<8 | LogResvNotice<<16
+	// resvMaskAll: the mask bits a host may set (REGPRE, RESREL, RESPRE).
+	resvMaskAll = 1<<ResvNoticeRegPreempted | 1<<ResvNoticeReleased | 1<<ResvNoticePreempted
+)
+
+// ReservationNoticeType is what a reservation notification reports.
+type ReservationNoticeType uint8
+
+// Reservation notification types; each is also the bit of the
+// Reservation Notification Mask that silences it.
+const (
+	ResvNoticeRegPreempted ReservationNoticeType = 1 // this host's registration was preempted
+	ResvNoticeReleased     ReservationNoticeType = 2 // the reservation was released
+	ResvNoticePreempted    ReservationNoticeType = 3 // the reservation was preempted (cleared)
+)
+
+func (t ReservationNoticeType) String() string {
+	switch t {
+	case ResvNoticeRegPreempted:
+		return "Registration Preempted"
+	case ResvNoticeReleased:
+		return "Reservation Released"
+	case ResvNoticePreempted:
+		return "Reservation Preempted"
+	}
+	return fmt.Sprintf("reservation notice %d", uint8(t))
+}
+
+// ReservationNotice is one Reservation Notification log page.
+type ReservationNotice struct {
+	// Count is the page's number: it counts every notification the
+	// controller recorded since it was reset, so a gap says pages were
+	// lost (the controller keeps 64).
+	Count uint64
+	Type  ReservationNoticeType
+	NSID  uint32
+	// More is how many more pages wait (at most 255).
+	More int
+}
+
+// ParseReservationNotice decodes a Reservation Notification log page; a
+// Count of 0 is an empty page (no notification waited).
+func ParseReservationNotice(b []byte) (ReservationNotice, error) {
+	if len(b) < 16 {
+		return ReservationNotice{}, fmt.Errorf("nvmeof: a reservation notification log page of %d octets", len(b))
+	}
+	le := binary.LittleEndian
+	return ReservationNotice{Count: le.Uint64(b), Type: ReservationNoticeType(b[8]), More: int(b[9]), NSID: le.Uint32(b[12:])}, nil
+}
+
+// resvNote is a notification a reservation command owes: type t to the
+// controllers of hosts.
+type resvNote struct {
+	t     ReservationNoticeType
+	hosts [][16]byte
+}
+
+// noteLocked records a notification to hosts (r.mu held).
+func (r *resv) noteLocked(t ReservationNoticeType, hosts ...[16]byte) {
+	if len(hosts) > 0 {
+		r.notes = append(r.notes, resvNote{t, hosts})
+	}
+}
+
+// othersLocked returns the registrants other than host (r.mu held).
+func (r *resv) othersLocked(host [16]byte) [][16]byte {
+	var hs [][16]byte
+	for _, h := range r.order {
+		if h != host {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
+// takeNotes returns the notifications recorded so far and forgets them.
+func (r *resv) takeNotes() []resvNote {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.notes
+	r.notes = nil
+	return n
+}
+
+// resvNotify delivers namespace ns's pending notifications to the
+// subsystem's controllers of the hosts they name.
+func (s *Subsystem) resvNotify(ns *Namespace) {
+	notes := ns.resv.takeNotes()
+	if len(notes) == 0 {
+		return
+	}
+	s.mu.RLock()
+	ctrls := s.controllers()
+	s.mu.RUnlock()
+	for _, n := range notes {
+		for _, c := range ctrls {
+			for _, h := range n.hosts {
+				if c.hostID == h {
+					c.resvNotice(ns.ID, n.t)
+					break
+				}
+			}
+		}
+	}
+}
+
+// resvLogPage is a queued Reservation Notification log page.
+type resvLogPage struct {
+	count uint64
+	t     ReservationNoticeType
+	nsid  uint32
+}
+
+// resvNotice records a notification unless the host masked it for the
+// namespace, and raises the notice unless it is masked until the log is
+// read.
+func (c *controller) resvNotice(nsid uint32, t ReservationNoticeType) {
+	c.mu.Lock()
+	if c.dead || c.resvMask[nsid]&(1<<t) != 0 {
+		c.mu.Unlock()
+		return
+	}
+	if c.resvCount++; c.resvCount == 0 {
+		c.resvCount = 1 // 0 is the empty page
+	}
+	if len(c.resvLog) == resvLogQueue {
+		// Lost: the last page kept takes the new count, so that the
+		// host sees the gap before it (as nvmet counts the lost).
+		c.resvLog[len(c.resvLog)-1].count = c.resvCount
+	} else {
+		c.resvLog = append(c.resvLog, resvLogPage{c.resvCount, t, nsid})
+	}
+	raise := !c.resvMasked
+	if raise {
+		c.resvMasked = true
+		c.events = append(c.events, aerResvLog)
+	}
+	c.mu.Unlock()
+	if raise {
+		c.admin.kick()
+	}
+}
+
+// resvLogRead takes the oldest page (an empty one if none waits) into a
+// new log; a read without Retain Asynchronous Event unmasks the notice.
+func (c *controller) resvLogRead(rae bool) []byte {
+	log := make([]byte, resvLogSize)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !rae {
+		c.resvMasked = false
+	}
+	if len(c.resvLog) == 0 {
+		return log
+	}
+	p := c.resvLog[0]
+	c.resvLog = c.resvLog[1:]
+	if len(c.resvLog) == 0 {
+		c.resvLog = nil
+	}
+	binary.LittleEndian.PutUint64(log, p.count)
+	log[8], log[9] = byte(p.t), byte(min(len(c.resvLog), 255))
+	binary.LittleEndian.PutUint32(log[12:], p.nsid)
+	return log
+}
+
+// setResvMask serves Set Features, Reservation Notification Mask: for
+// namespace nsid, or every namespace with reservations (FFFFFFFFh).
+func (c *controller) setResvMask(nsid, v uint32) Status {
+	if v&^resvMaskAll != 0 {
+		return StatusInvalidField | DNR
+	}
+	var ids []uint32
+	if nsid == 0xffffffff {
+		ids = c.sub.resvNSIDs()
+	} else {
+		ns := c.sub.namespace(nsid)
+		if ns == nil {
+			return StatusInvalidNamespace | DNR
+		}
+		if ns.resv == nil {
+			return StatusInvalidField | DNR
+		}
+		ids = []uint32{nsid}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resvMask == nil {
+		c.resvMask = map[uint32]uint32{}
+	}
+	for _, id := range ids {
+		c.resvMask[id] = v
+	}
+	return StatusSuccess
+}
+
+// getResvMask serves Get Features, Reservation Notification Mask, of one
+// namespace with reservations (FFFFFFFFh is not one).
+func (c *controller) getResvMask(nsid uint32) (uint64, Status) {
+	ns := c.sub.namespace(nsid)
+	switch {
+	case nsid == 0xffffffff:
+		return 0, StatusInvalidField | DNR
+	case ns == nil:
+		return 0, StatusInvalidNamespace | DNR
+	case ns.resv == nil:
+		return 0, StatusInvalidField | DNR
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return uint64(c.resvMask[nsid]), StatusSuccess
+}
+
+// resvNSIDs returns the NSIDs of the namespaces with reservations.
+func (s *Subsystem) resvNSIDs() []uint32 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var ids []uint32
+	for _, ns := range s.ns {
+		if ns != nil && ns.resv != nil {
+			ids = append(ids, ns.ID)
+		}
+	}
+	return ids
+}

@@ -1,0 +1,268 @@
+package nvmeof
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// waitNotices waits for the next reservation notifications of n's
+// controller (watching them), and checks their types and NSIDs.
+func waitNotices(t *testing.T, ctx context.Context, n *HostNamespace, want ...ReservationNoticeType) []ReservationNotice {
+	t.Helper()
+	var got []ReservationNotice
+	for len(got) < len(want) {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ns, err := n.c.WaitReservationNotice(wctx)
+		cancel()
+		require.NoError(t, err, "waiting for %v, got %v", want, got)
+		got = append(got, ns...)
+	}
+	require.Len(t, got, len(want), "%v", got)
+	for i, w := range want {
+		require.Equal(t, w, got[i].Type, "notice %d of %v", i, got)
+		require.EqualValues(t, 1, got[i].NSID)
+	}
+	return got
+}
+
+// noNotices checks that n's controller recorded nothing more: its log
+// reads empty.
+func noNotices(t *testing.T, ctx context.Context, n *HostNamespace) {
+	t.Helper()
+	ns, err := n.c.ReservationNotices(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ns)
+}
+
+// Reservation notifications over TCP, as nvmet raises them: each case's
+// notices reach the controllers of the hosts it took something from (both
+// of host a's), through a Reservation Log Page Available notice and the
+// log; the host that acted, and those it took nothing from, get none.
+// Counts go up by one per page, per controller.
+func TestReservationNotices(t *testing.T) {
+	ctx, a, a2, b, c, _ := resvHostsWith(t, HostConfig{IOQueues: 1, WatchReservations: true})
+	const ka, kb, kc = 0xa, 0xb, 0xc
+	require.NoError(t, a.RegisterKey(ctx, ka))
+	require.NoError(t, b.RegisterKey(ctx, kb))
+	require.NoError(t, a.Reserve(ctx, ka, ResvWriteExclusiveRegsOnly))
+
+	// b fences a: a's registration preempted (both its controllers).
+	require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusiveRegsOnly, true))
+	n1 := waitNotices(t, ctx, a, ResvNoticeRegPreempted)
+	require.EqualValues(t, 1, n1[0].Count)
+	require.EqualValues(t, 1, waitNotices(t, ctx, a2, ResvNoticeRegPreempted)[0].Count)
+
+	// b, the holder of a registrants-only type, releases: the other
+	// registrants (a again, and c) are told; b, and a host that is not
+	// registered, are not.
+	require.NoError(t, a.RegisterKey(ctx, ka))
+	require.NoError(t, c.RegisterKey(ctx, kc))
+	require.NoError(t, b.Release(ctx, kb, ResvWriteExclusiveRegsOnly))
+	require.EqualValues(t, 2, waitNotices(t, ctx, a, ResvNoticeReleased)[0].Count)
+	waitNotices(t, ctx, c, ResvNoticeReleased)
+
+	// Write Exclusive and Exclusive Access released: nobody is told.
+	require.NoError(t, b.Reserve(ctx, kb, ResvWriteExclusive))
+	require.NoError(t, b.Release(ctx, kb, ResvWriteExclusive))
+
+	// The holder of a registrants-only type unregisters: released.
+	require.NoError(t, b.Reserve(ctx, kb, ResvExclusiveAccessRegsOnly))
+	require.NoError(t, b.UnregisterKey(ctx, kb))
+	waitNotices(t, ctx, a, ResvNoticeReleased)
+	waitNotices(t, ctx, c, ResvNoticeReleased)
+
+	// The holder changes the type by preempting itself: released.
+	require.NoError(t, b.RegisterKey(ctx, kb))
+	require.NoError(t, b.Reserve(ctx, kb, ResvWriteExclusive))
+	require.NoError(t, b.Preempt(ctx, kb, kb, ResvExclusiveAccess, false))
+	waitNotices(t, ctx, a, ResvNoticeReleased)
+	waitNotices(t, ctx, c, ResvNoticeReleased)
+
+	// An all-registrants reservation taken whole (preempt with key 0):
+	// every other registrant's registration preempted.
+	require.NoError(t, b.Release(ctx, kb, ResvExclusiveAccess))
+	require.NoError(t, c.Reserve(ctx, kc, ResvWriteExclusiveAllRegs))
+	require.NoError(t, b.Preempt(ctx, kb, 0, ResvExclusiveAccessAllRegs, false))
+	waitNotices(t, ctx, a, ResvNoticeRegPreempted)
+	waitNotices(t, ctx, c, ResvNoticeRegPreempted)
+
+	// A clear: every other registrant's reservation preempted.
+	require.NoError(t, a.RegisterKey(ctx, ka))
+	require.NoError(t, b.ClearReservations(ctx, kb))
+	last := waitNotices(t, ctx, a, ResvNoticePreempted)
+	require.EqualValues(t, 6, last[0].Count, "a's sixth page")
+	require.Len(t, waitNotices(t, ctx, a2, ResvNoticeReleased, ResvNoticeReleased, ResvNoticeReleased, ResvNoticeRegPreempted, ResvNoticePreempted), 5)
+
+	for _, n := range []*HostNamespace{a, a2, b, c} {
+		noNotices(t, ctx, n)
+	}
+	require.Empty(t, b.c.events.resv, "b acted, and was told nothing")
+}
+
+// The Reservation Notification Mask: per namespace and per controller; a
+// masked type is not recorded, the others are; FFFFFFFFh sets every
+// namespace with reservations; fields and namespaces are checked as
+// nvmet checks them.
+func TestReservationNoticeMask(t *testing.T) {
+	ctx, a, a2, b, _, _ := resvHostsWith(t, HostConfig{IOQueues: 1})
+	const ka, kb = 0xa, 0xb
+	m, err := a.ReservationNoticeMask(ctx)
+	require.NoError(t, err)
+	require.Empty(t, m, "none masked at first")
+	require.NoError(t, a.SetReservationNoticeMask(ctx, ResvNoticeRegPreempted))
+	m, err = a.ReservationNoticeMask(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []ReservationNoticeType{ResvNoticeRegPreempted}, m)
+	m, err = a2.ReservationNoticeMask(ctx)
+	require.NoError(t, err)
+	require.Empty(t, m, "the mask is a's controller's, not its host's")
+
+	require.NoError(t, a.RegisterKey(ctx, ka))
+	require.NoError(t, b.RegisterKey(ctx, kb))
+	require.NoError(t, a.Reserve(ctx, ka, ResvWriteExclusiveRegsOnly))
+	require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusiveRegsOnly, false))
+	noNotices(t, ctx, a)
+	ns, err := a2.c.ReservationNotices(ctx)
+	require.NoError(t, err)
+	require.Len(t, ns, 1, "a2 did not mask it")
+	require.Equal(t, ResvNoticeRegPreempted, ns[0].Type)
+
+	require.NoError(t, a.RegisterKey(ctx, ka))
+	require.NoError(t, b.Release(ctx, kb, ResvWriteExclusiveRegsOnly))
+	ns, err = a.c.ReservationNotices(ctx)
+	require.NoError(t, err)
+	require.Len(t, ns, 1, "released is not masked")
+	require.Equal(t, ResvNoticeReleased, ns[0].Type)
+	require.EqualValues(t, 1, ns[0].Count, "the masked one was never recorded")
+
+	// Every namespace with reservations at once; namespace 2 has none.
+	_, err = a.c.admin.adminCmd(ctx, func(cmd Command) {
+		NewAdmin(cmd, AdminSetFeatures, 0, 0xffffffff, FeatResvMask, 1<<ResvNoticeReleased|1<<ResvNoticePreempted)
+	}, 0, "", nil)
+	require.NoError(t, err)
+	m, err = a.ReservationNoticeMask(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []ReservationNoticeType{ResvNoticeReleased, ResvNoticePreempted}, m)
+	n2, err := a.c.Namespace(ctx, 2)
+	require.NoError(t, err)
+	requireStatus(t, n2.SetReservationNoticeMask(ctx), StatusInvalidField|DNR)
+	_, err = n2.ReservationNoticeMask(ctx)
+	requireStatus(t, err, StatusInvalidField|DNR)
+	for _, tc := range []struct {
+		op          uint8
+		nsid, cdw11 uint32
+		st          Status
+	}{
+		{AdminSetFeatures, 1, 1 << 0, StatusInvalidField | DNR}, // reserved bit
+		{AdminSetFeatures, 1, 1 << 4, StatusInvalidField | DNR},
+		{AdminSetFeatures, 9, 0, StatusInvalidNamespace | DNR},
+		{AdminGetFeatures, 9, 0, StatusInvalidNamespace | DNR},
+		{AdminGetFeatures, 0xffffffff, 0, StatusInvalidField | DNR},
+	} {
+		_, err := a.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, tc.op, 0, tc.nsid, FeatResvMask, tc.cdw11) }, 0, "", nil)
+		requireStatus(t, err, tc.st)
+	}
+}
+
+// A controller keeps 64 pages: what comes past that is lost, and the
+// last page kept takes the count of the last notification, so that the
+// host sees the gap; each page says how many more wait.
+func TestReservationNoticesOverflow(t *testing.T) {
+	ctx, a, _, b, _, _ := resvHostsWith(t, HostConfig{IOQueues: 1})
+	const ka, kb, n = 0xa, 0xb, resvLogQueue + 6
+	require.NoError(t, b.RegisterKey(ctx, kb))
+	for range n {
+		require.NoError(t, a.RegisterKey(ctx, ka))
+		require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusive, false))
+	}
+	ns, err := a.c.ReservationNotices(ctx)
+	require.NoError(t, err)
+	require.Len(t, ns, resvLogQueue)
+	for i, p := range ns {
+		require.Equal(t, ResvNoticeRegPreempted, p.Type)
+		require.Equal(t, resvLogQueue-1-i, p.More, "page %d", i)
+		if i < resvLogQueue-1 {
+			require.EqualValues(t, i+1, p.Count)
+		}
+	}
+	require.EqualValues(t, n, ns[resvLogQueue-1].Count, "the gap before the last page: 6 lost")
+	noNotices(t, ctx, a)
+}
+
+// One notice until the log is read: a host that does not read it gets
+// no second AER completion, however many pages come; the read unmasks it,
+// and the next page completes the AER that waited.
+func TestReservationNoticeMasked(t *testing.T) {
+	ctx, a, _, b, _, _ := resvHostsWith(t, HostConfig{IOQueues: 1})
+	const ka, kb = 0xa, 0xb
+	require.NoError(t, b.RegisterKey(ctx, kb))
+	aer := func() (uint64, error) {
+		return a.c.admin.standingCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminAER, 0, 0, 0, 0) }, "Asynchronous Event Request")
+	}
+	fence := func() {
+		require.NoError(t, a.RegisterKey(ctx, ka))
+		require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusive, false))
+	}
+	fence()
+	fence()
+	res, err := aer()
+	require.NoError(t, err)
+	require.EqualValues(t, aerResvLog, res&0xffffff)
+	second := make(chan uint64, 1)
+	go func() {
+		res, err := aer()
+		assert.NoError(t, err)
+		second <- res
+	}()
+	select {
+	case <-second:
+		t.Fatal("a second notice before the log was read")
+	case <-time.After(300 * time.Millisecond):
+	}
+	ns, err := a.c.ReservationNotices(ctx)
+	require.NoError(t, err)
+	require.Len(t, ns, 2)
+	fence()
+	select {
+	case res := <-second:
+		require.EqualValues(t, aerResvLog, res&0xffffff, "unmasked by the read")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notice after the log was read")
+	}
+}
+
+// A controller reset empties the log, counts from 1 again, and drops the
+// masks (the feature does not persist across a reset). The reset takes
+// a's I/O queue with it, so the registrations go through a2, the same
+// host's other controller.
+func TestReservationNoticesReset(t *testing.T) {
+	ctx, a, a2, b, _, _ := resvHostsWith(t, HostConfig{IOQueues: 1})
+	const ka, kb = 0xa, 0xb
+	require.NoError(t, b.RegisterKey(ctx, kb))
+	fence := func() {
+		require.NoError(t, a2.RegisterKey(ctx, ka))
+		require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusive, false))
+	}
+	fence()
+	fence()
+	require.NoError(t, a.SetReservationNoticeMask(ctx, ResvNoticeReleased))
+	require.NoError(t, a.c.propertySet(ctx, PropCC, 0)) // a reset
+	require.NoError(t, a.c.enable(ctx))
+	noNotices(t, ctx, a)
+	m, err := a.ReservationNoticeMask(ctx)
+	require.NoError(t, err)
+	require.Empty(t, m)
+	fence()
+	ns, err := a.c.ReservationNotices(ctx)
+	require.NoError(t, err)
+	require.Len(t, ns, 1)
+	require.EqualValues(t, 1, ns[0].Count)
+	ns, err = a2.c.ReservationNotices(ctx)
+	require.NoError(t, err)
+	require.Len(t, ns, 3, "a2 was not reset")
+	require.EqualValues(t, 3, ns[2].Count)
+}
