@@ -98,7 +98,8 @@
 // report and the six types' access rules, per namespace
 // (NamespaceConfig.Reservations); the hosts a change takes something from
 // are told by the Reservation Notification log and its notice
-// (resvlog.go; HostConfig.WatchReservations, Controller.WaitReservationNotice).
+// (resvlog.go; HostConfig.WatchReservations, Controller.WaitReservationNotice,
+// and Multipath.WaitReservationNotice from every path).
 //
 // Not implemented: in-band authentication, fused commands (refused),
 // reservation persistence through power loss, namespace management,

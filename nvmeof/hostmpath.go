@@ -56,6 +56,7 @@ type Multipath struct {
 	// is opened on a path either by Namespace or by the reconnect.
 	nsMu sync.Mutex
 	nss  map[uint32]*MultipathNamespace // opened (under nsMu and mu), one per NSID
+	resv mpathResv                      // HostConfig.WatchReservations (hostmpathresv.go)
 }
 
 // MultipathConfig is what ConnectMultipath takes besides the addresses:
@@ -224,9 +225,13 @@ func (p *mpath) set(l ANALog, done bool) {
 }
 
 // watch follows a path's controller c: its ANA Change notices, until it
-// ends.
+// ends (and its reservation notifications, if it watches them).
 func (m *Multipath) watch(p *mpath, c *Controller) {
 	defer m.wg.Done()
+	if c.events.aec&watchResv != 0 {
+		m.wg.Add(1)
+		go m.watchResv(p, c)
+	}
 	if c.events.aec&aecANAChange == 0 {
 		<-c.admin.dead
 		m.fail(p, c, c.admin.err)
@@ -566,6 +571,7 @@ func (m *Multipath) Close() error {
 	}
 	m.closed = true
 	m.notify()
+	m.wakeResvLocked()
 	var cs []*Controller
 	var addrs []string
 	for _, p := range m.paths {
