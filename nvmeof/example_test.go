@@ -146,7 +146,8 @@ func ExampleConnectMultipath() {
 // Fencing with reservations, as a two-node cluster does: node A holds a
 // Write Exclusive - Registrants Only reservation; node B, also registered,
 // writes; when A is declared dead, B preempts it, and A's writes are
-// refused from then on, even if it comes back.
+// refused from then on, even if it comes back. A, watching reservation
+// notifications, learns it was fenced as it happens.
 func ExampleHostNamespace_Preempt() {
 	ctx := context.Background()
 	sub, _ := nvmeof.NewSubsystem("nqn.2024-01.io.example:shared")
@@ -169,7 +170,8 @@ func ExampleHostNamespace_Preempt() {
 	node := func(id byte) *nvmeof.HostNamespace {
 		// A node's host identifier must stay the same across its
 		// connections: registrations are the host's.
-		c, err := nvmeof.Connect(ctx, "tcp", addr.String(), sub.NQN, nvmeof.HostConfig{IOQueues: 1, HostID: [16]byte{id}})
+		c, err := nvmeof.Connect(ctx, "tcp", addr.String(), sub.NQN,
+			nvmeof.HostConfig{IOQueues: 1, HostID: [16]byte{id}, WatchReservations: true})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -186,11 +188,14 @@ func ExampleHostNamespace_Preempt() {
 	a.Reserve(ctx, 0xa, nvmeof.ResvWriteExclusiveRegsOnly)
 
 	b.Preempt(ctx, 0xb, 0xa, nvmeof.ResvWriteExclusiveRegsOnly, true) // A is fenced
+	notes, _ := ctrls[0].WaitReservationNotice(ctx)
+	fmt.Printf("A is told: %v on namespace %d\n", notes[0].Type, notes[0].NSID)
 	_, err = a.WriteAt(make([]byte, 512), 0)
 	fmt.Println("A writes:", err)
 	st, _ := b.ReservationReport(ctx)
 	fmt.Printf("%v, %d registrant, holder key %#x\n", st.Type, st.Count, st.Registrants[0].Key)
 	// Output:
+	// A is told: Registration Preempted on namespace 1
 	// A writes: nvmeof: Write: Reservation Conflict (DNR) (status 0x4083)
 	// Write Exclusive - Registrants Only, 1 registrant, holder key 0xb
 }
