@@ -21,7 +21,11 @@ var ErrRange = errors.New("nvmeof: offset or length outside the namespace")
 // io.WriterAt over its blocks, spread over the controller's I/O queues
 // round robin. Offsets and lengths must be multiples of the block size, as
 // with O_DIRECT. Its methods may be called from several goroutines; one
-// call keeps up to 16 commands of at most MDTS each in flight.
+// call keeps up to 16 commands of at most MDTS each in flight. A read,
+// write, flush, write zeroes or deallocate command that the target
+// answers with a status without DNR (but a path status, which Multipath
+// sends down another path) is sent again, up to 5 times, as Linux's host
+// does; a reservation command is not.
 type HostNamespace struct {
 	c    *Controller
 	ID   uint32
@@ -211,12 +215,40 @@ func (q *hqueue) startRW(i int, op uint8, nsid uint32, slba uint64, nlb uint16, 
 var opNames = map[uint8]string{IORead: "Read", IOWrite: "Write", IOFlush: "Flush", IOWriteZeroes: "Write Zeroes", IODSM: "Dataset Management",
 	IOResvRegister: "Reservation Register", IOResvAcquire: "Reservation Acquire", IOResvRelease: "Reservation Release"}
 
-// finish waits for slot i's command and copies read data into p.
+// maxRetries is how often an I/O command answered with a status that
+// allows it is sent again: Linux's nvme_max_retries.
+const maxRetries = 5
+
+// retryable reports whether an I/O command op answered with st is sent
+// again, as Linux's host does (nvme_decide_disposition): an I/O command
+// of the block layer's (not a reservation command: those are passthrough,
+// failfast), a status without DNR, and not a path status, which
+// Multipath sends down another path instead.
+func retryable(op uint8, st Status) bool {
+	switch op {
+	case IORead, IOWrite, IOFlush, IOWriteZeroes, IODSM:
+		return !st.OK() && st&DNR == 0 && st.SCT() != SCTPath
+	}
+	return false
+}
+
+// finish waits for slot i's command, sends it again while its status
+// allows (retryable, up to maxRetries times: the slot still holds the
+// command, its in-capsule data and its buffer), and copies read data
+// into p.
 func (q *hqueue) finish(ctx context.Context, i int, op uint8, p []byte) error {
 	if err := q.wait(ctx, i); err != nil {
 		return err
 	}
 	s := &q.slots[i]
+	for tries := 0; retryable(op, s.st) && tries < maxRetries && ctx.Err() == nil; tries++ {
+		if err := q.submit(i, s.inCap); err != nil {
+			return err
+		}
+		if err := q.wait(ctx, i); err != nil {
+			return err
+		}
+	}
 	if !s.st.OK() {
 		q.releaseSlot(i)
 		return &StatusError{Op: opNames[op], Status: s.st, Result: s.res}

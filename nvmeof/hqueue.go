@@ -71,6 +71,7 @@ type hslot struct {
 	done    chan struct{}
 	res     uint64
 	st      Status
+	inCap   int // in-capsule data sent with the command, for a retry
 	flags   verbs.WCFlags
 	invKey  uint32
 	waiting bool // set by the submitter, cleared by the poller under pmu
@@ -399,6 +400,7 @@ func (q *hqueue) drain(ctx context.Context) error {
 func (q *hqueue) submit(i int, inCap int) error {
 	s := &q.slots[i]
 	s.gen++
+	s.inCap = inCap
 	Command(s.capsule).SetCID(uint16(s.gen)<<8 | uint16(i))
 	q.pmu.Lock()
 	s.waiting = true

@@ -3,6 +3,7 @@ package nvmeof
 import (
 	"encoding/binary"
 	"errors"
+	"sync/atomic"
 )
 
 // dsmRange is the size of a Dataset Management range.
@@ -66,6 +67,11 @@ func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns 
 	return 0, 0, StatusInvalidOpcode | DNR, nil
 }
 
+// testIOStatus, if set, answers the I/O commands for which it returns a
+// status with that status, unexecuted (tests: a target's transient
+// errors).
+var testIOStatus atomic.Pointer[func(Command) Status]
+
 // execIO runs an NVM command set command. Its namespace was there when
 // planIO looked (r.ns), but may have been removed while its data moved,
 // and its NSID given to another.
@@ -77,6 +83,11 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 	}
 	if ns != r.ns && !(cmd.Opcode() == IOFlush && cmd.NSID() == 0xffffffff) {
 		return 0, StatusInvalidNamespace | DNR, nil
+	}
+	if h := testIOStatus.Load(); h != nil {
+		if st := (*h)(cmd); st != StatusSuccess {
+			return 0, st, nil
+		}
 	}
 	switch op := cmd.Opcode(); {
 	case ns == nil || ns.resv == nil:
