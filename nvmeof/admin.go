@@ -226,8 +226,11 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 		log = c.anaLog(cmd.CDW(10)&(1<<8) != 0, cmd.CDW(10)&(1<<15) != 0)
 		log = append(log, make([]byte, anaLogMax-len(log))...)
 	case lid == LogResvNotice && !c.discovery():
-		// One page a read, which takes it (as nvmet, whatever the
-		// length asked for).
+		// One page a read, which takes it: read from its start, or not
+		// at all (a refused read must not lose it).
+		if off != 0 {
+			return nil, StatusInvalidField | DNR
+		}
 		log = c.resvLogRead(cmd.CDW(10)&(1<<15) != 0)
 	case lid == LogFirmware && !c.discovery():
 		log = make([]byte, firmwareLogSize)

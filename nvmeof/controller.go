@@ -37,12 +37,11 @@ type controller struct {
 	discMasked bool // the discovery log notice, until the log is read
 	anaMasked  bool // the ANA Change notice, until the ANA log is read
 	// Reservation notifications (resvlog.go): the pages not read yet,
-	// the last page's count, the notice's mask until the log is read,
-	// and the host's masks by NSID.
+	// the last page's count, and the notice's mask until the log is read
+	// (the host's masks are the namespaces').
 	resvLog    []resvLogPage
 	resvCount  uint64
 	resvMasked bool
-	resvMask   map[uint32]uint32
 	events     []uint32
 	kaStop     chan struct{}
 	kaPoke     chan struct{} // setKATO tells the keep-alive goroutine
@@ -103,6 +102,7 @@ func (c *controller) shutdown(why string) {
 	c.t.removeController(c)
 	if c.sub != nil {
 		c.sub.detach(c)
+		c.forgetResvMasks()
 	}
 	c.t.logf("nvmeof: controller %d (%s, host %s) ended: %s", c.id, c.nqn(), c.hostNQN, why)
 	for _, q := range qs {
@@ -341,6 +341,7 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 	old := c.cc
 	c.cc = v
 	var drop []*tqueue
+	resetMasks := false
 	switch {
 	case v&CCEnable != 0 && old&CCEnable == 0:
 		// Entry sizes 64 and 16, the NVM (or no I/O) command set, 4 KiB
@@ -367,8 +368,10 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 		c.events = nil
 		c.nsMasked, c.discMasked, c.anaMasked = false, false, false
 		// The reservation log starts again at count 0, and the masks go
-		// back to none (the feature does not persist across a reset).
-		c.resvLog, c.resvCount, c.resvMasked, c.resvMask = nil, 0, false, nil
+		// back to none (the feature does not persist across a reset:
+		// forgetResvMasks, once c.mu is released).
+		c.resvLog, c.resvCount, c.resvMasked = nil, 0, false
+		resetMasks = true
 		for _, idx := range c.heldAER { // this is the admin queue's goroutine
 			q.abandon(idx)
 		}
@@ -385,6 +388,9 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 	}
 	id := c.id
 	c.mu.Unlock()
+	if resetMasks && c.sub != nil {
+		c.forgetResvMasks()
+	}
 	if len(drop) > 0 {
 		q.t.logf("nvmeof: controller %d: CC %#x: closing %d I/O queues", id, v, len(drop))
 	}

@@ -82,15 +82,15 @@ func (c *Controller) eventLoop() {
 		}
 		if ev.aec&watchResv != 0 && res&0xffffff == aerResvLog {
 			ns, err := c.ReservationNotices(context.Background()) // unmasks the next notice
-			if err != nil {
-				ev.end(fmt.Errorf("nvmeof: watching reservation notifications: %w", err))
-				return
-			}
-			if len(ns) > 0 {
+			if len(ns) > 0 {                                      // taken from the target: kept, even if a later read failed
 				ev.mu.Lock()
 				ev.resv = append(ev.resv, ns...)
 				ev.wakeLocked()
 				ev.mu.Unlock()
+			}
+			if err != nil {
+				ev.end(fmt.Errorf("nvmeof: watching reservation notifications: %w", err))
+				return
 			}
 			continue
 		}

@@ -19,7 +19,10 @@ const maxResvReads = 1024
 // until it is empty: what reservation commands of other hosts took from
 // this one, on any namespace, since the last read (oldest first). Each
 // read takes its page, and unmasks the next Reservation Log Page
-// Available notice.
+// Available notice; on a controller watching them
+// (HostConfig.WatchReservations) the watch reads them, and
+// WaitReservationNotice is the way to have them. After an error it
+// returns the pages it read before.
 func (c *Controller) ReservationNotices(ctx context.Context) ([]ReservationNotice, error) {
 	var ns []ReservationNotice
 	page := make([]byte, resvLogSize)

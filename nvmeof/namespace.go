@@ -115,7 +115,7 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 	}
 	ns.anaGrp.Store(anaGroup)
 	if cfg.Reservations {
-		ns.resv = newResv()
+		ns.resv = newResv(func(t ReservationNoticeType, hosts [][16]byte) { s.resvNotify(ns, t, hosts) })
 	}
 	for uint32(len(s.ns)) < id {
 		s.ns = append(s.ns, nil)

@@ -128,17 +128,11 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 	case IOWriteZeroes:
 		return 0, zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1, false), nil
 	case IOResvRegister:
-		st := ns.resv.register(c.hostID, cmd.CDW(10), r.in)
-		c.sub.resvNotify(ns)
-		return 0, st, nil
+		return 0, ns.resv.register(c.hostID, cmd.CDW(10), r.in), nil
 	case IOResvAcquire:
-		st := ns.resv.acquire(c.hostID, cmd.CDW(10), r.in)
-		c.sub.resvNotify(ns)
-		return 0, st, nil
+		return 0, ns.resv.acquire(c.hostID, cmd.CDW(10), r.in), nil
 	case IOResvRelease:
-		st := ns.resv.release(c.hostID, cmd.CDW(10), r.in)
-		c.sub.resvNotify(ns)
-		return 0, st, nil
+		return 0, ns.resv.release(c.hostID, cmd.CDW(10), r.in), nil
 	case IOResvReport:
 		out := r.out(int(r.data.Len))
 		if out == nil {

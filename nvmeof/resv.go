@@ -106,10 +106,19 @@ type resv struct {
 	order  [][16]byte          // registrants in the order they registered
 	holder [16]byte
 	rtype  ReservationType // resvNone: no reservation
-	notes  []resvNote      // notifications owed (resvlog.go), until taken
+	// notify delivers a notification (resvlog.go), under mu so that the
+	// pages follow the changes' order and are recorded before the
+	// command that made them completes; nil: none (tests).
+	notify func(ReservationNoticeType, [][16]byte)
+	// Each controller's Reservation Notification Mask for the namespace
+	// (under maskMu, which may be taken under mu).
+	maskMu sync.Mutex
+	masks  map[*controller]uint32
 }
 
-func newResv() *resv { return &resv{keys: map[[16]byte]uint64{}} }
+func newResv(notify func(ReservationNoticeType, [][16]byte)) *resv {
+	return &resv{keys: map[[16]byte]uint64{}, notify: notify}
+}
 
 // holds reports whether host holds the reservation (r.mu held): its
 // holder, or any registrant of an all-registrants type.

@@ -13,12 +13,12 @@ import (
 // and connects host a twice (one host, two controllers), b and c.
 func resvHosts(t *testing.T) (ctx context.Context, a, a2, b, c *HostNamespace, ids [3][16]byte) {
 	t.Helper()
-	return resvHostsWith(t, HostConfig{IOQueues: 1})
+	return resvHostsWith(t, func(string) HostConfig { return HostConfig{IOQueues: 1} })
 }
 
-// resvHostsWith is resvHosts with each host's configuration cfg (but for
-// its HostID).
-func resvHostsWith(t *testing.T, cfg HostConfig) (ctx context.Context, a, a2, b, c *HostNamespace, ids [3][16]byte) {
+// resvHostsWith is resvHosts with the configuration cfg gives each of
+// a, a2, b and c (but for its HostID).
+func resvHostsWith(t *testing.T, cfg func(name string) HostConfig) (ctx context.Context, a, a2, b, c *HostNamespace, ids [3][16]byte) {
 	t.Helper()
 	checkRoutines(t)
 	ctx = testCtx(t)
@@ -33,7 +33,8 @@ func resvHostsWith(t *testing.T, cfg HostConfig) (ctx context.Context, a, a2, b,
 	t.Cleanup(func() { tg.Close() })
 	addr, err := tg.Listen(ctx, "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	open := func(id [16]byte) *HostNamespace {
+	open := func(name string, id [16]byte) *HostNamespace {
+		cfg := cfg(name)
 		cfg.HostID = id
 		c := connectHost(t, addr.String(), testNQN, cfg)
 		n, err := c.Namespace(ctx, 1)
@@ -41,7 +42,7 @@ func resvHostsWith(t *testing.T, cfg HostConfig) (ctx context.Context, a, a2, b,
 		return n
 	}
 	ids = [3][16]byte{{0xaa, 1}, {0xbb, 2}, {0xcc, 3}}
-	return ctx, open(ids[0]), open(ids[0]), open(ids[1]), open(ids[2]), ids
+	return ctx, open("a", ids[0]), open("a2", ids[0]), open("b", ids[1]), open("c", ids[2]), ids
 }
 
 // canWrite and canRead report whether n may write and read, and fail on
@@ -286,7 +287,7 @@ func FuzzReservationStatus(f *testing.F) {
 	f.Add(uint8(0), uint16(64), uint8(0))
 	f.Add(uint8(70), uint16(4096), uint8(6))
 	f.Fuzz(func(t *testing.T, n uint8, size uint16, rtype uint8) {
-		r := newResv()
+		r := newResv(nil)
 		for i := range int(n) {
 			h := [16]byte{byte(i), byte(i >> 8), 0xee}
 			r.keys[h] = uint64(i)*0x101 + 1

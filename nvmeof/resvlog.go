@@ -91,17 +91,11 @@ func ParseReservationNotice(b []byte) (ReservationNotice, error) {
 	return ReservationNotice{Count: le.Uint64(b), Type: ReservationNoticeType(b[8]), More: int(b[9]), NSID: le.Uint32(b[12:])}, nil
 }
 
-// resvNote is a notification a reservation command owes: type t to the
-// controllers of hosts.
-type resvNote struct {
-	t     ReservationNoticeType
-	hosts [][16]byte
-}
-
-// noteLocked records a notification to hosts (r.mu held).
+// noteLocked delivers notification t to the controllers of hosts (r.mu
+// held).
 func (r *resv) noteLocked(t ReservationNoticeType, hosts ...[16]byte) {
-	if len(hosts) > 0 {
-		r.notes = append(r.notes, resvNote{t, hosts})
+	if len(hosts) > 0 && r.notify != nil {
+		r.notify(t, hosts)
 	}
 }
 
@@ -116,32 +110,28 @@ func (r *resv) othersLocked(host [16]byte) [][16]byte {
 	return hs
 }
 
-// takeNotes returns the notifications recorded so far and forgets them.
-func (r *resv) takeNotes() []resvNote {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := r.notes
-	r.notes = nil
-	return n
+// masked reports whether controller c masked notifications of type t
+// for the namespace.
+func (r *resv) masked(c *controller, t ReservationNoticeType) bool {
+	r.maskMu.Lock()
+	defer r.maskMu.Unlock()
+	return r.masks[c]&(1<<t) != 0
 }
 
-// resvNotify delivers namespace ns's pending notifications to the
-// subsystem's controllers of the hosts they name.
-func (s *Subsystem) resvNotify(ns *Namespace) {
-	notes := ns.resv.takeNotes()
-	if len(notes) == 0 {
-		return
-	}
+// resvNotify delivers notification t for namespace ns to the
+// subsystem's controllers of hosts that did not mask it (ns.resv.mu held:
+// the reservation change that owes it).
+func (s *Subsystem) resvNotify(ns *Namespace, t ReservationNoticeType, hosts [][16]byte) {
 	s.mu.RLock()
 	ctrls := s.controllers()
 	s.mu.RUnlock()
-	for _, n := range notes {
-		for _, c := range ctrls {
-			for _, h := range n.hosts {
-				if c.hostID == h {
-					c.resvNotice(ns.ID, n.t)
-					break
+	for _, c := range ctrls {
+		for _, h := range hosts {
+			if c.hostID == h {
+				if !ns.resv.masked(c, t) {
+					c.resvNotice(ns.ID, t)
 				}
+				break
 			}
 		}
 	}
@@ -154,12 +144,11 @@ type resvLogPage struct {
 	nsid  uint32
 }
 
-// resvNotice records a notification unless the host masked it for the
-// namespace, and raises the notice unless it is masked until the log is
-// read.
+// resvNotice records a notification, and raises the notice unless it is
+// masked until the log is read.
 func (c *controller) resvNotice(nsid uint32, t ReservationNoticeType) {
 	c.mu.Lock()
-	if c.dead || c.resvMask[nsid]&(1<<t) != 0 {
+	if c.dead {
 		c.mu.Unlock()
 		return
 	}
@@ -213,9 +202,13 @@ func (c *controller) setResvMask(nsid, v uint32) Status {
 	if v&^resvMaskAll != 0 {
 		return StatusInvalidField | DNR
 	}
-	var ids []uint32
+	var nss []*Namespace
 	if nsid == 0xffffffff {
-		ids = c.sub.resvNSIDs()
+		for _, ns := range c.sub.namespaces() {
+			if ns.resv != nil {
+				nss = append(nss, ns)
+			}
+		}
 	} else {
 		ns := c.sub.namespace(nsid)
 		if ns == nil {
@@ -224,15 +217,26 @@ func (c *controller) setResvMask(nsid, v uint32) Status {
 		if ns.resv == nil {
 			return StatusInvalidField | DNR
 		}
-		ids = []uint32{nsid}
+		nss = []*Namespace{ns}
+	}
+	for _, ns := range nss {
+		r := ns.resv
+		r.maskMu.Lock()
+		if r.masks == nil {
+			r.masks = map[*controller]uint32{}
+		}
+		if v == 0 {
+			delete(r.masks, c)
+		} else {
+			r.masks[c] = v
+		}
+		r.maskMu.Unlock()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.resvMask == nil {
-		c.resvMask = map[uint32]uint32{}
-	}
-	for _, id := range ids {
-		c.resvMask[id] = v
+	dead := c.dead
+	c.mu.Unlock()
+	if dead { // ended meanwhile, perhaps after its end forgot its masks
+		c.forgetResvMasks()
 	}
 	return StatusSuccess
 }
@@ -249,20 +253,20 @@ func (c *controller) getResvMask(nsid uint32) (uint64, Status) {
 	case ns.resv == nil:
 		return 0, StatusInvalidField | DNR
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return uint64(c.resvMask[nsid]), StatusSuccess
+	ns.resv.maskMu.Lock()
+	defer ns.resv.maskMu.Unlock()
+	return uint64(ns.resv.masks[c]), StatusSuccess
 }
 
-// resvNSIDs returns the NSIDs of the namespaces with reservations.
-func (s *Subsystem) resvNSIDs() []uint32 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var ids []uint32
-	for _, ns := range s.ns {
-		if ns != nil && ns.resv != nil {
-			ids = append(ids, ns.ID)
+// forgetResvMasks drops c's masks from every namespace: a reset, or the
+// controller's end. A namespace removed takes its masks with it, so a
+// new one with its NSID starts with none.
+func (c *controller) forgetResvMasks() {
+	for _, ns := range c.sub.namespaces() {
+		if r := ns.resv; r != nil {
+			r.maskMu.Lock()
+			delete(r.masks, c)
+			r.maskMu.Unlock()
 		}
 	}
-	return ids
 }

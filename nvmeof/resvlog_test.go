@@ -41,10 +41,13 @@ func noNotices(t *testing.T, ctx context.Context, n *HostNamespace) {
 // Reservation notifications over TCP, as nvmet raises them: each case's
 // notices reach the controllers of the hosts it took something from (both
 // of host a's), through a Reservation Log Page Available notice and the
-// log; the host that acted, and those it took nothing from, get none.
-// Counts go up by one per page, per controller.
+// log; the host that acted (b, whose controller does not watch, so its
+// log is read here) and those it took nothing from get none. Counts go
+// up by one per page, per controller.
 func TestReservationNotices(t *testing.T) {
-	ctx, a, a2, b, c, _ := resvHostsWith(t, HostConfig{IOQueues: 1, WatchReservations: true})
+	ctx, a, a2, b, c, _ := resvHostsWith(t, func(name string) HostConfig {
+		return HostConfig{IOQueues: 1, WatchReservations: name != "b"}
+	})
 	const ka, kb, kc = 0xa, 0xb, 0xc
 	require.NoError(t, a.RegisterKey(ctx, ka))
 	require.NoError(t, b.RegisterKey(ctx, kb))
@@ -75,32 +78,61 @@ func TestReservationNotices(t *testing.T) {
 	waitNotices(t, ctx, a, ResvNoticeReleased)
 	waitNotices(t, ctx, c, ResvNoticeReleased)
 
-	// The holder changes the type by preempting itself: released.
+	// The holder changes the type by preempting itself: released; in
+	// the same type: nothing.
 	require.NoError(t, b.RegisterKey(ctx, kb))
 	require.NoError(t, b.Reserve(ctx, kb, ResvWriteExclusive))
+	require.NoError(t, b.Preempt(ctx, kb, kb, ResvWriteExclusive, false))
 	require.NoError(t, b.Preempt(ctx, kb, kb, ResvExclusiveAccess, false))
 	waitNotices(t, ctx, a, ResvNoticeReleased)
 	waitNotices(t, ctx, c, ResvNoticeReleased)
 
+	// Another registrant preempts the holder: the holder's registration
+	// preempted; the others are told the reservation was released only
+	// when its type changed.
+	require.NoError(t, c.Preempt(ctx, kc, kb, ResvExclusiveAccess, false)) // same type
+	ns, err := b.c.ReservationNotices(ctx)
+	require.NoError(t, err)
+	require.Len(t, ns, 1, "b, preempted by c: %v", ns)
+	require.Equal(t, ResvNoticeRegPreempted, ns[0].Type)
+	require.NoError(t, b.RegisterKey(ctx, kb))
+	require.NoError(t, b.Preempt(ctx, kb, kc, ResvWriteExclusiveRegsOnly, false)) // another type
+	waitNotices(t, ctx, c, ResvNoticeRegPreempted)
+	waitNotices(t, ctx, a, ResvNoticeReleased)
+
 	// An all-registrants reservation taken whole (preempt with key 0):
 	// every other registrant's registration preempted.
-	require.NoError(t, b.Release(ctx, kb, ResvExclusiveAccess))
+	require.NoError(t, b.Release(ctx, kb, ResvWriteExclusiveRegsOnly))
+	require.NoError(t, c.RegisterKey(ctx, kc))
 	require.NoError(t, c.Reserve(ctx, kc, ResvWriteExclusiveAllRegs))
 	require.NoError(t, b.Preempt(ctx, kb, 0, ResvExclusiveAccessAllRegs, false))
+	waitNotices(t, ctx, a, ResvNoticeReleased, ResvNoticeRegPreempted) // b's release; then the preempt
+	waitNotices(t, ctx, c, ResvNoticeRegPreempted)                     // not registered at b's release
+
+	// A preempt with no reservation, of a key b shares with a: both
+	// unregistered, only a told.
+	require.NoError(t, b.Release(ctx, kb, ResvExclusiveAccessAllRegs))
+	require.NoError(t, a.RegisterKey(ctx, kb))
+	require.NoError(t, b.Preempt(ctx, kb, kb, ResvWriteExclusive, false))
 	waitNotices(t, ctx, a, ResvNoticeRegPreempted)
-	waitNotices(t, ctx, c, ResvNoticeRegPreempted)
+	require.Empty(t, report(t, ctx, c).Registrants, "both gone")
 
 	// A clear: every other registrant's reservation preempted.
 	require.NoError(t, a.RegisterKey(ctx, ka))
+	require.NoError(t, b.RegisterKey(ctx, kb))
 	require.NoError(t, b.ClearReservations(ctx, kb))
 	last := waitNotices(t, ctx, a, ResvNoticePreempted)
-	require.EqualValues(t, 6, last[0].Count, "a's sixth page")
-	require.Len(t, waitNotices(t, ctx, a2, ResvNoticeReleased, ResvNoticeReleased, ResvNoticeReleased, ResvNoticeRegPreempted, ResvNoticePreempted), 5)
+	require.EqualValues(t, 9, last[0].Count, "a's ninth page")
+	require.Len(t, waitNotices(t, ctx, a2, ResvNoticeReleased, ResvNoticeReleased, ResvNoticeReleased, ResvNoticeReleased,
+		ResvNoticeReleased, ResvNoticeRegPreempted, ResvNoticeRegPreempted, ResvNoticePreempted), 8)
 
-	for _, n := range []*HostNamespace{a, a2, b, c} {
-		noNotices(t, ctx, n)
+	noNotices(t, ctx, b) // b acted every time since, and was told nothing
+	for _, n := range []*HostNamespace{a, a2, c} {
+		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		ns, err := n.c.WaitReservationNotice(ctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "nothing more: %v", ns)
 	}
-	require.Empty(t, b.c.events.resv, "b acted, and was told nothing")
 }
 
 // The Reservation Notification Mask: per namespace and per controller; a
@@ -108,7 +140,7 @@ func TestReservationNotices(t *testing.T) {
 // namespace with reservations; fields and namespaces are checked as
 // nvmet checks them.
 func TestReservationNoticeMask(t *testing.T) {
-	ctx, a, a2, b, _, _ := resvHostsWith(t, HostConfig{IOQueues: 1})
+	ctx, a, a2, b, _, _ := resvHosts(t)
 	const ka, kb = 0xa, 0xb
 	m, err := a.ReservationNoticeMask(ctx)
 	require.NoError(t, err)
@@ -172,7 +204,7 @@ func TestReservationNoticeMask(t *testing.T) {
 // last page kept takes the count of the last notification, so that the
 // host sees the gap; each page says how many more wait.
 func TestReservationNoticesOverflow(t *testing.T) {
-	ctx, a, _, b, _, _ := resvHostsWith(t, HostConfig{IOQueues: 1})
+	ctx, a, _, b, _, _ := resvHosts(t)
 	const ka, kb, n = 0xa, 0xb, resvLogQueue + 6
 	require.NoError(t, b.RegisterKey(ctx, kb))
 	for range n {
@@ -197,7 +229,7 @@ func TestReservationNoticesOverflow(t *testing.T) {
 // no second AER completion, however many pages come; the read unmasks it,
 // and the next page completes the AER that waited.
 func TestReservationNoticeMasked(t *testing.T) {
-	ctx, a, _, b, _, _ := resvHostsWith(t, HostConfig{IOQueues: 1})
+	ctx, a, _, b, _, _ := resvHosts(t)
 	const ka, kb = 0xa, 0xb
 	require.NoError(t, b.RegisterKey(ctx, kb))
 	aer := func() (uint64, error) {
@@ -240,7 +272,7 @@ func TestReservationNoticeMasked(t *testing.T) {
 // a's I/O queue with it, so the registrations go through a2, the same
 // host's other controller.
 func TestReservationNoticesReset(t *testing.T) {
-	ctx, a, a2, b, _, _ := resvHostsWith(t, HostConfig{IOQueues: 1})
+	ctx, a, a2, b, _, _ := resvHosts(t)
 	const ka, kb = 0xa, 0xb
 	require.NoError(t, b.RegisterKey(ctx, kb))
 	fence := func() {
@@ -265,4 +297,45 @@ func TestReservationNoticesReset(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ns, 3, "a2 was not reset")
 	require.EqualValues(t, 3, ns[2].Count)
+}
+
+// A mask belongs to its namespace: a new namespace given a removed one's
+// NSID starts with none (as nvmet, whose mask is the namespace's).
+func TestReservationNoticeMaskNewNamespace(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 1, Reservations: true})
+	require.NoError(t, err)
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	addr, err := tg.Listen(ctx, "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c := connectHost(t, addr.String(), testNQN, HostConfig{IOQueues: 1})
+	n, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, n.SetReservationNoticeMask(ctx, ResvNoticeRegPreempted, ResvNoticeReleased, ResvNoticePreempted))
+	require.NoError(t, sub.RemoveNamespace(ctx, 1))
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 1, Reservations: true})
+	require.NoError(t, err)
+	m, err := n.ReservationNoticeMask(ctx)
+	require.NoError(t, err)
+	require.Empty(t, m)
+}
+
+// A read of the log at an offset is refused, and takes no page.
+func TestReservationNoticeOffset(t *testing.T) {
+	ctx, a, _, b, _, _ := resvHosts(t)
+	require.NoError(t, b.RegisterKey(ctx, 0xb))
+	require.NoError(t, a.RegisterKey(ctx, 0xa))
+	require.NoError(t, b.Preempt(ctx, 0xb, 0xa, ResvWriteExclusive, false))
+	for _, off := range []uint64{16, 128} {
+		err := a.c.GetLogPage(ctx, LogResvNotice, 0xffffffff, off, make([]byte, 64))
+		requireStatus(t, err, StatusInvalidField|DNR)
+	}
+	ns, err := a.c.ReservationNotices(ctx)
+	require.NoError(t, err)
+	require.Len(t, ns, 1)
 }
