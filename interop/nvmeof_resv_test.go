@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -205,4 +206,105 @@ func featureValue(t *testing.T, out string) uint64 {
 	n, err := strconv.ParseUint(strings.TrimSpace(v), 0, 32)
 	require.NoError(t, err, "%q", out)
 	return n
+}
+
+// Persist Through Power Loss, judged by nvme-cli 2.3 and the Linux 6.1
+// host: the guest registers with CPTPL 11b (nvme resv-register --cptpl=3)
+// and takes a Write Exclusive reservation; nvme-cli reads the Reservation
+// Persistence feature (83h) and the report's PTPLS. The target stops (its
+// state only in the reservation file) and a new one serves the same file
+// on the same port: the kernel reconnects, nvme-cli reports the same
+// registration and reservation, our Go host, another host, is still
+// refused its write, and the guest, the holder, still writes.
+func TestNVMeKernelHostPTPL(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ns1.resv")
+	mem := nvmeof.NewMemBackend(64 << 20) // the data outlives the restart too
+	port := freePort(t)
+	serve := func() *nvmeof.Target {
+		sub, err := nvmeof.NewSubsystem(nvmeNQN)
+		require.NoError(t, err)
+		_, err = sub.AddNamespaceConfig(mem, nvmeof.NamespaceConfig{Reservations: true, ReservationFile: file})
+		require.NoError(t, err)
+		logs := &logLines{t: t}
+		tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
+		require.NoError(t, err)
+		_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		require.NoError(t, err)
+		return tg
+	}
+	tg := serve()
+	t.Cleanup(func() { tg.Close() })
+	const guestKey = 2748 // 0xabc
+	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1 --reconnect-delay=1 --ctrl-loss-tmo=120; echo "CONNECT rc=$?"
+waitdev && echo "DEVICE present"
+$NVME id-ns /dev/nvme0n1 | grep -i rescap | tr -s ' \t' ' ' | sed 's/^/RESCAP /'
+$NVME resv-register /dev/nvme0n1 --nrkey=%d --rrega=0 --cptpl=3; echo "REGISTER rc=$?"
+$NVME resv-acquire /dev/nvme0n1 --crkey=%d --rtype=1 --racqa=0; echo "ACQUIRE rc=$?"
+echo "PERSIST $($NVME get-feature /dev/nvme0 -f 0x83 -n 1 2>&1)"
+$NVME resv-report /dev/nvme0n1 -e | tr -s ' \t' ' ' | sed 's/^/REPORT1 /'
+echo "READY1"
+waitfile restarted 300
+for i in $(seq 240); do [ "$(cat /sys/class/nvme/nvme0/state)" = live ] && [ "$(cat /sys/class/nvme/nvme0/transport 2>/dev/null)" = rdma ] && break; sleep 0.25; done
+echo "STATE $(cat /sys/class/nvme/nvme0/state)"
+$NVME resv-report /dev/nvme0n1 -e | tr -s ' \t' ' ' | sed 's/^/REPORT2 /'
+dd if=/dev/urandom of=/tmp/pat bs=1M count=1 2>/dev/null
+echo "PATTERN $(sha256sum /tmp/pat | cut -d' ' -f1)"
+dd if=/tmp/pat of=/dev/nvme0n1 bs=1M oflag=direct 2>/tmp/err; echo "WRITE rc=$?"
+$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
+dmesg | grep -iE 'nvme' | tail -15`, port, nvmeNQN, guestKey, guestKey, nvmeNQN)
+	vm := nvmeVM(t, script)
+	const step = 2 * time.Minute
+	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
+	guestLine(t, vm, "DEVICE present", step)
+	require.Equal(t, "REGISTER rc=0", guestLine(t, vm, "REGISTER rc=", step))
+	require.Equal(t, "ACQUIRE rc=0", guestLine(t, vm, "ACQUIRE rc=", step))
+	require.EqualValues(t, 1, featureValue(t, guestValue(t, vm, "PERSIST", step)), "PTPL on, by CPTPL")
+	guestLine(t, vm, "READY1", step)
+	report := func(prefix string) map[string]string {
+		kv := map[string]string{}
+		for _, l := range vm.Lines() {
+			i := strings.Index(l, prefix+" ")
+			if i < 0 {
+				continue
+			}
+			k, v, ok := strings.Cut(l[i+len(prefix)+1:], " : ")
+			if ok {
+				kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
+			}
+		}
+		return kv
+	}
+	require.Equal(t, "rescap : 0xff", guestValue(t, vm, "RESCAP", step), "nvme-cli's id-ns: the six types, IEKEY and PTPL")
+	r1 := report("REPORT1")
+	require.Equal(t, "1", r1["ptpls"], "nvme-cli's report: %v", r1)
+	require.Equal(t, "1", r1["rtype"])
+	require.Equal(t, "abc", r1["rkey"])
+
+	tg.Close() // the state is in the file only now
+	tg = serve()
+	require.NoError(t, vm.Signal("restarted"))
+	require.Equal(t, "live", guestValue(t, vm, "STATE", step), "the kernel reconnected")
+	guestLine(t, vm, "PATTERN", step)
+	r2 := report("REPORT2")
+	for _, k := range []string{"gen", "rtype", "regctl", "ptpls", "rkey", "hostid", "rcsts"} {
+		require.Equal(t, r1[k], r2[k], "%s after the restart: before %v, after %v", k, r1, r2)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := nvmeof.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port), nvmeNQN, nvmeof.HostConfig{IOQueues: 1, HostID: [16]byte{0xb}})
+	require.NoError(t, err)
+	defer c.Close()
+	n, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	_, err = n.WriteAtContext(ctx, make([]byte, 4096), 8<<20)
+	var se *nvmeof.StatusError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status, "still fenced off after the restart")
+	pattern := guestValue(t, vm, "PATTERN", step)
+	require.Equal(t, "WRITE rc=0", guestLine(t, vm, "WRITE rc=", step), "the holder writes after the restart")
+	requireHolds(t, mem, 0, 1<<20, pattern, "the holder's write")
+	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
+	_, err = vm.Wait(vmCtx(t, vm, step))
+	require.NoError(t, err)
 }

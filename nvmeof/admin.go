@@ -147,6 +147,9 @@ func (c *controller) identify(r *request) ([]byte, Status) {
 			ni := NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NMIC: nmicShared, NGUID: ns.NGUID}
 			if ns.resv != nil {
 				ni.RESCAP = rescapAll
+				if ns.resv.file != "" {
+					ni.RESCAP |= rescapPTPL
+				}
 			}
 			if c.ana() {
 				ni.ANAGroup = ns.ANAGroup()
@@ -305,6 +308,8 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 			return 0, st
 		}
 		return uint64(v), StatusSuccess
+	case fid == FeatResvPersist:
+		return c.setResvPersist(cmd.NSID(), v)
 	}
 	return 0, StatusInvalidField | DNR
 }
@@ -312,8 +317,11 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 // getFeatures serves Get Features (current values).
 func (c *controller) getFeatures(cmd Command) (uint64, Status) {
 	fid := uint8(cmd.CDW(10))
-	if fid == FeatResvMask && !c.discovery() {
+	switch {
+	case fid == FeatResvMask && !c.discovery():
 		return c.getResvMask(cmd.NSID())
+	case fid == FeatResvPersist && !c.discovery():
+		return c.getResvPersist(cmd.NSID())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

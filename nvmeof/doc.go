@@ -99,11 +99,12 @@
 // (NamespaceConfig.Reservations); the hosts a change takes something from
 // are told by the Reservation Notification log and its notice
 // (resvlog.go; HostConfig.WatchReservations, Controller.WaitReservationNotice,
-// and Multipath.WaitReservationNotice from every path).
+// and Multipath.WaitReservationNotice from every path); with a reservation
+// file (NamespaceConfig.ReservationFile) they persist through power loss
+// while a host asks for it (resvptpl.go; HostNamespace.SetPersistence).
 //
 // Not implemented: in-band authentication, fused commands (refused),
-// reservation persistence through power loss, namespace management,
-// metadata and
+// namespace management, metadata and
 // protection information, SGL segments (MSDBD 1), asynchronous events but
 // the notices above and the SMART warnings never raised, and MPA CRCs
 // are not asked for by default

@@ -139,3 +139,45 @@ func (n *MultipathNamespace) ReservationReport(ctx context.Context) (Reservation
 	err := n.m.do0(ctx, n, func(hn *HostNamespace) (err error) { st, err = hn.ReservationReport(ctx); return err })
 	return st, err
 }
+
+// SetPersistence asks the target to keep the namespace's registrations
+// and reservation through power loss (on), or not (the Reservation
+// Persistence feature; Info.RESCAP bit 0 says whether it can).
+func (n *HostNamespace) SetPersistence(ctx context.Context, on bool) error {
+	v := uint32(0)
+	if on {
+		v = 1
+	}
+	_, err := n.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, n.ID, FeatResvPersist, v) }, 0,
+		"Set Features, Reservation Persistence", nil)
+	if err != nil {
+		return fmt.Errorf("namespace %d: %w", n.ID, err)
+	}
+	return nil
+}
+
+// Persistence reports whether the namespace's registrations and
+// reservation persist through power loss.
+func (n *HostNamespace) Persistence(ctx context.Context) (bool, error) {
+	res, err := n.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, n.ID, FeatResvPersist, 0) }, 0,
+		"Get Features, Reservation Persistence", nil)
+	if err != nil {
+		return false, fmt.Errorf("namespace %d: %w", n.ID, err)
+	}
+	return res&1 != 0, nil
+}
+
+// SetPersistence is HostNamespace.SetPersistence down a usable path.
+func (n *MultipathNamespace) SetPersistence(ctx context.Context, on bool) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.SetPersistence(ctx, on) })
+}
+
+// Persistence is HostNamespace.Persistence down a usable path.
+func (n *MultipathNamespace) Persistence(ctx context.Context) (bool, error) {
+	var on bool
+	err := n.m.do0(ctx, n, func(hn *HostNamespace) (err error) {
+		on, err = hn.Persistence(ctx)
+		return err
+	})
+	return on, err
+}

@@ -3,6 +3,7 @@ package nvmeof
 import (
 	"cmp"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,11 @@ type NamespaceConfig struct {
 	// Reservations enables the reservation commands on the namespace, as
 	// nvmet's resv_enable (resv.go).
 	Reservations bool
+	// ReservationFile, with Reservations, is where the registrations and
+	// the reservation persist through power loss while a host asks for it
+	// (PTPL, resvptpl.go): read when the namespace is added, written at
+	// each change. "": they last as long as the namespace.
+	ReservationFile string
 }
 
 // AddNamespaceConfig adds a namespace over b and returns it. It may be
@@ -90,6 +96,18 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 	if b.Size() < int64(blockSize) {
 		return nil, fmt.Errorf("nvmeof: a backend of %d octets holds no block of %d", b.Size(), blockSize)
 	}
+	var ns *Namespace // set below: the reservations' notices name it
+	var r *resv
+	if cfg.Reservations {
+		r = newResv(func(t ReservationNoticeType, hosts [][16]byte) { s.resvNotify(ns, t, hosts) })
+		if cfg.ReservationFile != "" {
+			if err := r.loadState(cfg.ReservationFile); err != nil {
+				return nil, err
+			}
+		}
+	} else if cfg.ReservationFile != "" {
+		return nil, errors.New("nvmeof: a reservation file for a namespace without reservations")
+	}
 	s.mu.Lock()
 	id := cfg.ID
 	if id == 0 {
@@ -103,7 +121,7 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 		s.mu.Unlock()
 		return nil, fmt.Errorf("nvmeof: %s: NSID %d is in use", s.NQN, id)
 	}
-	ns := &Namespace{ID: id, Backend: b, BlockSize: blockSize, NGUID: cfg.NGUID, UUID: cfg.UUID, drained: make(chan struct{})}
+	ns = &Namespace{ID: id, Backend: b, BlockSize: blockSize, NGUID: cfg.NGUID, UUID: cfg.UUID, drained: make(chan struct{}), resv: r}
 	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d", s.NQN, ns.ID))
 	if ns.NGUID == ([16]byte{}) {
 		copy(ns.NGUID[:], h[:16])
@@ -114,9 +132,6 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 		ns.UUID[8] = ns.UUID[8]&0x3f | 0x80
 	}
 	ns.anaGrp.Store(anaGroup)
-	if cfg.Reservations {
-		ns.resv = newResv(func(t ReservationNoticeType, hosts [][16]byte) { s.resvNotify(ns, t, hosts) })
-	}
 	for uint32(len(s.ns)) < id {
 		s.ns = append(s.ns, nil)
 	}

@@ -128,11 +128,14 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 	case IOWriteZeroes:
 		return 0, zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1, false), nil
 	case IOResvRegister:
-		return 0, ns.resv.register(c.hostID, cmd.CDW(10), r.in), nil
+		st, err := ns.resv.register(c.hostID, cmd.CDW(10), r.in)
+		return 0, c.resvDone(ns, st, err), nil
 	case IOResvAcquire:
-		return 0, ns.resv.acquire(c.hostID, cmd.CDW(10), r.in), nil
+		st, err := ns.resv.acquire(c.hostID, cmd.CDW(10), r.in)
+		return 0, c.resvDone(ns, st, err), nil
 	case IOResvRelease:
-		return 0, ns.resv.release(c.hostID, cmd.CDW(10), r.in), nil
+		st, err := ns.resv.release(c.hostID, cmd.CDW(10), r.in)
+		return 0, c.resvDone(ns, st, err), nil
 	case IOResvReport:
 		out := r.out(int(r.data.Len))
 		if out == nil {

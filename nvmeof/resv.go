@@ -16,8 +16,9 @@ import (
 // Connect), whichever of its controllers it came through. Enabled per
 // namespace (NamespaceConfig.Reservations), as nvmet's resv_enable.
 //
-// As nvmet: the registrations last as long as the namespace (no
-// persistence through power loss, PTPL); a reservation change (Preempt
+// As nvmet: the registrations last as long as the namespace, unless it
+// has a reservation file and a host asked for persistence through power
+// loss (PTPL, resvptpl.go: nvmet has none); a reservation change (Preempt
 // and Abort among them) completes only once the I/O commands it admitted
 // before have finished, and those executed after it see it; of an
 // all-registrants type, the registrant that acquired it is the one that
@@ -42,7 +43,7 @@ const (
 
 const (
 	oncsResv   = 1 << 5 // ONCS: reservations
-	rescapAll  = 0xfe   // RESCAP: the six types and IEKEY; no PTPL
+	rescapAll  = 0xfe   // RESCAP: the six types and IEKEY (PTPL: with a reservation file)
 	resvHdrExt = 64     // the extended Reservation Status header and each extended entry
 )
 
@@ -108,8 +109,14 @@ type resv struct {
 	rtype  ReservationType // resvNone: no reservation
 	// notify delivers a notification (resvlog.go), under mu so that the
 	// pages follow the changes' order and are recorded before the
-	// command that made them completes; nil: none (tests).
-	notify func(ReservationNoticeType, [][16]byte)
+	// command that made them completes; nil: none (tests). pending holds
+	// a change's until it stands (change).
+	notify  func(ReservationNoticeType, [][16]byte)
+	pending []resvNote
+	// file is the reservation file ("": none) and ptpl whether the state
+	// persists in it (resvptpl.go).
+	file string
+	ptpl bool
 	// Each controller's Reservation Notification Mask for the namespace
 	// (under maskMu, which may be taken under mu).
 	maskMu sync.Mutex
@@ -117,7 +124,17 @@ type resv struct {
 }
 
 func newResv(notify func(ReservationNoticeType, [][16]byte)) *resv {
+	if notify == nil {
+		notify = func(ReservationNoticeType, [][16]byte) {}
+	}
 	return &resv{keys: map[[16]byte]uint64{}, notify: notify}
+}
+
+// resvNote is a notification a change owes: type t to the controllers of
+// hosts.
+type resvNote struct {
+	t     ReservationNoticeType
+	hosts [][16]byte
 }
 
 // holds reports whether host holds the reservation (r.mu held): its
@@ -230,12 +247,35 @@ func (r *resv) preemptOne(host, victim [16]byte) {
 	}
 }
 
-// register serves Reservation Register.
-func (r *resv) register(host [16]byte, cdw10 uint32, data []byte) Status {
-	crkey, nrkey := binary.LittleEndian.Uint64(data), binary.LittleEndian.Uint64(data[8:])
-	iekey := cdw10&cdw10IEKEY != 0
+// register serves Reservation Register, and its Change Persist Through
+// Power Loss State (CPTPL) if it succeeds. Without a reservation file
+// CPTPL is not looked at, as nvmet never does: Linux's host asks for
+// persistence with every registration it makes for the block layer
+// (nvme_pr_register), and a target that cannot persist must not fail
+// them. The error is the reservation file's, if the change could not be
+// written there.
+func (r *resv) register(host [16]byte, cdw10 uint32, data []byte) (Status, error) {
+	cptpl := cdw10 >> 30
+	if r.file == "" {
+		cptpl = cptplNoChange
+	}
+	if cptpl == 1 { // reserved
+		return StatusInvalidField | DNR, nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.change(func() Status {
+		st := r.registerLocked(host, cdw10, data)
+		if st.OK() && cptpl != cptplNoChange {
+			r.ptpl = cptpl == cptplSet
+		}
+		return st
+	})
+}
+
+func (r *resv) registerLocked(host [16]byte, cdw10 uint32, data []byte) Status {
+	crkey, nrkey := binary.LittleEndian.Uint64(data), binary.LittleEndian.Uint64(data[8:])
+	iekey := cdw10&cdw10IEKEY != 0
 	key, reg := r.keys[host]
 	switch cdw10 & 7 {
 	case resvRegister: // CRKEY and IEKEY are not looked at (as nvmet)
@@ -264,14 +304,18 @@ func (r *resv) register(host [16]byte, cdw10 uint32, data []byte) Status {
 
 // acquire serves Reservation Acquire: acquire, preempt, preempt and
 // abort.
-func (r *resv) acquire(host [16]byte, cdw10 uint32, data []byte) Status {
+func (r *resv) acquire(host [16]byte, cdw10 uint32, data []byte) (Status, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.change(func() Status { return r.acquireLocked(host, cdw10, data) })
+}
+
+func (r *resv) acquireLocked(host [16]byte, cdw10 uint32, data []byte) Status {
 	crkey, prkey := binary.LittleEndian.Uint64(data), binary.LittleEndian.Uint64(data[8:])
 	t := ReservationType(cdw10 >> 8)
 	if cdw10&cdw10IEKEY != 0 || t < ResvWriteExclusive || t > maxResvType {
 		return StatusInvalidField | DNR
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if !r.hasKey(host, crkey) {
 		return StatusReservationConflict | DNR
 	}
@@ -336,13 +380,17 @@ func (r *resv) acquire(host [16]byte, cdw10 uint32, data []byte) Status {
 }
 
 // release serves Reservation Release: release, clear.
-func (r *resv) release(host [16]byte, cdw10 uint32, data []byte) Status {
+func (r *resv) release(host [16]byte, cdw10 uint32, data []byte) (Status, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.change(func() Status { return r.releaseLocked(host, cdw10, data) })
+}
+
+func (r *resv) releaseLocked(host [16]byte, cdw10 uint32, data []byte) Status {
 	crkey := binary.LittleEndian.Uint64(data)
 	if cdw10&cdw10IEKEY != 0 {
 		return StatusInvalidField | DNR
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if !r.hasKey(host, crkey) {
 		return StatusReservationConflict | DNR
 	}
@@ -387,6 +435,9 @@ func (r *resv) report(cdw11 uint32, out []byte) Status {
 	defer r.mu.RUnlock()
 	le.PutUint32(out[0:], r.gen)
 	out[4] = byte(r.rtype)
+	if r.ptpl {
+		out[9] = 1 // PTPLS
+	}
 	le.PutUint16(out[5:], uint16(len(r.order)))
 	for i, h := range r.order {
 		e := out[resvHdrExt*(i+1):]
@@ -415,6 +466,7 @@ type Registrant struct {
 type ReservationStatus struct {
 	Gen         uint32
 	Type        ReservationType // 0: none held
+	PTPL        bool            // the registrations and reservation persist through power loss (PTPLS)
 	Registrants []Registrant
 	Count       int // REGCTL: every registrant, even those the report had no room for
 }
@@ -426,7 +478,7 @@ func ParseReservationStatus(b []byte) (ReservationStatus, error) {
 		return ReservationStatus{}, fmt.Errorf("nvmeof: a reservation report of %d octets", len(b))
 	}
 	le := binary.LittleEndian
-	st := ReservationStatus{Gen: le.Uint32(b[0:]), Type: ReservationType(b[4]), Count: int(le.Uint16(b[5:]))}
+	st := ReservationStatus{Gen: le.Uint32(b[0:]), Type: ReservationType(b[4]), Count: int(le.Uint16(b[5:])), PTPL: b[9]&1 != 0}
 	for i := range st.Count {
 		e := b[resvHdrExt*(i+1):]
 		if len(e) < resvHdrExt {

@@ -91,11 +91,11 @@ func ParseReservationNotice(b []byte) (ReservationNotice, error) {
 	return ReservationNotice{Count: le.Uint64(b), Type: ReservationNoticeType(b[8]), More: int(b[9]), NSID: le.Uint32(b[12:])}, nil
 }
 
-// noteLocked delivers notification t to the controllers of hosts (r.mu
-// held).
+// noteLocked records notification t to the controllers of hosts (r.mu
+// held), for change to deliver once the change stands.
 func (r *resv) noteLocked(t ReservationNoticeType, hosts ...[16]byte) {
-	if len(hosts) > 0 && r.notify != nil {
-		r.notify(t, hosts)
+	if len(hosts) > 0 {
+		r.pending = append(r.pending, resvNote{t, hosts})
 	}
 }
 
@@ -244,14 +244,9 @@ func (c *controller) setResvMask(nsid, v uint32) Status {
 // getResvMask serves Get Features, Reservation Notification Mask, of one
 // namespace with reservations (FFFFFFFFh is not one).
 func (c *controller) getResvMask(nsid uint32) (uint64, Status) {
-	ns := c.sub.namespace(nsid)
-	switch {
-	case nsid == 0xffffffff:
-		return 0, StatusInvalidField | DNR
-	case ns == nil:
-		return 0, StatusInvalidNamespace | DNR
-	case ns.resv == nil:
-		return 0, StatusInvalidField | DNR
+	ns, st := c.resvNamespace(nsid)
+	if !st.OK() {
+		return 0, st
 	}
 	ns.resv.maskMu.Lock()
 	defer ns.resv.maskMu.Unlock()

@@ -279,9 +279,13 @@ func (ss *servedSub) applyNS(ctx context.Context, s *served, want []nsPlan) []er
 		was := cur.plan
 		was.anaGroup = np.anaGroup
 		if was != np {
-			if was.resv != np.resv {
+			switch {
+			case was.resv != np.resv:
 				s.logf("config: %s: namespace %d: reservations turned %s: it is added again, its registrations gone",
 					ss.plan.nqn, np.id, map[bool]string{true: "on", false: "off"}[np.resv])
+			case was.ptplFile != np.ptplFile:
+				s.logf("config: %s: namespace %d: reservation file %q: it is added again, its registrations read from there",
+					ss.plan.nqn, np.id, np.ptplFile)
 			}
 			continue
 		}
@@ -338,7 +342,7 @@ func (ss *servedSub) addNS(np nsPlan, s *served) error {
 		return err
 	}
 	ns, err := ss.sub.AddNamespaceConfig(b, nvmeof.NamespaceConfig{ID: np.id, BlockSize: bs, NGUID: np.nguid, UUID: np.uuid,
-		ANAGroup: np.anaGroup, Reservations: np.resv})
+		ANAGroup: np.anaGroup, Reservations: np.resv, ReservationFile: np.ptplFile})
 	if err != nil {
 		b.Close()
 		return err

@@ -56,7 +56,7 @@ type nvmetNamespace struct {
 	Enable   cfsValue            `json:"enable"`
 	Device   map[string]cfsValue `json:"device"`    // path, nguid, uuid, ...
 	ANAGrpID cfsValue            `json:"ana_grpid"` // 0 or none: 1
-	Resv     map[string]cfsValue `json:"resv"`      // enable: reservations (nvmet's resv_enable)
+	Resv     map[string]cfsValue `json:"resv"`      // enable: reservations (nvmet's resv_enable); ptpl_file: ours
 }
 
 // cfsValue is a configfs attribute: nvmetcli writes strings, and numbers
@@ -125,6 +125,7 @@ type nsPlan struct {
 	nguid, uuid [16]byte
 	anaGroup    uint32 // changed by a reload without taking the namespace away
 	resv        bool   // reservations
+	ptplFile    string // where they persist through power loss ("": they do not)
 }
 
 // maxNSID is the target's NN: the highest NSID a namespace may have.
@@ -253,6 +254,10 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 			}
 			np.anaGroup = max(np.anaGroup, 1)
 			np.resv = n.Resv["enable"].on()
+			np.ptplFile = string(n.Resv["ptpl_file"])
+			if np.ptplFile != "" && !np.resv {
+				return nil, fmt.Errorf("subsystem %s: namespace %d: resv.ptpl_file without resv.enable", s.NQN, id)
+			}
 			if np.path == "" {
 				return nil, fmt.Errorf("subsystem %s: namespace %d is enabled with no device path", s.NQN, id)
 			}

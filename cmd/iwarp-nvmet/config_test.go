@@ -40,6 +40,8 @@ func TestLoadConfig(t *testing.T) {
 	require.EqualValues(t, 2, disk.ns[1].anaGroup)
 	require.False(t, disk.ns[0].resv)
 	require.True(t, disk.ns[1].resv, "resv enable 1: reservations")
+	require.Empty(t, disk.ns[0].ptplFile)
+	require.Equal(t, "/var/lib/iwarp-nvmet/disk-3.resv", disk.ns[1].ptplFile, "ours: resv.ptpl_file")
 	require.Equal(t, [16]byte{0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x01}, disk.ns[1].nguid)
 	scratch := p.subs[1]
 	require.True(t, scratch.anyHost)
@@ -79,6 +81,7 @@ func TestConfigErrors(t *testing.T) {
 		"want a string, number":                    cfg(port, sub(`{"nsid": [1]}`)),
 		"unexpected EOF":                           `{"ports": [`,
 		"ana_grpid \"129\"":                        cfg(port, sub(`{"nsid": 2, "enable": 1, "ana_grpid": 129, "device": {"path": "/x"}}`)),
+		"ptpl_file without resv.enable":            cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x"}, "resv": {"ptpl_file": "/y"}}`)),
 		"ANA group \"0\"":                          cfg(`{"portid": 1, "ana_groups": [{"grpid": 0, "ana": {"state": "optimized"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
 		"ANA group 2 twice":                        cfg(`{"portid": 1, "ana_groups": [{"grpid": 2, "ana": {"state": "optimized"}}, {"grpid": 2, "ana": {"state": "change"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
 		"\"standby\" is not an ANA state":          cfg(`{"portid": 1, "ana_groups": [{"grpid": 3, "ana": {"state": "standby"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),

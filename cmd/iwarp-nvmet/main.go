@@ -16,7 +16,9 @@
 // states of its ana_groups, as nvmet's ports; each subsystem is served
 // with its allow_any_host, allowed_hosts, serial and model attributes and
 // its enabled namespaces (nsid, device path, nguid, uuid, ana_grpid,
-// resv_enable), with nvmet's block size (the block device's logical block
+// resv_enable; and resv.ptpl_file, ours, the file where registrations and
+// reservations persist through a restart while hosts ask for it: nvmet
+// has no such thing), with nvmet's block size (the block device's logical block
 // size; a file's file system block, at most 4096). SIGHUP reads the file again and
 // applies the difference while hosts stay connected: namespaces enabled,
 // disabled or changed (hosts are told by an Asynchronous Event, and

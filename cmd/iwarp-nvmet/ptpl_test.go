@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/pion/transport/v3/test"
+	"github.com/stretchr/testify/require"
+)
+
+// The binary with a namespace's resv.ptpl_file: a host asks for
+// persistence, fences another, and the target is killed (SIGKILL, no
+// shutdown) and started again on the same configuration: the fence holds.
+func TestServePTPL(t *testing.T) {
+	t.Cleanup(test.CheckRoutines(t))
+	bin := build(t)
+	dir := t.TempDir()
+	disk := filepath.Join(dir, "d1.img")
+	require.NoError(t, os.WriteFile(disk, make([]byte, 4<<20), 0o644))
+	const nqn = "nqn.2024-01.io.goiwarp:ptpl"
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := filepath.Join(dir, "config.json")
+	state := filepath.Join(dir, "d1.resv")
+	ns := fmt.Sprintf(`{"device": {"path": %q}, "enable": 1, "nsid": 1, "resv": {"enable": 1, "ptpl_file": %q}}`, disk, state)
+	reloadConfig(t, cfg, addr, subJSON(nqn, 1, nil, ns))
+	start := func() *exec.Cmd {
+		var out lockedBuf
+		srv := exec.Command(bin, "--config", cfg)
+		srv.Stdout, srv.Stderr = &out, &out
+		require.NoError(t, srv.Start())
+		t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+		waitFor(t, &out, "serving 1 subsystems from "+cfg)
+		return srv
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	open := func(id byte) (*nvmeof.Controller, *nvmeof.HostNamespace) {
+		c, err := nvmeof.Connect(ctx, "tcp", addr, nqn, nvmeof.HostConfig{IOQueues: 1, HostID: [16]byte{id}})
+		require.NoError(t, err)
+		n, err := c.Namespace(ctx, 1)
+		require.NoError(t, err)
+		return c, n
+	}
+	srv := start()
+	ca, a := open(0xa)
+	cb, b := open(0xb)
+	require.EqualValues(t, 1, a.Info.RESCAP&1, "PTPL capable")
+	require.NoError(t, a.RegisterKey(ctx, 0xa))
+	require.NoError(t, b.RegisterKey(ctx, 0xb))
+	require.NoError(t, a.Reserve(ctx, 0xa, nvmeof.ResvWriteExclusiveRegsOnly))
+	require.NoError(t, b.SetPersistence(ctx, true))
+	require.NoError(t, b.Preempt(ctx, 0xb, 0xa, nvmeof.ResvWriteExclusiveRegsOnly, true))
+	require.NoError(t, srv.Process.Kill())
+	srv.Wait()
+	ca.Close()
+	cb.Close()
+
+	start()
+	ca, a = open(0xa)
+	defer ca.Close()
+	cb, b = open(0xb)
+	defer cb.Close()
+	st, err := a.ReservationReport(ctx)
+	require.NoError(t, err)
+	require.True(t, st.PTPL)
+	require.Equal(t, nvmeof.ResvWriteExclusiveRegsOnly, st.Type)
+	require.Len(t, st.Registrants, 1)
+	require.Equal(t, [16]byte{0xb}, st.Registrants[0].HostID)
+	_, err = a.WriteAt(make([]byte, a.BlockSize()), 0)
+	var se *nvmeof.StatusError
+	require.ErrorAs(t, err, &se, "fenced across the restart")
+	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status)
+	_, err = b.WriteAt(make([]byte, b.BlockSize()), 0)
+	require.NoError(t, err)
+}

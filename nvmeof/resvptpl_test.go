@@ -1,0 +1,171 @@
+package nvmeof
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// ptplTarget serves a namespace with reservations and reservation file
+// file, and connects hosts a, b and c (host IDs 0xaa, 0xbb, 0xcc); stop
+// closes the target and its hosts, as a power loss would end them.
+func ptplTarget(t *testing.T, file string) (ctx context.Context, a, b, c *HostNamespace, stop func()) {
+	t.Helper()
+	ctx = testCtx(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{Reservations: true, ReservationFile: file})
+	require.NoError(t, err)
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	addr, err := tg.Listen(ctx, "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var ctrls []*Controller
+	open := func(id byte) *HostNamespace {
+		c, err := Connect(ctx, "tcp", addr.String(), testNQN, HostConfig{IOQueues: 1, HostID: [16]byte{id}})
+		require.NoError(t, err)
+		ctrls = append(ctrls, c)
+		n, err := c.Namespace(ctx, 1)
+		require.NoError(t, err)
+		return n
+	}
+	a, b, c = open(0xaa), open(0xbb), open(0xcc)
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		for _, c := range ctrls {
+			c.Close()
+		}
+		tg.Close()
+	}
+	t.Cleanup(stop)
+	return ctx, a, b, c, stop
+}
+
+// Persist Through Power Loss: with PTPL on, the registrations, the
+// reservation and its generation outlive the target (closed and served
+// again from the same file, as a restart after a power loss); the fence
+// holds after the restart. With PTPL off again they do not.
+func TestReservationsPersist(t *testing.T) {
+	checkRoutines(t)
+	file := filepath.Join(t.TempDir(), "ns1.resv")
+	ctx, a, b, c, stop := ptplTarget(t, file)
+	require.EqualValues(t, rescapAll|rescapPTPL, a.Info.RESCAP)
+	on, err := a.Persistence(ctx)
+	require.NoError(t, err)
+	require.False(t, on, "off until a host asks")
+	require.NoError(t, a.RegisterKey(ctx, 0xa))
+	require.NoError(t, b.RegisterKey(ctx, 0xb))
+	require.NoError(t, a.Reserve(ctx, 0xa, ResvWriteExclusiveRegsOnly))
+	require.NoError(t, b.SetPersistence(ctx, true))
+	on, err = c.Persistence(ctx)
+	require.NoError(t, err)
+	require.True(t, on, "the namespace's, whichever host asks")
+	require.NoError(t, b.Preempt(ctx, 0xb, 0xa, ResvWriteExclusiveRegsOnly, true)) // a fenced
+	before := report(t, ctx, c)
+	require.True(t, before.PTPL)
+	stop()
+
+	ctx, a, b, c, _ = ptplTarget(t, file)
+	after := report(t, ctx, c)
+	require.Equal(t, before, after, "the same registrants, holder, type and generation")
+	require.Equal(t, ResvWriteExclusiveRegsOnly, after.Type)
+	require.Len(t, after.Registrants, 1)
+	require.Equal(t, [16]byte{0xbb}, after.Registrants[0].HostID)
+	require.False(t, canWrite(t, a), "still fenced after the restart")
+	require.True(t, canWrite(t, b))
+	require.True(t, canRead(t, a))
+
+	require.NoError(t, c.SetPersistence(ctx, false))
+	require.False(t, report(t, ctx, c).PTPL)
+	_, _, _, c, _ = ptplTarget(t, file)
+	after = report(t, ctx, c)
+	require.Empty(t, after.Registrants, "not kept: PTPL was off")
+	require.Equal(t, resvNone, after.Type)
+}
+
+// Reservation Register's CPTPL turns PTPL on (11b) and off (10b); 01b is
+// refused, and leaves no registration. Without a reservation file CPTPL
+// is not looked at (Linux's host sets it on every registration), and the
+// feature cannot be turned on.
+func TestReservationsCPTPL(t *testing.T) {
+	checkRoutines(t)
+	file := filepath.Join(t.TempDir(), "ns1.resv")
+	ctx, a, b, _, _ := ptplTarget(t, file)
+	register := func(n *HostNamespace, cdw10 uint32, key uint64) error {
+		return n.resvKeys(ctx, IOResvRegister, cdw10, 0, key)
+	}
+	requireStatus(t, register(a, 1<<30, 0xa), StatusInvalidField|DNR)
+	require.Empty(t, report(t, ctx, a).Registrants)
+	require.NoError(t, register(a, cptplSet<<30, 0xa))
+	st := report(t, ctx, a)
+	require.True(t, st.PTPL)
+	require.Len(t, st.Registrants, 1)
+	_, err := os.Stat(file)
+	require.NoError(t, err, "written")
+	require.NoError(t, register(b, cptplClear<<30, 0xb))
+	require.False(t, report(t, ctx, a).PTPL)
+
+	ctx, a, _, _, _ = ptplTarget(t, "")
+	require.EqualValues(t, rescapAll, a.Info.RESCAP, "no PTPL without a file")
+	require.NoError(t, register(a, cptplSet<<30, 0xa), "CPTPL not looked at")
+	require.False(t, report(t, ctx, a).PTPL)
+	requireStatus(t, a.SetPersistence(ctx, true), StatusInvalidField|DNR)
+	require.NoError(t, a.SetPersistence(ctx, false))
+}
+
+// A change that cannot be written to the reservation file fails with
+// Internal Error and is undone: the report is as before, and no host is
+// told of it.
+func TestReservationsPersistFails(t *testing.T) {
+	checkRoutines(t)
+	dir := filepath.Join(t.TempDir(), "gone")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	ctx, a, b, _, _ := ptplTarget(t, filepath.Join(dir, "ns1.resv"))
+	require.NoError(t, a.RegisterKey(ctx, 0xa))
+	require.NoError(t, b.RegisterKey(ctx, 0xb))
+	require.NoError(t, a.Reserve(ctx, 0xa, ResvWriteExclusive))
+	require.NoError(t, a.SetPersistence(ctx, true))
+	before := report(t, ctx, a)
+	require.NoError(t, os.RemoveAll(dir))
+	requireStatus(t, b.Preempt(ctx, 0xb, 0xa, ResvExclusiveAccess, false), StatusInternalError)
+	require.Equal(t, before, report(t, ctx, a), "undone")
+	ns, err := a.c.ReservationNotices(ctx)
+	require.NoError(t, err)
+	require.Empty(t, ns, "a was not told of a change that did not stand")
+	requireStatus(t, a.SetPersistence(ctx, false), StatusInternalError)
+	on, err := a.Persistence(ctx)
+	require.NoError(t, err)
+	require.True(t, on)
+}
+
+// A reservation file that does not parse, or names a holder that is not
+// a registrant, stops the namespace from being added: its fences must
+// not be dropped silently.
+func TestReservationFileBad(t *testing.T) {
+	dir := t.TempDir()
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	for _, body := range []string{
+		`{"ptpl": true, "registrants": [`,
+		`{"ptpl": true, "type": 1, "holder": "aa000000000000000000000000000000"}`,
+		`{"ptpl": true, "registrants": [{"hostid": "aa", "key": 1}]}`,
+		`{"ptpl": true, "registrants": [{"hostid": "aa000000000000000000000000000000", "key": 1},
+			{"hostid": "aa000000000000000000000000000000", "key": 2}]}`,
+		`{"ptpl": true, "type": 9, "holder": "aa000000000000000000000000000000",
+			"registrants": [{"hostid": "aa000000000000000000000000000000", "key": 1}]}`,
+	} {
+		f := filepath.Join(dir, "bad.resv")
+		require.NoError(t, os.WriteFile(f, []byte(body), 0o644))
+		_, err := sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 1, Reservations: true, ReservationFile: f})
+		require.Error(t, err, "%s", body)
+	}
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 1, ReservationFile: filepath.Join(dir, "x")})
+	require.Error(t, err, "a file without reservations")
+}
