@@ -16,7 +16,8 @@ import (
 // Controller each (one for each of the subsystem's ports a host reaches),
 // as Linux's native NVMe multipath has it:
 //
-//   - I/O goes down an optimized path, round-robin among them, or a
+//   - I/O goes down an optimized path, round-robin among them (or the one
+//     with the fewest commands in flight: MultipathConfig.Policy), or a
 //     non-optimized one when none is optimized, as each path's ANA log
 //     says; never down an inaccessible one. A subsystem without ANA has
 //     every path optimized.
@@ -70,7 +71,23 @@ type MultipathConfig struct {
 	// LossTimeout is how long a lost path is tried before it is given up
 	// (default 600 s, Linux's ctrl_loss_tmo; negative: for ever).
 	LossTimeout time.Duration
+	// Policy chooses among the usable paths of the best ANA state, as
+	// Linux's iopolicy: round-robin (the default), or queue depth.
+	Policy IOPolicy
 }
+
+// IOPolicy is how a Multipath spreads I/O over its usable paths.
+type IOPolicy int
+
+const (
+	// PolicyRoundRobin takes the paths in turn (Linux's round-robin).
+	PolicyRoundRobin IOPolicy = iota
+	// PolicyQueueDepth takes the path with the fewest commands in flight
+	// (Linux's queue-depth, 6.11+): a path slowed by distance or load
+	// gets fewer, so paths of different latencies each carry what they
+	// can.
+	PolicyQueueDepth
+)
 
 // mpath is a path: its controller and what its ANA log last said.
 type mpath struct {
@@ -88,6 +105,7 @@ type mpath struct {
 	asked    map[uint32]bool     // groups missing from the log, read again once for each, for this controller
 
 	cmds, pathErrs, connects atomic.Uint64
+	inflight                 atomic.Int64 // commands sent down the path and not answered yet
 }
 
 // PathInfo is a path's state, as Multipath.Paths reports it.
@@ -342,6 +360,9 @@ func (m *Multipath) reconnectOnce(p *mpath) error {
 		hn, err := c.Namespace(ctx, n.ID)
 		timedOut := ctx.Err() != nil
 		cancel()
+		if err == nil {
+			hn.mpath = true
+		}
 		switch {
 		case err == nil && n.Info.sameAs(hn.Info):
 			opened[i] = hn
@@ -470,6 +491,15 @@ func (m *Multipath) pick(n *MultipathNamespace) (int, *HostNamespace, <-chan str
 	}
 	if len(best) > 0 {
 		i := best[int(m.rr.Add(1)%uint32(len(best)))]
+		if m.cfg.Policy == PolicyQueueDepth {
+			// The fewest in flight; ties to the round-robin's pick, so
+			// that idle paths still take turns.
+			for _, j := range best {
+				if m.paths[j].inflight.Load() < m.paths[i].inflight.Load() {
+					i = j
+				}
+			}
+		}
 		return i, n.ns[i], nil, nil
 	}
 	if !left {
@@ -498,7 +528,9 @@ func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*Host
 		}
 		p, c := m.paths[i], hn.c
 		p.cmds.Add(1)
+		p.inflight.Add(1)
 		k, err := op(hn)
+		p.inflight.Add(-1)
 		var se *StatusError
 		isStatus := errors.As(err, &se)
 		switch {
@@ -630,6 +662,7 @@ func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNames
 			errs = append(errs, fmt.Errorf("path %s: %w", m.paths[i].addr, err))
 			continue
 		}
+		hn.mpath = true
 		if first != nil && !first.Info.sameAs(hn.Info) {
 			return nil, fmt.Errorf("nvmeof: namespace %d: paths %s and %s disagree on what it is", nsid, firstAddr, m.paths[i].addr)
 		}

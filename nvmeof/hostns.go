@@ -23,14 +23,15 @@ var ErrRange = errors.New("nvmeof: offset or length outside the namespace")
 // with O_DIRECT. Its methods may be called from several goroutines; one
 // call keeps up to 16 commands of at most MDTS each in flight. A read,
 // write, flush, write zeroes or deallocate command that the target
-// answers with a status without DNR (but a path status, which Multipath
-// sends down another path) is sent again, up to 5 times, as Linux's host
-// does; a reservation command is not.
+// answers with a status without DNR is sent again, up to 5 times, as
+// Linux's host does (but a path status under Multipath, which sends it
+// down another path instead); a reservation command is not.
 type HostNamespace struct {
-	c    *Controller
-	ID   uint32
-	Info NamespaceInfo
-	bs   int64
+	c     *Controller
+	ID    uint32
+	Info  NamespaceInfo
+	bs    int64
+	mpath bool // a Multipath's: path statuses are its to act on
 }
 
 // Namespace returns the view of namespace nsid (Identify Namespace).
@@ -131,7 +132,7 @@ func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (
 	finish := func() {
 		f := &fl[head%maxInflight]
 		head++
-		if err := f.q.finish(ctx, f.slot, op, f.p); err != nil {
+		if err := f.q.finish(ctx, f.slot, op, f.p, n.mpath); err != nil {
 			stop(f.pos, err)
 		}
 	}
@@ -222,12 +223,12 @@ const maxRetries = 5
 // retryable reports whether an I/O command op answered with st is sent
 // again, as Linux's host does (nvme_decide_disposition): an I/O command
 // of the block layer's (not a reservation command: those are passthrough,
-// failfast), a status without DNR, and not a path status, which
-// Multipath sends down another path instead.
-func retryable(op uint8, st Status) bool {
+// failfast), a status without DNR, and not a path status under Multipath
+// (mpath), which sends it down another path instead.
+func retryable(op uint8, st Status, mpath bool) bool {
 	switch op {
 	case IORead, IOWrite, IOFlush, IOWriteZeroes, IODSM:
-		return !st.OK() && st&DNR == 0 && st.SCT() != SCTPath
+		return !st.OK() && st&DNR == 0 && !(mpath && st.SCT() == SCTPath)
 	}
 	return false
 }
@@ -236,12 +237,12 @@ func retryable(op uint8, st Status) bool {
 // allows (retryable, up to maxRetries times: the slot still holds the
 // command, its in-capsule data and its buffer), and copies read data
 // into p.
-func (q *hqueue) finish(ctx context.Context, i int, op uint8, p []byte) error {
+func (q *hqueue) finish(ctx context.Context, i int, op uint8, p []byte, mpath bool) error {
 	if err := q.wait(ctx, i); err != nil {
 		return err
 	}
 	s := &q.slots[i]
-	for tries := 0; retryable(op, s.st) && tries < maxRetries && ctx.Err() == nil; tries++ {
+	for tries := 0; retryable(op, s.st, mpath) && tries < maxRetries && ctx.Err() == nil; tries++ {
 		if err := q.submit(i, s.inCap); err != nil {
 			return err
 		}
@@ -333,7 +334,7 @@ func (n *HostNamespace) simple(ctx context.Context, op uint8, fill func(Command)
 	if err := q.submit(i, inCap); err != nil {
 		return err
 	}
-	return q.finish(ctx, i, op, nil)
+	return q.finish(ctx, i, op, nil, n.mpath)
 }
 
 // nextIO picks the I/O queue of the next command, round robin.

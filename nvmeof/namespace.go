@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 )
@@ -71,7 +72,10 @@ type NamespaceConfig struct {
 	// ReservationFile, with Reservations, is where the registrations and
 	// the reservation persist through power loss while a host asks for it
 	// (PTPL, resvptpl.go): read when the namespace is added, written at
-	// each change. "": they last as long as the namespace.
+	// each change. It is this namespace's alone (another namespace of the
+	// subsystem with it is refused; one of another subsystem is not
+	// seen), and its directory must take new files. "": they last as long
+	// as the namespace.
 	ReservationFile string
 }
 
@@ -101,7 +105,14 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 	if cfg.Reservations {
 		r = newResv(func(t ReservationNoticeType, hosts [][16]byte) { s.resvNotify(ns, t, hosts) })
 		if cfg.ReservationFile != "" {
-			if err := r.loadState(cfg.ReservationFile); err != nil {
+			file, err := filepath.Abs(cfg.ReservationFile)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.resvFileFree(file); err != nil {
+				return nil, err
+			}
+			if err := r.loadState(file); err != nil {
 				return nil, err
 			}
 		}
@@ -109,6 +120,12 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 		return nil, errors.New("nvmeof: a reservation file for a namespace without reservations")
 	}
 	s.mu.Lock()
+	if r != nil && r.file != "" {
+		if err := s.resvFileFreeLocked(r.file); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
 	id := cfg.ID
 	if id == 0 {
 		id = uint32(len(s.ns) + 1)

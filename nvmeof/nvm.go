@@ -69,8 +69,8 @@ func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns 
 
 // testIOStatus, if set, answers the I/O commands for which it returns a
 // status with that status, unexecuted (tests: a target's transient
-// errors).
-var testIOStatus atomic.Pointer[func(Command) Status]
+// errors, and a port's).
+var testIOStatus atomic.Pointer[func(*Port, Command) Status]
 
 // execIO runs an NVM command set command. Its namespace was there when
 // planIO looked (r.ns), but may have been removed while its data moved,
@@ -85,7 +85,7 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		return 0, StatusInvalidNamespace | DNR, nil
 	}
 	if h := testIOStatus.Load(); h != nil {
-		if st := (*h)(cmd); st != StatusSuccess {
+		if st := (*h)(c.admin.port, cmd); st != StatusSuccess {
 			return 0, st, nil
 		}
 	}

@@ -114,9 +114,13 @@ type resv struct {
 	notify  func(ReservationNoticeType, [][16]byte)
 	pending []resvNote
 	// file is the reservation file ("": none) and ptpl whether the state
-	// persists in it (resvptpl.go).
-	file string
-	ptpl bool
+	// persists in it (resvptpl.go). fileMu is held while the file is
+	// written, and detached (under it) once the namespace is taken out:
+	// a namespace added again in its place owns the file then.
+	file     string
+	ptpl     bool
+	fileMu   sync.Mutex
+	detached bool
 	// Each controller's Reservation Notification Mask for the namespace
 	// (under maskMu, which may be taken under mu).
 	maskMu sync.Mutex

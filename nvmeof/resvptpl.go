@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Persist Through Power Loss (PTPL): a namespace with a reservation file
@@ -94,7 +95,7 @@ func (r *resv) change(f func() Status) (Status, error) {
 	st := f()
 	var err error
 	if r.file != "" && st.OK() && (r.ptpl || snap.ptpl) {
-		if err = saveResvState(r.file, r.stateLocked()); err != nil {
+		if err = r.save(r.stateLocked()); err != nil {
 			r.restoreLocked(snap)
 			r.pending = nil
 			st = StatusInternalError
@@ -108,10 +109,53 @@ func (r *resv) change(f func() Status) (Status, error) {
 	return st, err
 }
 
+// errDetached is a change's error on a namespace taken out: the file is
+// another's now, or no one's.
+var errDetached = errors.New("the namespace was removed")
+
+// save writes the state to the reservation file, unless the namespace
+// was taken out (detach).
+func (r *resv) save(st resvState) error {
+	r.fileMu.Lock()
+	defer r.fileMu.Unlock()
+	if r.detached {
+		return errDetached
+	}
+	return saveResvState(r.file, st)
+}
+
+// detach stops r from writing its file: the namespace was taken out. It
+// waits for a write under way, so that a namespace added in its place
+// reads the file after it.
+func (r *resv) detach() {
+	r.fileMu.Lock()
+	r.detached = true
+	r.fileMu.Unlock()
+}
+
 // loadState reads a reservation file into r (not yet shared); a file
-// that does not exist is none.
+// that does not exist is none. The file's directory must take a new
+// file (the next change is written so), and what an interrupted write
+// left there is removed.
 func (r *resv) loadState(file string) error {
 	r.file = file
+	dir, base := filepath.Split(file)
+	if dir == "" {
+		dir = "."
+	}
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), base+".tmp") {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	f, err := os.CreateTemp(dir, base+".tmp*")
+	if err != nil {
+		return fmt.Errorf("nvmeof: reservation file %s cannot be written: %w", file, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
 	b, err := os.ReadFile(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -186,11 +230,7 @@ func saveResvState(file string, st resvState) error {
 		os.Remove(tmp)
 		return err
 	}
-	if d, err := os.Open(dir); err == nil { // the rename itself, durable where directories sync
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return syncDir(dir) // the rename itself, durable
 }
 
 // setPTPL serves Set Features, Reservation Persistence, on one namespace.
@@ -239,17 +279,38 @@ func (c *controller) resvNamespace(nsid uint32) (*Namespace, Status) {
 }
 
 // setResvPersist serves Set Features, Reservation Persistence: PTPL (bit
-// 0) of one namespace; on only where it has a reservation file.
+// 0) of one namespace, on only where it has a reservation file; or of
+// every namespace with reservations (FFFFFFFFh), on for those with a
+// file (and refused if none has one).
 func (c *controller) setResvPersist(nsid, v uint32) (uint64, Status) {
-	ns, st := c.resvNamespace(nsid)
-	if !st.OK() {
-		return 0, st
-	}
 	if v&^1 != 0 {
 		return 0, StatusInvalidField | DNR
 	}
-	st, err := ns.resv.setPTPL(v&1 != 0)
-	return uint64(v), c.resvDone(ns, st, err)
+	on := v&1 != 0
+	var nss []*Namespace
+	if nsid == 0xffffffff {
+		for _, ns := range c.sub.namespaces() {
+			if ns.resv != nil && (ns.resv.file != "" || !on) {
+				nss = append(nss, ns)
+			}
+		}
+		if len(nss) == 0 {
+			return 0, StatusInvalidField | DNR
+		}
+	} else {
+		ns, st := c.resvNamespace(nsid)
+		if !st.OK() {
+			return 0, st
+		}
+		nss = []*Namespace{ns}
+	}
+	for _, ns := range nss {
+		st, err := ns.resv.setPTPL(on)
+		if st = c.resvDone(ns, st, err); !st.OK() {
+			return 0, st
+		}
+	}
+	return uint64(v), StatusSuccess
 }
 
 // getResvPersist serves Get Features, Reservation Persistence.
@@ -262,4 +323,22 @@ func (c *controller) getResvPersist(nsid uint32) (uint64, Status) {
 		return 1, StatusSuccess
 	}
 	return 0, StatusSuccess
+}
+
+// resvFileFree reports an error if a namespace of s has reservation file
+// file (an absolute path): two writing one file would each lose the
+// other's registrations.
+func (s *Subsystem) resvFileFree(file string) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.resvFileFreeLocked(file)
+}
+
+func (s *Subsystem) resvFileFreeLocked(file string) error {
+	for _, ns := range s.ns {
+		if ns != nil && ns.resv != nil && ns.resv.file == file {
+			return fmt.Errorf("nvmeof: %s: reservation file %s is namespace %d's", s.NQN, file, ns.ID)
+		}
+	}
+	return nil
 }

@@ -14,10 +14,17 @@ import (
 // closes the target and its hosts, as a power loss would end them.
 func ptplTarget(t *testing.T, file string) (ctx context.Context, a, b, c *HostNamespace, stop func()) {
 	t.Helper()
+	ctx, _, a, b, c, stop = ptplTargetSub(t, file)
+	return ctx, a, b, c, stop
+}
+
+// ptplTargetSub is ptplTarget with the subsystem.
+func ptplTargetSub(t *testing.T, file string) (ctx context.Context, sub *Subsystem, a, b, c *HostNamespace, stop func()) {
+	t.Helper()
 	ctx = testCtx(t)
 	sub, err := NewSubsystem(testNQN)
 	require.NoError(t, err)
-	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{Reservations: true, ReservationFile: file})
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 1, Reservations: true, ReservationFile: file})
 	require.NoError(t, err)
 	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
 	require.NoError(t, err)
@@ -45,7 +52,7 @@ func ptplTarget(t *testing.T, file string) (ctx context.Context, a, b, c *HostNa
 		tg.Close()
 	}
 	t.Cleanup(stop)
-	return ctx, a, b, c, stop
+	return ctx, sub, a, b, c, stop
 }
 
 // Persist Through Power Loss: with PTPL on, the registrations, the
@@ -109,6 +116,8 @@ func TestReservationsCPTPL(t *testing.T) {
 	require.Len(t, st.Registrants, 1)
 	_, err := os.Stat(file)
 	require.NoError(t, err, "written")
+	requireStatus(t, register(b, cptplClear<<30|resvReplace, 0xb), StatusReservationConflict|DNR)
+	require.True(t, report(t, ctx, a).PTPL, "a register that fails changes no PTPL")
 	require.NoError(t, register(b, cptplClear<<30, 0xb))
 	require.False(t, report(t, ctx, a).PTPL)
 
@@ -168,4 +177,86 @@ func TestReservationFileBad(t *testing.T) {
 	}
 	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 1, ReservationFile: filepath.Join(dir, "x")})
 	require.Error(t, err, "a file without reservations")
+}
+
+// Set Features 83h for every namespace (FFFFFFFFh): on for those with a
+// reservation file, off for all; refused when none has one.
+func TestReservationPersistAllNamespaces(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	for id, file := range map[uint32]string{1: filepath.Join(dir, "1.resv"), 2: filepath.Join(dir, "2.resv"), 3: ""} {
+		_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: id, Reservations: true, ReservationFile: file})
+		require.NoError(t, err)
+	}
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	addr, err := tg.Listen(ctx, "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c := connectHost(t, addr.String(), testNQN, HostConfig{IOQueues: 1})
+	all := func(v uint32) error {
+		_, err := c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 0xffffffff, FeatResvPersist, v) }, 0, "", nil)
+		return err
+	}
+	persist := func() []bool {
+		var on []bool
+		for id := uint32(1); id <= 3; id++ {
+			n, err := c.Namespace(ctx, id)
+			require.NoError(t, err)
+			p, err := n.Persistence(ctx)
+			require.NoError(t, err)
+			on = append(on, p)
+		}
+		return on
+	}
+	require.NoError(t, all(1))
+	require.Equal(t, []bool{true, true, false}, persist())
+	require.NoError(t, all(0))
+	require.Equal(t, []bool{false, false, false}, persist())
+
+	solo, err := NewSubsystem(testNQN + "-solo")
+	require.NoError(t, err)
+	_, err = solo.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{Reservations: true})
+	require.NoError(t, err)
+	require.NoError(t, tg.AddSubsystem(solo))
+	cs := connectHost(t, addr.String(), solo.NQN, HostConfig{IOQueues: 1})
+	_, err = cs.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 0xffffffff, FeatResvPersist, 1) }, 0, "", nil)
+	requireStatus(t, err, StatusInvalidField|DNR)
+}
+
+// One file is one namespace's: a second namespace of the subsystem with
+// it is refused; once the first is removed, a namespace added in its
+// place reads what it wrote, and the removed one writes no more.
+func TestReservationFileOneNamespace(t *testing.T) {
+	checkRoutines(t)
+	file := filepath.Join(t.TempDir(), "ns1.resv")
+	ctx, sub, a, b, _, _ := ptplTargetSub(t, file)
+	_, err := sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 2, Reservations: true, ReservationFile: file})
+	require.ErrorContains(t, err, "is namespace 1's")
+	require.NoError(t, a.RegisterKey(ctx, 0xa))
+	require.NoError(t, a.SetPersistence(ctx, true))
+	ns1 := sub.namespace(1)
+	require.NoError(t, sub.RemoveNamespace(ctx, 1))
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 1, Reservations: true, ReservationFile: file})
+	require.NoError(t, err)
+	st := report(t, ctx, b)
+	require.Len(t, st.Registrants, 1, "read from the file")
+	// The old namespace's state can no longer reach the file.
+	st0, err := ns1.resv.register([16]byte{0xcc}, resvRegister, make([]byte, 16))
+	require.ErrorIs(t, err, errDetached)
+	require.Equal(t, StatusInternalError, st0)
+	require.Len(t, report(t, ctx, b).Registrants, 1)
+}
+
+// A reservation file whose directory cannot take a new file is refused
+// when the namespace is added, not at the first registration.
+func TestReservationFileUnwritable(t *testing.T) {
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{Reservations: true,
+		ReservationFile: filepath.Join(t.TempDir(), "missing", "ns1.resv")})
+	require.ErrorContains(t, err, "cannot be written")
 }

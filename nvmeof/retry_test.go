@@ -12,10 +12,17 @@ import (
 // with st, and counts the commands of that opcode it sees.
 func failIO(t *testing.T, op uint8, n int32, st Status) *atomic.Int32 {
 	t.Helper()
+	return failIOOn(t, nil, op, n, st)
+}
+
+// failIOOn is failIO for the commands that came through port p only (nil:
+// any).
+func failIOOn(t *testing.T, p *Port, op uint8, n int32, st Status) *atomic.Int32 {
+	t.Helper()
 	var left, seen atomic.Int32
 	left.Store(n)
-	f := func(cmd Command) Status {
-		if cmd.Opcode() != op {
+	f := func(port *Port, cmd Command) Status {
+		if cmd.Opcode() != op || p != nil && port != p {
 			return StatusSuccess
 		}
 		seen.Add(1)
@@ -31,8 +38,8 @@ func failIO(t *testing.T, op uint8, n int32, st Status) *atomic.Int32 {
 
 // Statuses without DNR are retried, as Linux's host does: up to 5 times
 // for each command, with its data (in the capsule, or read by the target
-// again from the slot's buffer); statuses with DNR, path statuses and
-// reservation commands are not.
+// again from the slot's buffer); statuses with DNR and reservation
+// commands are not.
 func TestHostRetries(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
@@ -67,10 +74,10 @@ func TestHostRetries(t *testing.T) {
 	_, err = n.WriteAtContext(ctx, small, 0)
 	requireStatus(t, err, StatusInternalError|DNR)
 	require.EqualValues(t, 1, seen.Load(), "DNR: not retried")
-	seen = failIO(t, IOWrite, 1, StatusANAInaccessible)
+	seen = failIO(t, IOWrite, 2, StatusANATransition)
 	_, err = n.WriteAtContext(ctx, small, 0)
-	requireStatus(t, err, StatusANAInaccessible)
-	require.EqualValues(t, 1, seen.Load(), "a path status: not retried on the path")
+	require.NoError(t, err, "a path status, on a single path: retried (Multipath's paths are not)")
+	require.EqualValues(t, 3, seen.Load())
 	for _, op := range []uint8{IOFlush, IOWriteZeroes, IODSM} {
 		seen = failIO(t, op, 2, interrupted)
 		switch op {
@@ -94,4 +101,21 @@ func TestHostNoResvRetry(t *testing.T) {
 	requireStatus(t, a.RegisterKey(ctx, 1), Status(0x21))
 	require.EqualValues(t, 1, seen.Load())
 	require.NoError(t, a.RegisterKey(ctx, 1))
+}
+
+// Under Multipath a path status is not sent again down the same path: the
+// command goes down the other one at once.
+func TestMultipathNoPathRetry(t *testing.T) {
+	ctx, p1, _, m, n := mpathNS(t)
+	seen := failIOOn(t, p1, IOWrite, 100, StatusANAInaccessible)
+	for i := range 8 {
+		_, err := n.WriteAtContext(ctx, make([]byte, 4096), int64(i)*4096)
+		require.NoError(t, err)
+	}
+	var pathErrs uint64
+	for _, p := range m.Paths() {
+		pathErrs += p.PathErrors
+	}
+	require.Equal(t, uint64(seen.Load()), pathErrs, "each refusal through port 1 was the path's one try")
+	require.Positive(t, seen.Load(), "port 1 was tried")
 }

@@ -187,6 +187,9 @@ func (s *Subsystem) takeOut(id uint32) (*Namespace, error) {
 	s.ns[id-1] = nil
 	ctrls := s.controllers()
 	s.mu.Unlock()
+	if ns.resv != nil {
+		ns.resv.detach() // a namespace added in its place reads the file after its last write
+	}
 	for _, c := range ctrls {
 		c.nsChanged(id)
 	}

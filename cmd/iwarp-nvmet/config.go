@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -215,6 +216,7 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 		return nil, errors.New("no port with trtype rdma")
 	}
 	seen := map[string]bool{}
+	ptplFiles := map[string]string{} // absolute path → the namespace it is
 	for _, s := range cfg.Subsystems {
 		if s.NQN == "" {
 			return nil, errors.New("a subsystem without an nqn")
@@ -257,6 +259,17 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 			np.ptplFile = string(n.Resv["ptpl_file"])
 			if np.ptplFile != "" && !np.resv {
 				return nil, fmt.Errorf("subsystem %s: namespace %d: resv.ptpl_file without resv.enable", s.NQN, id)
+			}
+			if np.ptplFile != "" {
+				abs, err := filepath.Abs(np.ptplFile)
+				if err != nil {
+					return nil, fmt.Errorf("subsystem %s: namespace %d: resv.ptpl_file: %w", s.NQN, id, err)
+				}
+				here := fmt.Sprintf("subsystem %s namespace %d", s.NQN, id)
+				if other, dup := ptplFiles[abs]; dup {
+					return nil, fmt.Errorf("%s: resv.ptpl_file %s is %s's too", here, np.ptplFile, other)
+				}
+				ptplFiles[abs] = here
 			}
 			if np.path == "" {
 				return nil, fmt.Errorf("subsystem %s: namespace %d is enabled with no device path", s.NQN, id)

@@ -82,9 +82,11 @@ func TestConfigErrors(t *testing.T) {
 		"unexpected EOF":                           `{"ports": [`,
 		"ana_grpid \"129\"":                        cfg(port, sub(`{"nsid": 2, "enable": 1, "ana_grpid": 129, "device": {"path": "/x"}}`)),
 		"ptpl_file without resv.enable":            cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x"}, "resv": {"ptpl_file": "/y"}}`)),
-		"ANA group \"0\"":                          cfg(`{"portid": 1, "ana_groups": [{"grpid": 0, "ana": {"state": "optimized"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
-		"ANA group 2 twice":                        cfg(`{"portid": 1, "ana_groups": [{"grpid": 2, "ana": {"state": "optimized"}}, {"grpid": 2, "ana": {"state": "change"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
-		"\"standby\" is not an ANA state":          cfg(`{"portid": 1, "ana_groups": [{"grpid": 3, "ana": {"state": "standby"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"resv.ptpl_file /y is subsystem nqn.2024-01.io.example:a namespace 2's too": cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x"}, "resv": {"enable": 1, "ptpl_file": "/y"}},
+			{"nsid": 3, "enable": 1, "device": {"path": "/x"}, "resv": {"enable": 1, "ptpl_file": "/y"}}`)),
+		"ANA group \"0\"":                 cfg(`{"portid": 1, "ana_groups": [{"grpid": 0, "ana": {"state": "optimized"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"ANA group 2 twice":               cfg(`{"portid": 1, "ana_groups": [{"grpid": 2, "ana": {"state": "optimized"}}, {"grpid": 2, "ana": {"state": "change"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"\"standby\" is not an ANA state": cfg(`{"portid": 1, "ana_groups": [{"grpid": 3, "ana": {"state": "standby"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
 	} {
 		path := filepath.Join(t.TempDir(), "config.json")
 		require.NoError(t, os.WriteFile(path, []byte(text), 0o644))

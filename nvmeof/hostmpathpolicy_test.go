@@ -1,0 +1,72 @@
+package nvmeof
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The queue-depth policy sends I/O where fewer commands wait: with one of
+// two optimized paths slow (its writes take 20 ms at the target), most
+// writes go down the fast one; round-robin splits them evenly, the slow
+// path setting the pace.
+func TestMultipathQueueDepth(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	var ports []*Port
+	var addrs []string
+	for range 2 {
+		p, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{sub.NQN}})
+		require.NoError(t, err)
+		ports, addrs = append(ports, p), append(addrs, p.Addr().String())
+	}
+	slow := func(p *Port, cmd Command) Status {
+		if p == ports[0] && cmd.Opcode() == IOWrite {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return StatusSuccess
+	}
+	testIOStatus.Store(&slow)
+	t.Cleanup(func() { testIOStatus.Store(nil) })
+	share := func(policy IOPolicy) float64 {
+		m := connectMultipathCfg(t, MultipathConfig{HostConfig: HostConfig{IOQueues: 1}, Policy: policy}, addrs...)
+		n, err := m.Namespace(ctx, 1)
+		require.NoError(t, err)
+		before := m.Paths()
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 25 {
+					_, err := n.WriteAtContext(ctx, make([]byte, 512), int64(w*25+i)*512)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		after := m.Paths()
+		slowCmds := after[0].Commands - before[0].Commands
+		fastCmds := after[1].Commands - before[1].Commands
+		require.EqualValues(t, 100, slowCmds+fastCmds)
+		require.NoError(t, m.Close())
+		return float64(fastCmds) / 100
+	}
+	rr := share(PolicyRoundRobin)
+	qd := share(PolicyQueueDepth)
+	t.Logf("the fast path's share: round-robin %.2f, queue depth %.2f", rr, qd)
+	require.InDelta(t, 0.5, rr, 0.1, "round-robin: in turn")
+	require.Greater(t, qd, 0.8, "queue depth: where fewer wait")
+}
