@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/goiwarp/iwarp/nvmeof"
+)
+
+// errFenced ends hold: the node's registration was preempted.
+var errFenced = errors.New("fenced")
+
+// hold registers key, takes the reservation if it is free, and writes a
+// heartbeat into the namespace's first block every second until ctx ends
+// or the node is fenced.
+func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace, key uint64) error {
+	if err := n.RegisterKey(ctx, key); err != nil {
+		return fmt.Errorf("registering key %#x: %w", key, err)
+	}
+	st, err := n.ReservationReport(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Type == 0 {
+		if err := n.Reserve(ctx, key, nvmeof.ResvWriteExclusiveRegsOnly); err != nil {
+			return fmt.Errorf("reserving: %w", err)
+		}
+	}
+	if err := n.SetPersistence(ctx, true); err != nil {
+		fmt.Printf("fence: the target cannot keep the reservation through power loss (%v)\n", err)
+	}
+	fmt.Printf("fence: holding with key %#x\n", key)
+	notices := make(chan error, 1)
+	go func() { notices <- watch(ctx, m) }() // ends with ctx or m
+	beat := make([]byte, n.BlockSize())
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for i := uint64(1); ; i++ {
+		copy(beat, fmt.Sprintf("heartbeat %d from key %#x at %s\n", i, key, time.Now().Format(time.RFC3339)))
+		if _, err := n.WriteAtContext(ctx, beat, 0); err != nil {
+			var se *nvmeof.StatusError
+			if errors.As(err, &se) && se.Status == nvmeof.StatusReservationConflict|nvmeof.DNR {
+				return errFenced // the notice was late, or lost: the write says it
+			}
+			return fmt.Errorf("heartbeat: %w", err)
+		}
+		select {
+		case err := <-notices:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// watch waits for the notification that this node's registration was
+// preempted.
+func watch(ctx context.Context, m *nvmeof.Multipath) error {
+	for {
+		ns, err := m.WaitReservationNotice(ctx)
+		if err != nil {
+			return err
+		}
+		for _, pn := range ns {
+			fmt.Printf("fence: notice from %s: %v on namespace %d\n", pn.Addr, pn.Type, pn.NSID)
+			if pn.Type == nvmeof.ResvNoticeRegPreempted {
+				return errFenced
+			}
+		}
+	}
+}
+
+// take fences the node registered with key victim, and shows the result.
+func take(ctx context.Context, n *nvmeof.MultipathNamespace, key, victim uint64) error {
+	if err := n.RegisterKey(ctx, key); err != nil {
+		return fmt.Errorf("registering key %#x: %w", key, err)
+	}
+	if err := n.Preempt(ctx, key, victim, nvmeof.ResvWriteExclusiveRegsOnly, true); err != nil {
+		return fmt.Errorf("preempting key %#x: %w", victim, err)
+	}
+	fmt.Printf("fence: key %#x fenced\n", victim)
+	return show(ctx, n)
+}
+
+// show prints the reservation report.
+func show(ctx context.Context, n *nvmeof.MultipathNamespace) error {
+	st, err := n.ReservationReport(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("reservation: %v, generation %d, persists through power loss: %v\n", st.Type, st.Gen, st.PTPL)
+	for _, r := range st.Registrants {
+		holder := ""
+		if r.Holder {
+			holder = " (holder)"
+		}
+		fmt.Printf("  key %#x host %x%s\n", r.Key, r.HostID, holder)
+	}
+	return nil
+}
