@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/stretchr/testify/require"
 )
@@ -81,20 +82,7 @@ dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, gues
 	require.Equal(t, "REGISTER rc=0", guestLine(t, vm, "REGISTER rc=", step))
 	require.Equal(t, "ACQUIRE rc=0", guestLine(t, vm, "ACQUIRE rc=", step))
 	guestLine(t, vm, "READY1", step)
-	report := func(prefix string) map[string]string {
-		kv := map[string]string{}
-		for _, l := range vm.Lines() {
-			i := strings.Index(l, prefix+" ")
-			if i < 0 {
-				continue
-			}
-			k, v, ok := strings.Cut(l[i+len(prefix)+1:], " : ")
-			if ok {
-				kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
-			}
-		}
-		return kv
-	}
+	report := func(prefix string) map[string]string { return guestKV(vm, prefix) }
 	r1 := report("REPORT1")
 	require.Equal(t, "1", r1["rtype"], "nvme-cli's report: %v", r1)
 	require.Equal(t, "1", r1["regctl"])
@@ -106,15 +94,7 @@ dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, gues
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	goHost := [16]byte{0x60, 0x1d, 0x0c, 0x0f, 0xfe, 0xe0, 0x40, 0x00, 0x80, 0x00, 0, 0, 0, 0, 0, 0x0b}
-	c, err := nvmeof.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", ports[0]), nvmeNQN, nvmeof.HostConfig{IOQueues: 1, HostID: goHost})
-	require.NoError(t, err)
-	defer c.Close()
-	n, err := c.Namespace(ctx, 1)
-	require.NoError(t, err)
-	_, err = n.WriteAtContext(ctx, make([]byte, 4096), 8<<20)
-	var se *nvmeof.StatusError
-	require.ErrorAs(t, err, &se)
-	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status, "another host under Write Exclusive")
+	n := goHostRefused(t, ctx, ports[0], goHost, "another host under Write Exclusive")
 	_, err = n.ReadAtContext(ctx, make([]byte, 4096), 0)
 	require.NoError(t, err, "others read")
 	require.NoError(t, vm.Signal("tried"))
@@ -260,20 +240,7 @@ dmesg | grep -iE 'nvme' | tail -15`, port, nvmeNQN, guestKey, guestKey, nvmeNQN)
 	require.Equal(t, "ACQUIRE rc=0", guestLine(t, vm, "ACQUIRE rc=", step))
 	require.EqualValues(t, 1, featureValue(t, guestValue(t, vm, "PERSIST", step)), "PTPL on, by CPTPL")
 	guestLine(t, vm, "READY1", step)
-	report := func(prefix string) map[string]string {
-		kv := map[string]string{}
-		for _, l := range vm.Lines() {
-			i := strings.Index(l, prefix+" ")
-			if i < 0 {
-				continue
-			}
-			k, v, ok := strings.Cut(l[i+len(prefix)+1:], " : ")
-			if ok {
-				kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
-			}
-		}
-		return kv
-	}
+	report := func(prefix string) map[string]string { return guestKV(vm, prefix) }
 	require.Equal(t, "rescap : 0xff", guestValue(t, vm, "RESCAP", step), "nvme-cli's id-ns: the six types, IEKEY and PTPL")
 	r1 := report("REPORT1")
 	require.Equal(t, "1", r1["ptpls"], "nvme-cli's report: %v", r1)
@@ -292,19 +259,45 @@ dmesg | grep -iE 'nvme' | tail -15`, port, nvmeNQN, guestKey, guestKey, nvmeNQN)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := nvmeof.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port), nvmeNQN, nvmeof.HostConfig{IOQueues: 1, HostID: [16]byte{0xb}})
+	goHostRefused(t, ctx, port, [16]byte{0xb}, "still fenced off after the restart")
+	pattern := guestValue(t, vm, "PATTERN", step)
+	require.Equal(t, "WRITE rc=0", guestLine(t, vm, "WRITE rc=", step), "the holder writes after the restart")
+	requireHolds(t, mem, 0, 1<<20, pattern, "the holder's write")
+	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
+	_, err := vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
-	defer c.Close()
+}
+
+// guestKV collects the "key : value" lines nvme-cli printed that the
+// guest script marked with prefix.
+func guestKV(vm *siw.VM, prefix string) map[string]string {
+	kv := map[string]string{}
+	for _, l := range vm.Lines() {
+		i := strings.Index(l, prefix+" ")
+		if i < 0 {
+			continue
+		}
+		k, v, ok := strings.Cut(l[i+len(prefix)+1:], " : ")
+		if ok {
+			kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return kv
+}
+
+// goHostRefused connects our Go host (host identifier id) to the target
+// on 127.0.0.1:port, checks that a write to namespace 1 gets Reservation
+// Conflict, and returns the namespace (closed with the test).
+func goHostRefused(t *testing.T, ctx context.Context, port int, id [16]byte, why string) *nvmeof.HostNamespace {
+	t.Helper()
+	c, err := nvmeof.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port), nvmeNQN, nvmeof.HostConfig{IOQueues: 1, HostID: id})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
 	n, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	_, err = n.WriteAtContext(ctx, make([]byte, 4096), 8<<20)
 	var se *nvmeof.StatusError
 	require.ErrorAs(t, err, &se)
-	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status, "still fenced off after the restart")
-	pattern := guestValue(t, vm, "PATTERN", step)
-	require.Equal(t, "WRITE rc=0", guestLine(t, vm, "WRITE rc=", step), "the holder writes after the restart")
-	requireHolds(t, mem, 0, 1<<20, pattern, "the holder's write")
-	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
-	_, err = vm.Wait(vmCtx(t, vm, step))
-	require.NoError(t, err)
+	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status, why)
+	return n
 }

@@ -67,6 +67,40 @@ func fill(b []byte, seed uint64) {
 	}
 }
 
+// serveNamespaces serves subsystem testNQN with a namespace of 1 MiB in
+// memory for each configuration, on a port of its own (more with
+// listenPorts), and returns the subsystem, its target and the port's
+// address.
+func serveNamespaces(t *testing.T, cfgs ...NamespaceConfig) (*Subsystem, *Target, string) {
+	t.Helper()
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	for _, cfg := range cfgs {
+		_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), cfg)
+		require.NoError(t, err)
+	}
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	addr, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	return sub, tg, addr.String()
+}
+
+// listenPorts opens n ports of tg exposing sub, and returns them and
+// their addresses.
+func listenPorts(t *testing.T, tg *Target, sub *Subsystem, n int) ([]*Port, []string) {
+	t.Helper()
+	var ports []*Port
+	var addrs []string
+	for range n {
+		p, err := tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{sub.NQN}})
+		require.NoError(t, err)
+		ports, addrs = append(ports, p), append(addrs, p.Addr().String())
+	}
+	return ports, addrs
+}
+
 // hostNS connects a host with cfg to a new test target of size octets and
 // opens namespace 1.
 func hostNS(t *testing.T, size int64, cfg HostConfig) (*Controller, *HostNamespace) {

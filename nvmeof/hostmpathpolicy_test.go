@@ -15,20 +15,8 @@ import (
 func TestMultipathQueueDepth(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
-	sub, err := NewSubsystem(testNQN)
-	require.NoError(t, err)
-	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
-	require.NoError(t, err)
-	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
-	require.NoError(t, err)
-	t.Cleanup(func() { tg.Close() })
-	var ports []*Port
-	var addrs []string
-	for range 2 {
-		p, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{sub.NQN}})
-		require.NoError(t, err)
-		ports, addrs = append(ports, p), append(addrs, p.Addr().String())
-	}
+	sub, tg, _ := serveNamespaces(t, NamespaceConfig{})
+	ports, addrs := listenPorts(t, tg, sub, 2)
 	slow := func(p *Port, cmd Command) Status {
 		if p == ports[0] && cmd.Opcode() == IOWrite {
 			time.Sleep(20 * time.Millisecond)

@@ -15,19 +15,8 @@ import (
 func TestMultipathReservationNotices(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
-	sub, err := NewSubsystem(testNQN)
-	require.NoError(t, err)
-	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{Reservations: true})
-	require.NoError(t, err)
-	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
-	require.NoError(t, err)
-	t.Cleanup(func() { tg.Close() })
-	var addrs []string
-	for range 2 {
-		p, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{sub.NQN}})
-		require.NoError(t, err)
-		addrs = append(addrs, p.Addr().String())
-	}
+	sub, tg, _ := serveNamespaces(t, NamespaceConfig{Reservations: true})
+	_, addrs := listenPorts(t, tg, sub, 2)
 	m := connectMultipathCfg(t, MultipathConfig{HostConfig: HostConfig{IOQueues: 1, WatchReservations: true}}, addrs...)
 	n, err := m.Namespace(ctx, 1)
 	require.NoError(t, err)

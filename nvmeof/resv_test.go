@@ -22,21 +22,11 @@ func resvHostsWith(t *testing.T, cfg func(name string) HostConfig) (ctx context.
 	t.Helper()
 	checkRoutines(t)
 	ctx = testCtx(t)
-	sub, err := NewSubsystem(testNQN)
-	require.NoError(t, err)
-	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{Reservations: true})
-	require.NoError(t, err)
-	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
-	require.NoError(t, err)
-	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
-	require.NoError(t, err)
-	t.Cleanup(func() { tg.Close() })
-	addr, err := tg.Listen(ctx, "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	_, _, addr := serveNamespaces(t, NamespaceConfig{Reservations: true}, NamespaceConfig{})
 	open := func(name string, id [16]byte) *HostNamespace {
 		cfg := cfg(name)
 		cfg.HostID = id
-		c := connectHost(t, addr.String(), testNQN, cfg)
+		c := connectHost(t, addr, testNQN, cfg)
 		n, err := c.Namespace(ctx, 1)
 		require.NoError(t, err)
 		return n

@@ -22,17 +22,10 @@ func ptplTarget(t *testing.T, file string) (ctx context.Context, a, b, c *HostNa
 func ptplTargetSub(t *testing.T, file string) (ctx context.Context, sub *Subsystem, a, b, c *HostNamespace, stop func()) {
 	t.Helper()
 	ctx = testCtx(t)
-	sub, err := NewSubsystem(testNQN)
-	require.NoError(t, err)
-	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 1, Reservations: true, ReservationFile: file})
-	require.NoError(t, err)
-	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
-	require.NoError(t, err)
-	addr, err := tg.Listen(ctx, "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	sub, tg, addr := serveNamespaces(t, NamespaceConfig{ID: 1, Reservations: true, ReservationFile: file})
 	var ctrls []*Controller
 	open := func(id byte) *HostNamespace {
-		c, err := Connect(ctx, "tcp", addr.String(), testNQN, HostConfig{IOQueues: 1, HostID: [16]byte{id}})
+		c, err := Connect(ctx, "tcp", addr, testNQN, HostConfig{IOQueues: 1, HostID: [16]byte{id}})
 		require.NoError(t, err)
 		ctrls = append(ctrls, c)
 		n, err := c.Namespace(ctx, 1)
@@ -185,18 +178,11 @@ func TestReservationPersistAllNamespaces(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
 	dir := t.TempDir()
-	sub, err := NewSubsystem(testNQN)
-	require.NoError(t, err)
-	for id, file := range map[uint32]string{1: filepath.Join(dir, "1.resv"), 2: filepath.Join(dir, "2.resv"), 3: ""} {
-		_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: id, Reservations: true, ReservationFile: file})
-		require.NoError(t, err)
-	}
-	tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
-	require.NoError(t, err)
-	t.Cleanup(func() { tg.Close() })
-	addr, err := tg.Listen(ctx, "tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	c := connectHost(t, addr.String(), testNQN, HostConfig{IOQueues: 1})
+	_, tg, addr := serveNamespaces(t,
+		NamespaceConfig{ID: 1, Reservations: true, ReservationFile: filepath.Join(dir, "1.resv")},
+		NamespaceConfig{ID: 2, Reservations: true, ReservationFile: filepath.Join(dir, "2.resv")},
+		NamespaceConfig{ID: 3, Reservations: true})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
 	all := func(v uint32) error {
 		_, err := c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 0xffffffff, FeatResvPersist, v) }, 0, "", nil)
 		return err
@@ -222,7 +208,7 @@ func TestReservationPersistAllNamespaces(t *testing.T) {
 	_, err = solo.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{Reservations: true})
 	require.NoError(t, err)
 	require.NoError(t, tg.AddSubsystem(solo))
-	cs := connectHost(t, addr.String(), solo.NQN, HostConfig{IOQueues: 1})
+	cs := connectHost(t, addr, solo.NQN, HostConfig{IOQueues: 1})
 	_, err = cs.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 0xffffffff, FeatResvPersist, 1) }, 0, "", nil)
 	requireStatus(t, err, StatusInvalidField|DNR)
 }
