@@ -12,7 +12,7 @@
 // Only reservation if none is held (the other registered node may write
 // too: the reservation is there to be taken from a failed node), asks the
 // target to keep it through power loss, and then writes a heartbeat block
-// every second until the node is fenced: another node's preemption,
+// (the namespace's block key mod 8) every second until the node is fenced: another node's preemption,
 // which the target announces (a Reservation Notification), ends it with
 // exit status 3, before its next write would have been refused. take is
 // what the surviving node runs when it declares the other dead: it

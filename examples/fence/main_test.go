@@ -52,7 +52,7 @@ func TestFenceProcesses(t *testing.T) {
 		20*time.Second, 10*time.Millisecond, "%s", &out1)
 	require.Eventually(t, func() bool {
 		b := make([]byte, 64)
-		disk.ReadAt(b, 0)
+		disk.ReadAt(b, 512) // key 1's block
 		return bytes.HasPrefix(b, []byte("heartbeat 1 from key 0x1"))
 	}, 10*time.Second, 10*time.Millisecond, "node 1's heartbeat on the disk")
 

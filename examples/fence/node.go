@@ -13,8 +13,8 @@ import (
 var errFenced = errors.New("fenced")
 
 // hold registers key, takes the reservation if it is free, and writes a
-// heartbeat into the namespace's first block every second until ctx ends
-// or the node is fenced.
+// heartbeat every second, into the block of the first eight that is the
+// node's (its key modulo 8), until ctx ends or the node is fenced.
 func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace, key uint64) error {
 	if err := n.RegisterKey(ctx, key); err != nil {
 		return fmt.Errorf("registering key %#x: %w", key, err)
@@ -35,11 +35,12 @@ func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace
 	notices := make(chan error, 1)
 	go func() { notices <- watch(ctx, m) }() // ends with ctx or m
 	beat := make([]byte, n.BlockSize())
+	at := int64(key%8) * int64(len(beat))
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for i := uint64(1); ; i++ {
 		copy(beat, fmt.Sprintf("heartbeat %d from key %#x at %s\n", i, key, time.Now().Format(time.RFC3339)))
-		if _, err := n.WriteAtContext(ctx, beat, 0); err != nil {
+		if _, err := n.WriteAtContext(ctx, beat, at); err != nil {
 			var se *nvmeof.StatusError
 			if errors.As(err, &se) && se.Status == nvmeof.StatusReservationConflict|nvmeof.DNR {
 				return errFenced // the notice was late, or lost: the write says it
