@@ -89,10 +89,13 @@
 //
 // The Go host's ConnectMultipath is Linux's native multipath: one host
 // through several ports, I/O down an optimized path (else a non-optimized
-// one), moved by ANA Change notices (HostConfig.WatchANA,
+// one; round-robin, or where the fewest commands wait:
+// MultipathConfig.Policy), moved by ANA Change notices (HostConfig.WatchANA,
 // Controller.WaitANAChange), sent again down another path on a path
 // status or a broken path, held while no path is usable; a lost path is
-// connected again (MultipathConfig.ReconnectDelay, LossTimeout).
+// connected again (MultipathConfig.ReconnectDelay, LossTimeout). Any
+// host sends an I/O command again, up to 5 times, when the target answers
+// it with a status that allows it (no DNR), as Linux's host does.
 //
 // Reservations (resv.go) are nvmet's: register, acquire, preempt, release,
 // report and the six types' access rules, per namespace
@@ -104,10 +107,9 @@
 // while a host asks for it (resvptpl.go; HostNamespace.SetPersistence).
 //
 // Not implemented: in-band authentication, fused commands (refused),
-// namespace management, metadata and
-// protection information, SGL segments (MSDBD 1), asynchronous events but
-// the notices above and the SMART warnings never raised, and MPA CRCs
-// are not asked for by default
+// namespace management, metadata and protection information, SGL
+// segments (MSDBD 1), asynchronous events but the notices above and the
+// SMART warnings never raised, and MPA CRCs are not asked for by default
 // (TargetConfig.AskCRC, HostConfig.AskCRC: Linux siw 6.1 mis-checks CRCs
 // whose trailer arrives split across two receive buffers, see CRCMaxFPDU).
 package nvmeof
