@@ -75,7 +75,8 @@
 // disconnect, then CC.SHN and the admin queue's disconnect.
 //
 // A port (Target.Listen, or ListenPort as a port of nvmet with the
-// subsystems linked to it; Port.Close removes it) is a listener; a
+// subsystems linked to it and the referrals its discovery log lists,
+// which DiscoverAll follows; Port.Close removes it) is a listener; a
 // subsystem has a controller for each admin Connect, through any port
 // that exposes it, and says so (CMIC multi-port and multi-controller,
 // namespaces shared: NMIC), so that a host may reach it by several paths.

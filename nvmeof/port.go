@@ -22,6 +22,10 @@ type Port struct {
 	all    bool            // Listen's: every subsystem
 	subs   map[string]bool // ListenPort's, under t.mu
 	closed bool            // Close, under t.mu
+	// refs are the port's referrals and refEnts their discovery log
+	// entries (referral.go), under t.mu.
+	refs    []Referral
+	refEnts []DiscoveryEntry
 	// ana is each ANA group's state through the port (ana.go), 0 for the
 	// default; written under t.mu, read by every I/O command.
 	ana [MaxANAGroup + 1]atomic.Uint32
@@ -36,6 +40,9 @@ type PortConfig struct {
 	ID         uint16
 	Subsystems []string
 	ANA        map[uint32]ANAState
+	// Referrals are other discovery services the port's discovery log
+	// lists (referrals; referral.go).
+	Referrals []Referral
 }
 
 // ListenPort starts serving on addr (as Listen) the subsystems cfg links
@@ -45,6 +52,11 @@ func (t *Target) ListenPort(ctx context.Context, network, addr string, cfg PortC
 	p := &Port{t: t, subs: map[string]bool{}}
 	for _, nqn := range cfg.Subsystems {
 		p.subs[nqn] = true
+	}
+	var err error
+	p.refs = slices.Clone(cfg.Referrals)
+	if p.refEnts, err = referralEntries(cfg.Referrals); err != nil {
+		return nil, err
 	}
 	for g, s := range cfg.ANA {
 		if err := checkANAGroup(g); err != nil {

@@ -434,5 +434,7 @@ func (t *Target) discoveryEntries(hostNQN string, local net.Addr, p *Port) (uint
 		ents = append(ents, DiscoveryEntry{TrType: TrTypeRDMA, AdrFam: fam, SubType: SubTypeNVM, TReq: treqNotSpecific,
 			PortID: p.id, CntlID: DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: host, SubNQN: s.NQN})
 	}
+	// Then the port's referrals, for every host (as nvmet).
+	ents = append(ents, p.refEnts...)
 	return t.genctr, ents
 }

@@ -164,7 +164,7 @@ func (s *served) listen(ctx context.Context, ports []portPlan) error {
 }
 
 func (s *served) open(ctx context.Context, pp portPlan) error {
-	port, err := s.t.ListenPort(ctx, "tcp", pp.addr, nvmeof.PortConfig{ID: pp.id, Subsystems: pp.subs, ANA: pp.ana})
+	port, err := s.t.ListenPort(ctx, "tcp", pp.addr, nvmeof.PortConfig{ID: pp.id, Subsystems: pp.subs, ANA: pp.ana, Referrals: pp.refs})
 	if err != nil {
 		return fmt.Errorf("port %d: %w", pp.id, err)
 	}
@@ -226,6 +226,14 @@ func (s *served) applyPorts(ctx context.Context, ports []portPlan) []error {
 			}
 			s.applyANA(cur, pp, false)
 			cur.plan.ana = pp.ana
+			if !slices.Equal(cur.plan.refs, pp.refs) {
+				if err := cur.port.SetReferrals(pp.refs...); err != nil {
+					s.logf("config: port %d: %v", pp.id, err)
+				} else {
+					cur.plan.refs = pp.refs
+					s.logf("config: port %d now refers to %d discovery services", pp.id, len(pp.refs))
+				}
+			}
 			s.ports[pp.id] = cur
 		}
 	}

@@ -35,6 +35,16 @@ type nvmetPort struct {
 	Addr       map[string]cfsValue `json:"addr"` // adrfam, traddr, treq, trsvcid, trtype
 	Subsystems []string            `json:"subsystems"`
 	ANAGroups  []nvmetANAGroup     `json:"ana_groups"`
+	Referrals  []nvmetReferral     `json:"referrals"`
+}
+
+// nvmetReferral is a port's referrals/<name> directory: another discovery
+// service (addr: adrfam, portid, traddr, treq, trsvcid, trtype), listed
+// once enabled.
+type nvmetReferral struct {
+	Name   string              `json:"name"`
+	Addr   map[string]cfsValue `json:"addr"`
+	Enable cfsValue            `json:"enable"`
 }
 
 // nvmetANAGroup is a port's ana_groups/<grpid> directory: the group's
@@ -111,6 +121,7 @@ type portPlan struct {
 	addr string
 	subs []string
 	ana  map[uint32]nvmeof.ANAState
+	refs []nvmeof.Referral
 }
 
 type subPlan struct {
@@ -202,6 +213,20 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 				return nil, fmt.Errorf("port %d: ANA group %d: %w", id, grp, err)
 			}
 			pp.ana[grp] = st
+		}
+		for _, r := range pt.Referrals {
+			ref, err := referral(r)
+			switch {
+			case err != nil:
+				return nil, fmt.Errorf("port %d: referral %q: %w", id, r.Name, err)
+			case !r.Enable.on():
+				p.notes = append(p.notes, fmt.Sprintf("port %d: referral %q is not enabled", id, r.Name))
+			case ref == nil:
+				p.notes = append(p.notes, fmt.Sprintf("port %d: referral %q: transport %q is not listed (NVMe/RDMA only)",
+					id, r.Name, r.Addr["trtype"]))
+			default:
+				pp.refs = append(pp.refs, *ref)
+			}
 		}
 		if other, dup := addrs[pp.addr]; dup {
 			return nil, fmt.Errorf("ports %d and %d are both on %s", other, id, pp.addr)
@@ -324,4 +349,31 @@ func parseID(s string) ([16]byte, error) {
 		return id, fmt.Errorf("%q: %w", s, err)
 	}
 	return id, nil
+}
+
+// referral reads a referral's address, or nil for a transport the
+// discovery log here does not list.
+func referral(r nvmetReferral) (*nvmeof.Referral, error) {
+	if r.Name == "" {
+		return nil, errors.New("without a name")
+	}
+	if tr := string(r.Addr["trtype"]); tr != "rdma" {
+		return nil, nil
+	}
+	fam, addr, svc := string(r.Addr["adrfam"]), string(r.Addr["traddr"]), string(r.Addr["trsvcid"])
+	if svc == "" {
+		svc = "4420"
+	}
+	ip := net.ParseIP(addr)
+	if fam != "ipv4" && fam != "ipv6" || ip == nil || (ip.To4() != nil) != (fam == "ipv4") {
+		return nil, fmt.Errorf("traddr %q is not an %s address", addr, fam)
+	}
+	if n, err := strconv.Atoi(svc); err != nil || n <= 0 || n > 65535 {
+		return nil, fmt.Errorf("trsvcid %q is not a TCP port", svc)
+	}
+	portID, err := strconv.ParseUint(string(r.Addr["portid"]), 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("portid %q: want 0 to 65535", r.Addr["portid"])
+	}
+	return &nvmeof.Referral{Addr: net.JoinHostPort(addr, svc), PortID: uint16(portID)}, nil
 }

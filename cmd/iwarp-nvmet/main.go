@@ -13,7 +13,8 @@
 // With --config, the file is nvmetcli's saveconfig JSON: ports whose
 // trtype is rdma are listened on with their portid (others are logged and
 // skipped), each exposing the subsystems linked to it, with the ANA
-// states of its ana_groups, as nvmet's ports; each subsystem is served
+// states of its ana_groups and the enabled RDMA referrals its discovery
+// log lists, as nvmet's ports; each subsystem is served
 // with its allow_any_host, allowed_hosts, serial and model attributes and
 // its enabled namespaces (nsid, device path, nguid, uuid, ana_grpid,
 // resv_enable; and resv.ptpl_file, ours, the file where registrations and

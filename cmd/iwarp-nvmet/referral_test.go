@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/pion/transport/v3/test"
+	"github.com/stretchr/testify/require"
+)
+
+// The binary's referrals: listed after the port's subsystems in its
+// discovery log, and changed by SIGHUP.
+func TestServeConfigReferrals(t *testing.T) {
+	t.Cleanup(test.CheckRoutines(t))
+	bin := build(t)
+	dir := t.TempDir()
+	disk := filepath.Join(dir, "d1.img")
+	require.NoError(t, os.WriteFile(disk, make([]byte, 4<<20), 0o644))
+	const nqn = "nqn.2024-01.io.goiwarp:ref"
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := filepath.Join(dir, "config.json")
+	write := func(refs ...string) {
+		reloadConfig(t, cfg, addr, subJSON(nqn, 1, nil, nsJSON(1, 1, disk, "")))
+		b, err := os.ReadFile(cfg)
+		require.NoError(t, err)
+		b = []byte(strings.Replace(string(b), `"referrals": []`, `"referrals": [`+strings.Join(refs, ",")+`]`, 1))
+		require.NoError(t, os.WriteFile(cfg, b, 0o644))
+	}
+	ref := func(name, traddr string, portid int) string {
+		return fmt.Sprintf(`{"name": %q, "enable": 1, "addr": {"adrfam": "ipv4", "portid": "%d", "traddr": %q, "treq": "not specified", "trsvcid": "4420", "trtype": "rdma"}}`,
+			name, portid, traddr)
+	}
+	write(ref("b", "10.0.0.2", 2))
+	var out lockedBuf
+	srv := exec.Command(bin, "--config", cfg)
+	srv.Stdout, srv.Stderr = &out, &out
+	require.NoError(t, srv.Start())
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	waitFor(t, &out, "serving 1 subsystems from "+cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	referrals := func() []string {
+		ents, err := nvmeof.Discover(ctx, "tcp", addr, nvmeof.HostConfig{})
+		require.NoError(t, err)
+		require.Equal(t, nqn, ents[0].SubNQN)
+		var rs []string
+		for _, e := range ents[1:] {
+			require.Equal(t, nvmeof.DiscoveryNQN, e.SubNQN)
+			rs = append(rs, fmt.Sprintf("%s:%s port %d", e.TrAddr, e.TrSvcID, e.PortID))
+		}
+		return rs
+	}
+	require.Equal(t, []string{"10.0.0.2:4420 port 2"}, referrals())
+
+	write(ref("b", "10.0.0.2", 2), ref("c", "10.0.0.3", 3))
+	require.NoError(t, srv.Process.Signal(syscall.SIGHUP))
+	waitFor(t, &out, "port 1 now refers to 2 discovery services")
+	require.Equal(t, []string{"10.0.0.2:4420 port 2", "10.0.0.3:4420 port 3"}, referrals())
+}

@@ -1,0 +1,78 @@
+package nvmeof
+
+import (
+	"context"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Referrals: a port's discovery log lists them after its subsystems (the
+// discovery NQN, subtype 1, the referral's address and port ID);
+// DiscoverAll follows them, across targets and round a loop, to every
+// subsystem once; SetReferrals tells the discovery controllers through
+// the port; an address that is not host:port is refused.
+func TestReferrals(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	serve := func(nqn string) (*Target, *Subsystem) {
+		sub, err := NewSubsystem(nqn)
+		require.NoError(t, err)
+		_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
+		require.NoError(t, err)
+		tg, err := NewTarget(TargetConfig{Logf: t.Logf}, sub)
+		require.NoError(t, err)
+		t.Cleanup(func() { tg.Close() })
+		return tg, sub
+	}
+	tgA, subA := serve(testNQN + "-a")
+	tgB, subB := serve(testNQN + "-b")
+	pb, err := tgB.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{ID: 7, Subsystems: []string{subB.NQN}})
+	require.NoError(t, err)
+	pa, err := tgA.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{subA.NQN},
+		Referrals: []Referral{{Addr: pb.Addr().String(), PortID: 7}}})
+	require.NoError(t, err)
+	require.NoError(t, pb.SetReferrals(Referral{Addr: pa.Addr().String(), PortID: 1})) // a loop
+
+	log, err := Discover(ctx, "tcp", pa.Addr().String(), HostConfig{})
+	require.NoError(t, err)
+	require.Len(t, log, 2)
+	require.Equal(t, subA.NQN, log[0].SubNQN)
+	_, port, _ := net.SplitHostPort(pb.Addr().String())
+	require.Equal(t, DiscoveryEntry{TrType: TrTypeRDMA, AdrFam: AdrFamIPv4, SubType: SubTypeDisc, TReq: treqNotSpecific,
+		PortID: 7, CntlID: DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: "127.0.0.1", SubNQN: DiscoveryNQN}, log[1])
+
+	all, err := DiscoverAll(ctx, "tcp", pa.Addr().String(), HostConfig{})
+	require.NoError(t, err)
+	var nqns []string
+	for _, e := range all {
+		nqns = append(nqns, e.SubNQN)
+	}
+	slices.Sort(nqns)
+	require.Equal(t, []string{subA.NQN, subB.NQN}, nqns, "each subsystem once, the loop ended")
+
+	// A referral added while a host watches the log: it is told.
+	c := connectHost(t, pb.Addr().String(), DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	dead := Referral{Addr: "127.0.0.1:1", PortID: 9}
+	require.NoError(t, pb.SetReferrals(Referral{Addr: pa.Addr().String(), PortID: 1}, dead))
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ents, err := c.WaitDiscoveryChange(wctx)
+	require.NoError(t, err)
+	require.Len(t, ents, 3)
+	require.Equal(t, "1", ents[2].TrSvcID)
+	require.Equal(t, []Referral{{Addr: pa.Addr().String(), PortID: 1}, dead}, pb.Referrals())
+
+	all, err = DiscoverAll(ctx, "tcp", pa.Addr().String(), HostConfig{})
+	require.ErrorContains(t, err, "127.0.0.1:1", "the referral nobody answers")
+	require.Len(t, all, 2, "what the others gave")
+
+	for _, bad := range []string{"127.0.0.1", "host.example:4420", "127.0.0.1:0", "127.0.0.1:99999"} {
+		require.Error(t, pb.SetReferrals(Referral{Addr: bad}), bad)
+		_, err := tgA.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Referrals: []Referral{{Addr: bad}}})
+		require.Error(t, err, bad)
+	}
+}
