@@ -105,7 +105,7 @@ type mpath struct {
 	asked    map[uint32]bool     // groups missing from the log, read again once for each, for this controller
 
 	cmds, pathErrs, connects atomic.Uint64
-	inflight                 atomic.Int64 // commands sent down the path and not answered yet
+	inflight                 atomic.Int64 // commands in flight down the path (counted as doSized counts them)
 }
 
 // PathInfo is a path's state, as Multipath.Paths reports it.
@@ -512,6 +512,13 @@ func (m *Multipath) pick(n *MultipathNamespace) (int, *HostNamespace, <-chan str
 // with a path status or breaks. It returns op's count and error, but for
 // those it sends again.
 func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*HostNamespace) (int, error)) (int, error) {
+	return m.doSized(ctx, n, 0, op)
+}
+
+// doSized is do for a read or write of size octets, which counts as the
+// commands it keeps in flight on its path (PolicyQueueDepth): one per
+// MDTS, at most maxInflight, as Linux counts a path's requests.
+func (m *Multipath) doSized(ctx context.Context, n *MultipathNamespace, size int, op func(*HostNamespace) (int, error)) (int, error) {
 	var last error
 	for tries := 0; ; {
 		i, hn, wait, err := m.pick(n)
@@ -528,9 +535,13 @@ func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*Host
 		}
 		p, c := m.paths[i], hn.c
 		p.cmds.Add(1)
-		p.inflight.Add(1)
+		w := int64(1)
+		if size > 0 {
+			w = int64(min(maxInflight, (size+c.maxData-1)/c.maxData))
+		}
+		p.inflight.Add(w)
 		k, err := op(hn)
-		p.inflight.Add(-1)
+		p.inflight.Add(-w)
 		var se *StatusError
 		isStatus := errors.As(err, &se)
 		switch {
@@ -712,13 +723,13 @@ func (n *MultipathNamespace) WriteAt(p []byte, off int64) (int, error) {
 // a usable path. As io.ReaderAt, a read past the end is cut short with
 // io.EOF; a read that fails after a failover counts nothing read.
 func (n *MultipathNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
-	return n.m.do(ctx, n, func(hn *HostNamespace) (int, error) { return hn.ReadAtContext(ctx, p, off) })
+	return n.m.doSized(ctx, n, len(p), func(hn *HostNamespace) (int, error) { return hn.ReadAtContext(ctx, p, off) })
 }
 
 // WriteAtContext is WriteAt bounded by ctx. A write sent again down
 // another path writes the same octets again.
 func (n *MultipathNamespace) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
-	return n.m.do(ctx, n, func(hn *HostNamespace) (int, error) { return hn.WriteAtContext(ctx, p, off) })
+	return n.m.doSized(ctx, n, len(p), func(hn *HostNamespace) (int, error) { return hn.WriteAtContext(ctx, p, off) })
 }
 
 // Flush commits the namespace's written data, through one path (a

@@ -2,6 +2,7 @@ package nvmeof
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,15 +11,16 @@ import (
 
 // The queue-depth policy sends I/O where fewer commands wait: with one of
 // two optimized paths slow (its writes take 20 ms at the target), most
-// writes go down the fast one; round-robin splits them evenly, the slow
-// path setting the pace.
+// writes go down the fast one, whichever of the two it is; round-robin
+// splits them evenly, the slow path setting the pace.
 func TestMultipathQueueDepth(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
 	sub, tg, _ := serveNamespaces(t, NamespaceConfig{})
 	ports, addrs := listenPorts(t, tg, sub, 2)
+	var slowPort atomic.Int32 // the index of the slow path
 	slow := func(p *Port, cmd Command) Status {
-		if p == ports[0] && cmd.Opcode() == IOWrite {
+		if p == ports[slowPort.Load()] && cmd.Opcode() == IOWrite {
 			time.Sleep(20 * time.Millisecond)
 		}
 		return StatusSuccess
@@ -46,15 +48,19 @@ func TestMultipathQueueDepth(t *testing.T) {
 		}
 		wg.Wait()
 		after := m.Paths()
-		slowCmds := after[0].Commands - before[0].Commands
-		fastCmds := after[1].Commands - before[1].Commands
+		s := slowPort.Load()
+		slowCmds := after[s].Commands - before[s].Commands
+		fastCmds := after[1-s].Commands - before[1-s].Commands
 		require.EqualValues(t, 100, slowCmds+fastCmds)
 		require.NoError(t, m.Close())
 		return float64(fastCmds) / 100
 	}
-	rr := share(PolicyRoundRobin)
-	qd := share(PolicyQueueDepth)
-	t.Logf("the fast path's share: round-robin %.2f, queue depth %.2f", rr, qd)
-	require.InDelta(t, 0.5, rr, 0.1, "round-robin: in turn")
-	require.Greater(t, qd, 0.8, "queue depth: where fewer wait")
+	for _, s := range []int32{0, 1} {
+		slowPort.Store(s)
+		rr := share(PolicyRoundRobin)
+		qd := share(PolicyQueueDepth)
+		t.Logf("path %d slow: the fast path's share: round-robin %.2f, queue depth %.2f", s+1, rr, qd)
+		require.InDelta(t, 0.5, rr, 0.1, "round-robin: in turn")
+		require.Greater(t, qd, 0.8, "queue depth: where fewer wait")
+	}
 }

@@ -33,6 +33,7 @@ const (
 	AdrFamIPv6      = 2
 	SubTypeDisc     = 1 // a referral to a discovery subsystem
 	SubTypeNVM      = 2
+	SubTypeCurrDisc = 3 // the discovery subsystem the log came from (TP 8014)
 	treqNotSpecific = 0
 	rdmaQPTypeRC    = 1
 	rdmaPrTypeNone  = 1

@@ -16,10 +16,13 @@ import (
 // nvme-cli's connect-all follows them.
 
 // Referral is a discovery service a port's discovery log refers hosts to:
-// its address (host:port, NVMe/RDMA) and the port ID its log gives it.
+// its address (host:port, NVMe/RDMA), the port ID its log gives it, and
+// its transport requirements (TREQ: 0 not specified, 1 secure channel
+// required, 2 not required).
 type Referral struct {
 	Addr   string
 	PortID uint16
+	TReq   uint8
 }
 
 // entry is the referral's discovery log entry.
@@ -39,7 +42,10 @@ func (r Referral) entry() (DiscoveryEntry, error) {
 	if ip.To4() == nil {
 		fam = AdrFamIPv6
 	}
-	return DiscoveryEntry{TrType: TrTypeRDMA, AdrFam: fam, SubType: SubTypeDisc, TReq: treqNotSpecific,
+	if r.TReq > 2 {
+		return DiscoveryEntry{}, fmt.Errorf("nvmeof: referral %q: TREQ %d", r.Addr, r.TReq)
+	}
+	return DiscoveryEntry{TrType: TrTypeRDMA, AdrFam: fam, SubType: SubTypeDisc, TReq: r.TReq,
 		PortID: r.PortID, CntlID: DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: ip.String(),
 		SubNQN: DiscoveryNQN}, nil
 }
@@ -88,14 +94,17 @@ const maxReferrals = 64
 // DiscoverAll is Discover following referrals, as nvme-cli's connect-all:
 // it reads the discovery log at addr, then those of the discovery
 // services it refers to (RDMA ones, each address once, up to 64), and
-// returns every entry that is a subsystem (not a referral), each once. A
-// referral that cannot be read is an error joined to what was found.
+// returns every NVM subsystem entry, each once (not the referrals, nor a
+// log's entry for its own discovery service). A referral that cannot be
+// read is an error joined to what was found.
 func DiscoverAll(ctx context.Context, network, addr string, cfg HostConfig) ([]DiscoveryEntry, error) {
+	addr = canonAddr(addr)
 	seen := map[string]bool{addr: true}
 	queue := []string{addr}
 	var ents []DiscoveryEntry
 	have := map[DiscoveryEntry]bool{}
 	var errs []error
+	capped := false
 	for len(queue) > 0 {
 		a := queue[0]
 		queue = queue[1:]
@@ -105,24 +114,43 @@ func DiscoverAll(ctx context.Context, network, addr string, cfg HostConfig) ([]D
 			continue
 		}
 		for _, e := range log {
-			if e.SubType != SubTypeDisc {
+			switch e.SubType {
+			case SubTypeNVM:
 				if !have[e] {
 					have[e] = true
 					ents = append(ents, e)
 				}
 				continue
+			case SubTypeDisc:
+			default:
+				continue // the log's own discovery service, or a kind not known
 			}
-			next := net.JoinHostPort(e.TrAddr, e.TrSvcID)
-			if e.TrType != TrTypeRDMA || seen[next] {
-				continue
+			next := canonAddr(net.JoinHostPort(e.TrAddr, e.TrSvcID))
+			switch {
+			case e.TrType != TrTypeRDMA || seen[next]:
+			case len(seen) == maxReferrals:
+				if !capped {
+					capped = true
+					errs = append(errs, fmt.Errorf("nvmeof: more than %d discovery services referred to", maxReferrals))
+				}
+			default:
+				seen[next] = true
+				queue = append(queue, next)
 			}
-			if len(seen) == maxReferrals {
-				errs = append(errs, fmt.Errorf("nvmeof: more than %d discovery services referred to", maxReferrals))
-				break
-			}
-			seen[next] = true
-			queue = append(queue, next)
 		}
 	}
 	return ents, errors.Join(errs...)
+}
+
+// canonAddr writes an address whose host is an IP address the one way
+// (an IPv6 address in its shortest form, an IPv4-mapped one as IPv4).
+func canonAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return net.JoinHostPort(ip.String(), port)
+	}
+	return addr
 }

@@ -54,9 +54,18 @@ func TestReferrals(t *testing.T) {
 	slices.Sort(nqns)
 	require.Equal(t, []string{subA.NQN, subB.NQN}, nqns, "each subsystem once, the loop ended")
 
-	// A referral added while a host watches the log: it is told.
+	// A referral added while a host watches the log: it is told, and
+	// the log's generation counter moves.
 	c := connectHost(t, pb.Addr().String(), DiscoveryNQN, HostConfig{WatchDiscovery: true})
-	dead := Referral{Addr: "127.0.0.1:1", PortID: 9}
+	gen := func() uint64 {
+		hdr := make([]byte, discHeaderSize)
+		require.NoError(t, c.GetLogPage(ctx, LogDiscovery, 0, 0, hdr))
+		g, _, _, err := ParseDiscoveryLog(hdr)
+		require.NoError(t, err)
+		return g
+	}
+	gen0 := gen()
+	dead := Referral{Addr: "127.0.0.1:1", PortID: 9, TReq: 1}
 	require.NoError(t, pb.SetReferrals(Referral{Addr: pa.Addr().String(), PortID: 1}, dead))
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -64,15 +73,43 @@ func TestReferrals(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ents, 3)
 	require.Equal(t, "1", ents[2].TrSvcID)
+	require.EqualValues(t, 1, ents[2].TReq, "its TREQ")
+	require.Greater(t, gen(), gen0)
 	require.Equal(t, []Referral{{Addr: pa.Addr().String(), PortID: 1}, dead}, pb.Referrals())
 
 	all, err = DiscoverAll(ctx, "tcp", pa.Addr().String(), HostConfig{})
 	require.ErrorContains(t, err, "127.0.0.1:1", "the referral nobody answers")
 	require.Len(t, all, 2, "what the others gave")
 
+	require.Error(t, pb.SetReferrals(Referral{Addr: "127.0.0.1:4420", TReq: 3}))
 	for _, bad := range []string{"127.0.0.1", "host.example:4420", "127.0.0.1:0", "127.0.0.1:99999"} {
 		require.Error(t, pb.SetReferrals(Referral{Addr: bad}), bad)
 		_, err := tgA.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Referrals: []Referral{{Addr: bad}}})
 		require.Error(t, err, bad)
 	}
+}
+
+// A discovery service reached by two names (localhost, and the address
+// its own referral gives) is read twice: its subsystems are returned once.
+func TestDiscoverAllOnce(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a port number for the advertised address
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	tg, err := NewTarget(TargetConfig{Logf: t.Logf, AdvertiseAddr: addr}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	_, err = tg.ListenPort(ctx, "tcp", addr, PortConfig{Subsystems: []string{sub.NQN}, Referrals: []Referral{{Addr: addr}}})
+	require.NoError(t, err)
+	_, port, _ := net.SplitHostPort(addr)
+	all, err := DiscoverAll(ctx, "tcp", net.JoinHostPort("localhost", port), HostConfig{})
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	require.Equal(t, sub.NQN, all[0].SubNQN)
 }

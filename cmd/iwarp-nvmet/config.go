@@ -214,7 +214,12 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 			}
 			pp.ana[grp] = st
 		}
+		names := map[string]bool{}
 		for _, r := range pt.Referrals {
+			if names[r.Name] {
+				return nil, fmt.Errorf("port %d: referral %q twice", id, r.Name)
+			}
+			names[r.Name] = true
 			ref, err := referral(r)
 			switch {
 			case err != nil:
@@ -222,8 +227,8 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 			case !r.Enable.on():
 				p.notes = append(p.notes, fmt.Sprintf("port %d: referral %q is not enabled", id, r.Name))
 			case ref == nil:
-				p.notes = append(p.notes, fmt.Sprintf("port %d: referral %q: transport %q is not listed (NVMe/RDMA only)",
-					id, r.Name, r.Addr["trtype"]))
+				p.notes = append(p.notes, fmt.Sprintf("port %d: referral %q: %s/%s is not listed (NVMe/RDMA over IP only)",
+					id, r.Name, r.Addr["trtype"], r.Addr["adrfam"]))
 			default:
 				pp.refs = append(pp.refs, *ref)
 			}
@@ -351,29 +356,35 @@ func parseID(s string) ([16]byte, error) {
 	return id, nil
 }
 
-// referral reads a referral's address, or nil for a transport the
-// discovery log here does not list.
+// referral reads a referral's address, or nil for a transport or address
+// family the discovery log here does not list (nvmet would).
 func referral(r nvmetReferral) (*nvmeof.Referral, error) {
 	if r.Name == "" {
 		return nil, errors.New("without a name")
 	}
-	if tr := string(r.Addr["trtype"]); tr != "rdma" {
+	fam, addr, svc := string(r.Addr["adrfam"]), string(r.Addr["traddr"]), string(r.Addr["trsvcid"])
+	if tr := string(r.Addr["trtype"]); tr != "rdma" || fam != "ipv4" && fam != "ipv6" {
 		return nil, nil
 	}
-	fam, addr, svc := string(r.Addr["adrfam"]), string(r.Addr["traddr"]), string(r.Addr["trsvcid"])
 	if svc == "" {
 		svc = "4420"
 	}
-	ip := net.ParseIP(addr)
-	if fam != "ipv4" && fam != "ipv6" || ip == nil || (ip.To4() != nil) != (fam == "ipv4") {
+	if ip := net.ParseIP(addr); ip == nil || (ip.To4() != nil) != (fam == "ipv4") {
 		return nil, fmt.Errorf("traddr %q is not an %s address", addr, fam)
 	}
 	if n, err := strconv.Atoi(svc); err != nil || n <= 0 || n > 65535 {
 		return nil, fmt.Errorf("trsvcid %q is not a TCP port", svc)
 	}
-	portID, err := strconv.ParseUint(string(r.Addr["portid"]), 10, 16)
-	if err != nil {
-		return nil, fmt.Errorf("portid %q: want 0 to 65535", r.Addr["portid"])
+	var portID uint64 // nvmet's default: 0
+	if s := string(r.Addr["portid"]); s != "" {
+		var err error
+		if portID, err = strconv.ParseUint(s, 10, 16); err != nil {
+			return nil, fmt.Errorf("portid %q: want 0 to 65535", s)
+		}
 	}
-	return &nvmeof.Referral{Addr: net.JoinHostPort(addr, svc), PortID: uint16(portID)}, nil
+	treq, ok := map[string]uint8{"": 0, "not specified": 0, "required": 1, "not required": 2}[string(r.Addr["treq"])]
+	if !ok {
+		return nil, fmt.Errorf("treq %q: want not specified, required or not required", r.Addr["treq"])
+	}
+	return &nvmeof.Referral{Addr: net.JoinHostPort(addr, svc), PortID: uint16(portID), TReq: treq}, nil
 }

@@ -20,7 +20,7 @@ func TestLoadConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []portPlan{
 		{1, "192.168.7.1:4420", []string{"nqn.2024-01.io.example:disk"}, map[uint32]nvmeof.ANAState{1: nvmeof.ANAOptimized},
-			[]nvmeof.Referral{{Addr: "192.168.7.9:4420", PortID: 5}}},
+			[]nvmeof.Referral{{Addr: "192.168.7.9:4420", PortID: 5}, {Addr: "192.168.7.12:4420", TReq: 1}}},
 		{2, "[fd00::7]:4421", []string{"nqn.2024-01.io.example:disk"},
 			map[uint32]nvmeof.ANAState{1: nvmeof.ANANonOptimized, 2: nvmeof.ANAOptimized}, nil},
 	}, p.ports, "the TCP port 3 is left out")
@@ -51,9 +51,10 @@ func TestLoadConfig(t *testing.T) {
 	require.Contains(t, notes, `port 3: transport "tcp" is not served`)
 	require.Contains(t, notes, "namespace 7 is not enabled")
 	require.Contains(t, notes, `port 1: referral "spare" is not enabled`)
-	require.Contains(t, notes, `port 1: referral "tcp-site": transport "tcp" is not listed`)
+	require.Contains(t, notes, `port 1: referral "tcp-site": tcp/ipv4 is not listed`)
 	require.Contains(t, notes, "subsystem nqn.2024-01.io.example:scratch is linked to no RDMA port: no host can reach it")
-	require.Len(t, p.notes, 5, "%s", notes)
+	require.Contains(t, notes, `port 1: referral "infiniband": rdma/ib is not listed`)
+	require.Len(t, p.notes, 6, "%s", notes)
 }
 
 // What cannot be served as written is refused, with the place it is in.
@@ -85,7 +86,9 @@ func TestConfigErrors(t *testing.T) {
 		"unexpected EOF":                           `{"ports": [`,
 		"ana_grpid \"129\"":                        cfg(port, sub(`{"nsid": 2, "enable": 1, "ana_grpid": 129, "device": {"path": "/x"}}`)),
 		"referral \"r\": traddr \"10.0.0.x\"":      cfg(`{"portid": 1, "referrals": [{"name": "r", "enable": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.x", "portid": "2"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
-		"referral \"r\": portid \"\"":              cfg(`{"portid": 1, "referrals": [{"name": "r", "enable": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.1"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"referral \"r\": portid \"x\"":             cfg(`{"portid": 1, "referrals": [{"name": "r", "enable": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.1", "portid": "x"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"referral \"r\": treq \"maybe\"":           cfg(`{"portid": 1, "referrals": [{"name": "r", "enable": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.1", "treq": "maybe"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
+		"referral \"r\" twice":                     cfg(`{"portid": 1, "referrals": [{"name": "r", "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.1"}}, {"name": "r", "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.2"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
 		"referral \"\": without a name":            cfg(`{"portid": 1, "referrals": [{"enable": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "10.0.0.1", "portid": "2"}}], "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "127.0.0.1"}}`, ""),
 		"ptpl_file without resv.enable":            cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x"}, "resv": {"ptpl_file": "/y"}}`)),
 		"resv.ptpl_file /y is subsystem nqn.2024-01.io.example:a namespace 2's too": cfg(port, sub(`{"nsid": 2, "enable": 1, "device": {"path": "/x"}, "resv": {"enable": 1, "ptpl_file": "/y"}},

@@ -4,7 +4,7 @@
 // iwarp-nvmet, Linux's nvmet where it has reservations, an iWARP array),
 // and the node that holds the reservation is the one that may write.
 //
-//	fence hold [-key K] [-id HOSTID] [-nqn NQN] [-nsid N] ADDR[,ADDR...]
+//	fence hold [-key K] [-id HOSTID] [-beat D] [-nqn NQN] [-nsid N] ADDR[,ADDR...]
 //	fence take -victim K [-key K] [-id HOSTID] [-nqn NQN] [-nsid N] ADDR[,ADDR...]
 //	fence show [-nqn NQN] [-nsid N] ADDR[,ADDR...]
 //
@@ -12,7 +12,7 @@
 // Only reservation if none is held (the other registered node may write
 // too: the reservation is there to be taken from a failed node), asks the
 // target to keep it through power loss, and then writes a heartbeat block
-// (the namespace's block key mod 8) every second until the node is fenced: another node's preemption,
+// (the namespace's block key mod 8) every -beat until the node is fenced: another node's preemption,
 // which the target announces (a Reservation Notification), ends it with
 // exit status 3, before its next write would have been refused. take is
 // what the surviving node runs when it declares the other dead: it
@@ -29,6 +29,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -45,25 +46,30 @@ import (
 // fencedStatus is hold's exit status once the node is fenced.
 const fencedStatus = 3
 
-func main() {
-	if len(os.Args) < 2 {
-		usage()
+func main() { os.Exit(run(os.Args[1:])) }
+
+// run runs a command and returns the exit status, once the connections
+// are closed.
+func run(args []string) int {
+	if len(args) < 1 {
+		return usage()
 	}
-	cmd, args := os.Args[1], os.Args[2:]
+	cmd := args[0]
 	fs := flag.NewFlagSet("fence "+cmd, flag.ExitOnError)
 	nqn := fs.String("nqn", "nqn.2024-01.io.goiwarp:shared", "the shared disk's subsystem `NQN`")
 	nsid := fs.Uint("nsid", 1, "its namespace")
 	key := fs.Uint64("key", 0, "this node's reservation `key` (not 0)")
 	id := fs.String("id", "", "this node's host identifier, 32 hex digits (default: from the key)")
 	victim := fs.Uint64("victim", 0, "take: the failed node's `key`")
-	fs.Parse(args)
-	if fs.NArg() != 1 || cmd != "show" && *key == 0 || cmd == "take" && *victim == 0 {
-		usage()
+	beat := fs.Duration("beat", time.Second, "hold: the time between heartbeats")
+	fs.Parse(args[1:])
+	if fs.NArg() != 1 || cmd != "show" && *key == 0 || cmd == "take" && *victim == 0 || *beat <= 0 {
+		return usage()
 	}
 	hostID, err := parseHostID(*id, *key)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence:", err)
-		os.Exit(2)
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -73,38 +79,44 @@ func main() {
 		HostConfig: nvmeof.HostConfig{IOQueues: 1, HostID: hostID, WatchReservations: true}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer m.Close()
 	n, err := m.Namespace(cctx, uint32(*nsid))
 	if err == nil {
 		switch cmd {
 		case "hold":
-			err = hold(ctx, m, n, *key)
+			err = hold(ctx, m, n, *key, *beat)
+			if ctx.Err() != nil && !errors.Is(err, errFenced) {
+				return 0 // told to stop: the node leaves, registered
+			}
 		case "take":
 			err = take(cctx, n, *key, *victim)
 		case "show":
 			err = show(cctx, n)
 		default:
-			usage()
+			return usage()
 		}
 	}
-	if errors.Is(err, errFenced) {
+	switch {
+	case errors.Is(err, errFenced):
 		fmt.Println("fence: fenced: another node preempted this one; stopping its writes")
-		m.Close()
-		os.Exit(fencedStatus)
-	}
-	if err != nil && ctx.Err() == nil {
+		return fencedStatus
+	case err != nil:
+		if ctx.Err() != nil {
+			err = fmt.Errorf("interrupted (%w)", err)
+		}
 		fmt.Fprintln(os.Stderr, "fence:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: fence hold [-key K] [-id HOSTID] [-nqn NQN] [-nsid N] ADDR[,ADDR...]")
+func usage() int {
+	fmt.Fprintln(os.Stderr, "usage: fence hold [-key K] [-id HOSTID] [-beat D] [-nqn NQN] [-nsid N] ADDR[,ADDR...]")
 	fmt.Fprintln(os.Stderr, "       fence take -victim K [-key K] [-id HOSTID] [-nqn NQN] [-nsid N] ADDR[,ADDR...]")
 	fmt.Fprintln(os.Stderr, "       fence show [-nqn NQN] [-nsid N] ADDR[,ADDR...]")
-	os.Exit(2)
+	return 2
 }
 
 // parseHostID reads a host identifier, or makes one from the key: the same
@@ -112,10 +124,8 @@ func usage() {
 func parseHostID(s string, key uint64) ([16]byte, error) {
 	var id [16]byte
 	if s == "" {
-		copy(id[:], "goiwarp-fence")
-		for i := range 3 {
-			id[13+i] = byte(key >> (8 * i))
-		}
+		copy(id[:], "goiwarp-")
+		binary.BigEndian.PutUint64(id[8:], key)
 		return id, nil
 	}
 	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))

@@ -42,7 +42,9 @@ func TestFenceProcesses(t *testing.T) {
 	paths := strings.Join(addrs, ",")
 
 	var out1 syncBuffer
-	node1 := exec.Command(bin, "hold", "-key", "1", paths)
+	// One heartbeat, then none for an hour: only the notice can tell
+	// node 1 it was fenced.
+	node1 := exec.Command(bin, "hold", "-key", "1", "-beat", "1h", paths)
 	node1.Stdout, node1.Stderr = &out1, &out1
 	require.NoError(t, node1.Start())
 	done := make(chan error, 1)
@@ -60,7 +62,7 @@ func TestFenceProcesses(t *testing.T) {
 	require.NoError(t, err, "%s", out2)
 	require.Contains(t, string(out2), "fence: key 0x1 fenced")
 	require.Contains(t, string(out2), "reservation: Write Exclusive - Registrants Only, generation 3, persists through power loss: true")
-	require.Contains(t, string(out2), "key 0x2 host 676f69776172702d66656e6365020000 (holder)")
+	require.Contains(t, string(out2), "key 0x2 host 676f69776172702d0000000000000002 (holder)")
 	require.NotContains(t, string(out2), "key 0x1 host", "node 1 unregistered")
 
 	select {
@@ -78,7 +80,8 @@ func TestFenceProcesses(t *testing.T) {
 	out3, err := exec.Command(bin, "show", paths).CombinedOutput()
 	require.NoError(t, err, "%s", out3)
 	require.Contains(t, string(out3), "key 0x2 host")
-	c, err := nvmeof.Connect(context.Background(), "tcp", addrs[0], nqn, nvmeof.HostConfig{IOQueues: 1, HostID: [16]byte{'g', 'o', 'i', 'w', 'a', 'r', 'p', '-', 'f', 'e', 'n', 'c', 'e', 1}})
+	c, err := nvmeof.Connect(context.Background(), "tcp", addrs[0], nqn, nvmeof.HostConfig{IOQueues: 1,
+		HostID: [16]byte{'g', 'o', 'i', 'w', 'a', 'r', 'p', '-', 15: 1}})
 	require.NoError(t, err)
 	defer c.Close()
 	n, err := c.Namespace(context.Background(), 1)

@@ -13,9 +13,9 @@ import (
 var errFenced = errors.New("fenced")
 
 // hold registers key, takes the reservation if it is free, and writes a
-// heartbeat every second, into the block of the first eight that is the
+// heartbeat every period, into the block of the first eight that is the
 // node's (its key modulo 8), until ctx ends or the node is fenced.
-func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace, key uint64) error {
+func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace, key uint64, period time.Duration) error {
 	if err := n.RegisterKey(ctx, key); err != nil {
 		return fmt.Errorf("registering key %#x: %w", key, err)
 	}
@@ -24,7 +24,12 @@ func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace
 		return err
 	}
 	if st.Type == 0 {
-		if err := n.Reserve(ctx, key, nvmeof.ResvWriteExclusiveRegsOnly); err != nil {
+		err := n.Reserve(ctx, key, nvmeof.ResvWriteExclusiveRegsOnly)
+		var se *nvmeof.StatusError
+		switch {
+		case errors.As(err, &se) && se.Status == nvmeof.StatusReservationConflict|nvmeof.DNR:
+			fmt.Println("fence: another node reserved first; holding as a registrant")
+		case err != nil:
 			return fmt.Errorf("reserving: %w", err)
 		}
 	}
@@ -36,7 +41,7 @@ func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace
 	go func() { notices <- watch(ctx, m) }() // ends with ctx or m
 	beat := make([]byte, n.BlockSize())
 	at := int64(key%8) * int64(len(beat))
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(period)
 	defer tick.Stop()
 	for i := uint64(1); ; i++ {
 		copy(beat, fmt.Sprintf("heartbeat %d from key %#x at %s\n", i, key, time.Now().Format(time.RFC3339)))
