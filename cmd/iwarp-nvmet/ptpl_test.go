@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -19,23 +18,13 @@ import (
 // shutdown) and started again on the same configuration: the fence holds.
 func TestServePTPL(t *testing.T) {
 	t.Cleanup(test.CheckRoutines(t))
-	bin := build(t)
-	dir := t.TempDir()
-	disk := filepath.Join(dir, "d1.img")
-	require.NoError(t, os.WriteFile(disk, make([]byte, 4<<20), 0o644))
+	bin, dir, disk, addr, cfg := configFixture(t)
 	const nqn = "nqn.2024-01.io.goiwarp:ptpl"
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := filepath.Join(dir, "config.json")
 	state := filepath.Join(dir, "d1.resv")
 	ns := fmt.Sprintf(`{"device": {"path": %q}, "enable": 1, "nsid": 1, "resv": {"enable": 1, "ptpl_file": %q}}`, disk, state)
 	reloadConfig(t, cfg, addr, subJSON(nqn, 1, nil, ns))
 	start := func() *exec.Cmd {
-		var out lockedBuf
-		srv := exec.Command(bin, "--config", cfg)
-		srv.Stdout, srv.Stderr = &out, &out
-		require.NoError(t, srv.Start())
-		t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-		waitFor(t, &out, "serving 1 subsystems from "+cfg)
+		srv, _ := startConfigured(t, bin, cfg)
 		return srv
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
