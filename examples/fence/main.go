@@ -4,7 +4,7 @@
 // iwarp-nvmet, Linux's nvmet where it has reservations, an iWARP array),
 // and the node that holds the reservation is the one that may write.
 //
-//	fence hold [-key K] [-id HOSTID] [-beat D] [-nqn NQN] [-nsid N] ADDR[,ADDR...]
+//	fence hold [-key K] [-id HOSTID] [-beat D] [-timeout D] [-nqn NQN] [-nsid N] ADDR[,ADDR...]
 //	fence take -victim K [-key K] [-id HOSTID] [-nqn NQN] [-nsid N] ADDR[,ADDR...]
 //	fence show [-nqn NQN] [-nsid N] ADDR[,ADDR...]
 //
@@ -18,7 +18,9 @@
 // what the surviving node runs when it declares the other dead: it
 // preempts the victim's key (Preempt and Abort), so that every write the
 // victim still sends is refused, and prints who holds what. show prints
-// the reservation report.
+// the reservation report. A node that loses the disk (no path left, or
+// a heartbeat slower than -timeout) exits with status 1: no notice can
+// reach it, so it must stop by itself, as a cluster's nodes do.
 //
 // Several addresses are the target's ports, one path each (Multipath): a
 // node is fenced through every path at once, and told through whichever
@@ -62,8 +64,9 @@ func run(args []string) int {
 	id := fs.String("id", "", "this node's host identifier, 32 hex digits (default: from the key)")
 	victim := fs.Uint64("victim", 0, "take: the failed node's `key`")
 	beat := fs.Duration("beat", time.Second, "hold: the time between heartbeats")
+	timeout := fs.Duration("timeout", 10*time.Second, "hold: give up (exit 1) when a heartbeat takes longer: the disk is lost")
 	fs.Parse(args[1:])
-	if fs.NArg() != 1 || cmd != "show" && *key == 0 || cmd == "take" && *victim == 0 || *beat <= 0 {
+	if fs.NArg() != 1 || cmd != "show" && *key == 0 || cmd == "take" && *victim == 0 || *beat <= 0 || *timeout <= 0 {
 		return usage()
 	}
 	hostID, err := parseHostID(*id, *key)
@@ -86,7 +89,7 @@ func run(args []string) int {
 	if err == nil {
 		switch cmd {
 		case "hold":
-			err = hold(ctx, m, n, *key, *beat)
+			err = hold(ctx, m, n, *key, *beat, *timeout)
 			if ctx.Err() != nil && !errors.Is(err, errFenced) {
 				return 0 // told to stop: the node leaves, registered
 			}
@@ -113,7 +116,7 @@ func run(args []string) int {
 }
 
 func usage() int {
-	fmt.Fprintln(os.Stderr, "usage: fence hold [-key K] [-id HOSTID] [-beat D] [-nqn NQN] [-nsid N] ADDR[,ADDR...]")
+	fmt.Fprintln(os.Stderr, "usage: fence hold [-key K] [-id HOSTID] [-beat D] [-timeout D] [-nqn NQN] [-nsid N] ADDR[,ADDR...]")
 	fmt.Fprintln(os.Stderr, "       fence take -victim K [-key K] [-id HOSTID] [-nqn NQN] [-nsid N] ADDR[,ADDR...]")
 	fmt.Fprintln(os.Stderr, "       fence show [-nqn NQN] [-nsid N] ADDR[,ADDR...]")
 	return 2

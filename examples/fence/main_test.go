@@ -147,3 +147,38 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A node that loses the disk (the target gone) stops by itself, with
+// status 1, within its -timeout: no notice could reach it.
+func TestFenceDiskLost(t *testing.T) {
+	bin := build(t)
+	const nqn = "nqn.2024-01.io.goiwarp:shared"
+	sub, err := nvmeof.NewSubsystem(nqn)
+	require.NoError(t, err)
+	_, err = sub.AddNamespaceConfig(nvmeof.NewMemBackend(1<<20), nvmeof.NamespaceConfig{Reservations: true})
+	require.NoError(t, err)
+	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{}, sub)
+	require.NoError(t, err)
+	addr, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var out syncBuffer
+	node := exec.Command(bin, "hold", "-key", "1", "-beat", "100ms", "-timeout", "2s", addr.String())
+	node.Stdout, node.Stderr = &out, &out
+	require.NoError(t, node.Start())
+	done := make(chan error, 1)
+	go func() { done <- node.Wait() }()
+	t.Cleanup(func() { node.Process.Kill(); <-done })
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "holding with key 0x1") },
+		20*time.Second, 10*time.Millisecond, "%s", &out)
+	tg.Close()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		require.True(t, errors.As(err, &ee), "%v\n%s", err, &out)
+		require.Equal(t, 1, ee.ExitCode(), "%s", &out)
+		require.Contains(t, out.String(), "fence: heartbeat:")
+		done <- err
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the node went on without its disk:\n%s", &out)
+	}
+}

@@ -14,8 +14,10 @@ var errFenced = errors.New("fenced")
 
 // hold registers key, takes the reservation if it is free, and writes a
 // heartbeat every period, into the block of the first eight that is the
-// node's (its key modulo 8), until ctx ends or the node is fenced.
-func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace, key uint64, period time.Duration) error {
+// node's (its key modulo 8), until ctx ends or the node is fenced, or a
+// heartbeat cannot be written within timeout (the disk is lost: the node
+// must stop by itself, as no notice will reach it).
+func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace, key uint64, period, timeout time.Duration) error {
 	if err := n.RegisterKey(ctx, key); err != nil {
 		return fmt.Errorf("registering key %#x: %w", key, err)
 	}
@@ -45,7 +47,10 @@ func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace
 	defer tick.Stop()
 	for i := uint64(1); ; i++ {
 		copy(beat, fmt.Sprintf("heartbeat %d from key %#x at %s\n", i, key, time.Now().Format(time.RFC3339)))
-		if _, err := n.WriteAtContext(ctx, beat, at); err != nil {
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		_, err := n.WriteAtContext(wctx, beat, at)
+		cancel()
+		if err != nil {
 			var se *nvmeof.StatusError
 			if errors.As(err, &se) && se.Status == nvmeof.StatusReservationConflict|nvmeof.DNR {
 				return errFenced // the notice was late, or lost: the write says it
