@@ -210,12 +210,9 @@ func (c *controller) setResvMask(nsid, v uint32) Status {
 			}
 		}
 	} else {
-		ns := c.sub.namespace(nsid)
-		if ns == nil {
-			return StatusInvalidNamespace | DNR
-		}
-		if ns.resv == nil {
-			return StatusInvalidField | DNR
+		ns, st := c.resvNamespace(nsid)
+		if !st.OK() {
+			return st
 		}
 		nss = []*Namespace{ns}
 	}
