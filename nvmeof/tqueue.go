@@ -324,6 +324,21 @@ func (q *tqueue) command(ri, n int) bool {
 	return ok
 }
 
+// longerData reports whether cmd's SGL may describe more data than the
+// command uses, as nvmet's nvmet_check_data_len_lte allows: Dataset
+// Management, for which Linux's host sends a buffer of 256 ranges (4 KiB)
+// whatever the number of ranges it fills, so that no device reads past
+// it; and Set Features, whose data nvmet ignores.
+func (q *tqueue) longerData(cmd Command) bool {
+	if cmd.IsFabrics() {
+		return false
+	}
+	if q.qid == 0 {
+		return cmd.Opcode() == AdminSetFeatures
+	}
+	return cmd.Opcode() == IODSM
+}
+
 // Data directions.
 const (
 	dirNone = iota
@@ -354,9 +369,13 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 		return q.respond(idx, 0, StatusInvalidField|DNR, nil)
 	case need > q.maxData:
 		return q.respond(idx, 0, StatusInvalidField|DNR, nil) // beyond MDTS
-	case int(d.Len) != need:
+	case int(d.Len) < need, int(d.Len) > need && !q.longerData(cmd):
 		return q.respond(idx, 0, StatusSGLInvalidData|DNR, nil)
 	}
+	// What moves is need octets: a longer SGL's tail is not read. Its key
+	// is still the host's to have invalidated with the response.
+	d.Inval = d.Inval && d.Len > 0
+	d.Len = uint32(need)
 	s.data = d
 	if dir == dirIn && need > 0 && d.InCap {
 		return q.exec(idx, inCap[d.Addr:d.Addr+uint64(d.Len)])
@@ -502,7 +521,7 @@ func (q *tqueue) respond(idx int, res uint64, st Status, out []byte) bool {
 	}
 	send := verbs.SendWR{ID: wrResp<<32 | uint64(s.buf), Opcode: verbs.OpSend, Flags: verbs.Inline,
 		InlineData: q.completion(res, cmd.CID(), st)}
-	if s.data.Inval && s.data.Len > 0 {
+	if s.data.Inval {
 		send.Opcode, send.InvalidateRKey = verbs.OpSendWithInv, s.data.Key
 	}
 	if signal {
