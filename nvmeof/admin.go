@@ -299,9 +299,7 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 		c.mu.Unlock()
 		return uint64(n-1) | uint64(n-1)<<16, StatusSuccess
 	case fid == FeatVWC:
-		c.mu.Lock()
-		c.vwc = v&1 != 0
-		c.mu.Unlock()
+		c.wcOff.Store(v&1 == 0)
 		return 0, StatusSuccess
 	case fid == FeatResvMask:
 		if st := c.setResvMask(cmd.NSID(), v); !st.OK() {
@@ -338,10 +336,10 @@ func (c *controller) getFeatures(cmd Command) (uint64, Status) {
 		}
 		return uint64(n-1) | uint64(n-1)<<16, StatusSuccess
 	case fid == FeatVWC:
-		if c.vwc {
-			return 1, StatusSuccess
+		if c.wcOff.Load() {
+			return 0, StatusSuccess
 		}
-		return 0, StatusSuccess
+		return 1, StatusSuccess
 	case fid == FeatArbitration, fid == FeatPowerMgmt:
 		return 0, StatusSuccess
 	}

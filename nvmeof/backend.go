@@ -26,6 +26,14 @@ type Zeroer interface {
 	Zero(off, n int64, deallocate bool) error
 }
 
+// FUAWriter is a Backend that writes durably by itself: WriteAtFUA
+// returns once p is on stable storage, for a Write with Force Unit Access
+// or one to a controller whose volatile write cache the host turned off.
+// Without it the target follows WriteAt with Flush.
+type FUAWriter interface {
+	WriteAtFUA(p []byte, off int64) (int, error)
+}
+
 // MemBackend is a Backend in memory.
 type MemBackend struct {
 	mu  sync.RWMutex // writes exclusive, so that overlapping I/O from two queues is no data race
@@ -74,10 +82,14 @@ func (m *MemBackend) Zero(off, n int64, _ bool) error {
 
 // FileBackend is a Backend over a file or block device: pread, pwrite and
 // fsync; Zero is fallocate on Linux, as Linux's nvmet does: a range zeroed
-// in place for Write Zeroes, a hole punched for Deallocate.
+// in place for Write Zeroes, a hole punched for Deallocate. A write that
+// must be durable goes through a second descriptor opened with O_DSYNC,
+// as nvmet's IOCB_DSYNC: the kernel syncs that write's range, not the
+// whole file.
 type FileBackend struct {
-	f    *os.File
-	size int64
+	f     *os.File
+	dsync *os.File
+	size  int64
 }
 
 // OpenFileBackend opens path for reading and writing; the namespace is
@@ -92,13 +104,21 @@ func OpenFileBackend(path string) (*FileBackend, error) {
 		f.Close()
 		return nil, err
 	}
-	return &FileBackend{f: f, size: size}, nil
+	dsync, err := os.OpenFile(path, os.O_RDWR|oDSync, 0)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &FileBackend{f: f, dsync: dsync, size: size}, nil
 }
 
 func (b *FileBackend) Size() int64                              { return b.size }
 func (b *FileBackend) Flush() error                             { return b.f.Sync() }
 func (b *FileBackend) ReadAt(p []byte, off int64) (int, error)  { return b.f.ReadAt(p, off) }
 func (b *FileBackend) WriteAt(p []byte, off int64) (int, error) { return b.f.WriteAt(p, off) }
+
+// WriteAtFUA is WriteAt that returns once p is on stable storage.
+func (b *FileBackend) WriteAtFUA(p []byte, off int64) (int, error) { return b.dsync.WriteAt(p, off) }
 
 // Zero makes n octets at off read as zeros, freeing their blocks if
 // deallocate (errors.ErrUnsupported where the system or file system
@@ -108,4 +128,10 @@ func (b *FileBackend) Zero(off, n int64, deallocate bool) error {
 }
 
 // Close closes the file.
-func (b *FileBackend) Close() error { return b.f.Close() }
+func (b *FileBackend) Close() error {
+	err := b.f.Close()
+	if err2 := b.dsync.Close(); err == nil {
+		err = err2
+	}
+	return err
+}

@@ -98,6 +98,13 @@ func (c Command) SetFCType(t uint8)  { c[offNSID] = t }
 // logical blocks (CDW12 bits 15:0) of Read, Write and Write Zeroes.
 func (c Command) SLBA() uint64 { return binary.LittleEndian.Uint64(c[offCDW10:]) }
 func (c Command) NLB() uint16  { return uint16(c.CDW(12)) }
+
+// RWFUA is Force Unit Access in a Read's, Write's or Write Zeroes'
+// CDW12: the command completes once its data is on non-volatile media.
+const RWFUA = 1 << 30
+
+// FUA reports whether a Write or Write Zeroes asks for Force Unit Access.
+func (c Command) FUA() bool { return c.CDW(12)&RWFUA != 0 }
 func (c Command) SetSLBA(lba uint64) {
 	binary.LittleEndian.PutUint64(c[offCDW10:], lba)
 }

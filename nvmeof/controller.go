@@ -28,7 +28,10 @@ type controller struct {
 	ioq      map[uint16]*tqueue
 	nrQueues int // I/O queues granted by Set Features, 0 until then
 	aec      uint32
-	vwc      bool
+	// wcOff: the host turned the volatile write cache off (Set Features
+	// 06h), so that every write this controller runs is durable when it
+	// completes. Read by the I/O queues on each write, hence atomic.
+	wcOff atomic.Bool
 	// Events (events.go): the Changed Namespace List, whether the notice
 	// is masked until the host reads it, and events waiting for an AER.
 	changedNS  []uint32

@@ -732,6 +732,11 @@ func (n *MultipathNamespace) WriteAtContext(ctx context.Context, p []byte, off i
 	return n.m.doSized(ctx, n, len(p), func(hn *HostNamespace) (int, error) { return hn.WriteAtContext(ctx, p, off) })
 }
 
+// WriteAtFUA is HostNamespace.WriteAtFUA down a usable path.
+func (n *MultipathNamespace) WriteAtFUA(ctx context.Context, p []byte, off int64) (int, error) {
+	return n.m.doSized(ctx, n, len(p), func(hn *HostNamespace) (int, error) { return hn.WriteAtFUA(ctx, p, off) })
+}
+
 // Flush commits the namespace's written data, through one path (a
 // controller's Flush covers what every controller of the subsystem wrote:
 // the namespace is one).

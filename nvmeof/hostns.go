@@ -86,7 +86,7 @@ func (n *HostNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) 
 	if off+int64(len(p)) > n.Size() {
 		p, eof = p[:n.Size()-off], io.EOF
 	}
-	k, err := n.rw(ctx, IORead, p, off)
+	k, err := n.rw(ctx, IORead, false, p, off)
 	if err == nil {
 		err = eof
 	}
@@ -98,7 +98,19 @@ func (n *HostNamespace) WriteAtContext(ctx context.Context, p []byte, off int64)
 	if off < 0 || off+int64(len(p)) > n.Size() {
 		return 0, fmt.Errorf("%w: a write of %d octets at %d, the namespace's %d", ErrRange, len(p), off, n.Size())
 	}
-	return n.rw(ctx, IOWrite, p, off)
+	return n.rw(ctx, IOWrite, false, p, off)
+}
+
+// WriteAtFUA is WriteAtContext with Force Unit Access: it returns once p
+// is on the target's non-volatile media, where WriteAt's data may wait in
+// the target's volatile write cache for a Flush. It costs less than
+// WriteAt and Flush when the namespace's other writes need not be durable
+// yet (a journal's commit record, say): the target makes only p durable.
+func (n *HostNamespace) WriteAtFUA(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > n.Size() {
+		return 0, fmt.Errorf("%w: a write of %d octets at %d, the namespace's %d", ErrRange, len(p), off, n.Size())
+	}
+	return n.rw(ctx, IOWrite, true, p, off)
 }
 
 // inflight is one command of a ReadAt or WriteAt, at pos in its p.
@@ -114,7 +126,7 @@ const maxInflight = 16
 // rw splits p into commands of at most MDTS and keeps up to maxInflight
 // of them in flight. Its count is of the octets before the first command
 // that failed or was not sent (io.ReaderAt and io.WriterAt: p[:n] is done).
-func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (int, error) {
+func (n *HostNamespace) rw(ctx context.Context, op uint8, fua bool, p []byte, off int64) (int, error) {
 	if off%n.bs != 0 || int64(len(p))%n.bs != 0 {
 		return 0, ErrUnaligned
 	}
@@ -170,7 +182,7 @@ func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (
 			}
 		}
 		slba := uint64(off+int64(pos)) / uint64(n.bs)
-		if err := q.startRW(i, op, n.ID, slba, uint16(int64(len(b))/n.bs-1), b); err != nil {
+		if err := q.startRW(i, op, fua, n.ID, slba, uint16(int64(len(b))/n.bs-1), b); err != nil {
 			stop(pos, err)
 			break
 		}
@@ -192,10 +204,13 @@ func (n *HostNamespace) rw(ctx context.Context, op uint8, p []byte, off int64) (
 // startRW sends a Read or Write of p (nlb+1 blocks at slba) from slot i:
 // write data in the capsule when it fits, otherwise in the slot's buffer
 // for the target's RDMA Read.
-func (q *hqueue) startRW(i int, op uint8, nsid uint32, slba uint64, nlb uint16, p []byte) error {
+func (q *hqueue) startRW(i int, op uint8, fua bool, nsid uint32, slba uint64, nlb uint16, p []byte) error {
 	s := &q.slots[i]
 	cmd := q.cmd(i)
 	NewRW(cmd, op, 0, nsid, slba, nlb)
+	if fua {
+		cmd.SetCDW(12, cmd.CDW(12)|RWFUA)
+	}
 	inCap := 0
 	if op == IOWrite && len(p) <= q.inCap {
 		copy(s.capsule[CommandSize:], p)

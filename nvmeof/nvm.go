@@ -114,7 +114,18 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		return 0, StatusSuccess, out
 	case IOWrite:
 		off := int64(cmd.SLBA()) * int64(ns.BlockSize)
-		if _, err := ns.Backend.WriteAt(r.in, off); err != nil {
+		var err error
+		switch fw, ok := ns.Backend.(FUAWriter); {
+		case !c.durable(cmd):
+			_, err = ns.Backend.WriteAt(r.in, off)
+		case ok:
+			_, err = fw.WriteAtFUA(r.in, off)
+		default:
+			if _, err = ns.Backend.WriteAt(r.in, off); err == nil {
+				err = ns.Backend.Flush()
+			}
+		}
+		if err != nil {
 			c.t.logf("nvmeof: namespace %d: write %d at %d: %v", ns.ID, len(r.in), off, err)
 			return 0, 0x280 | DNR, nil // media error: Write Fault
 		}
@@ -126,7 +137,11 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		}
 		return 0, c.flushEach(""), nil
 	case IOWriteZeroes:
-		return 0, zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1, false), nil
+		st := zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1, false)
+		if st.OK() && c.durable(cmd) {
+			st = c.flush(ns, " after Write Zeroes")
+		}
+		return 0, st, nil
 	case IOResvRegister:
 		st, err := ns.resv.register(c.hostID, cmd.CDW(10), r.in)
 		return 0, c.resvDone(ns, st, err), nil
@@ -163,10 +178,19 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 				return 0, st, nil
 			}
 		}
+		if c.wcOff.Load() {
+			return 0, c.flush(ns, " after Deallocate"), nil
+		}
 		return 0, StatusSuccess, nil
 	}
 	return 0, StatusInvalidOpcode | DNR, nil
 }
+
+// durable reports whether a Write or Write Zeroes must be on stable
+// storage when it completes: it asks for Force Unit Access, or the host
+// turned the controller's volatile write cache off. Linux's host sends its
+// file systems' journal commits with FUA.
+func (c *controller) durable(cmd Command) bool { return cmd.FUA() || c.wcOff.Load() }
 
 // flush commits ns's written data (Backend.Flush): Write Fault if it
 // cannot; when says why, for the log.

@@ -1,0 +1,116 @@
+package nvmeof
+
+import (
+	"bytes"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fuaBackend records how the target writes: plainly, durably, and its
+// flushes. With noFUA it is a Backend without WriteAtFUA.
+type fuaBackend struct {
+	*MemBackend
+	plain, fua, flushes atomic.Int64
+}
+
+func (b *fuaBackend) WriteAt(p []byte, off int64) (int, error) {
+	b.plain.Add(1)
+	return b.MemBackend.WriteAt(p, off)
+}
+
+func (b *fuaBackend) WriteAtFUA(p []byte, off int64) (int, error) {
+	b.fua.Add(1)
+	return b.MemBackend.WriteAt(p, off)
+}
+
+func (b *fuaBackend) Flush() error {
+	b.flushes.Add(1)
+	return nil
+}
+
+// noFUABackend hides fuaBackend's WriteAtFUA and Zero.
+type noFUABackend struct{ b *fuaBackend }
+
+func (n noFUABackend) ReadAt(p []byte, off int64) (int, error)  { return n.b.ReadAt(p, off) }
+func (n noFUABackend) WriteAt(p []byte, off int64) (int, error) { return n.b.WriteAt(p, off) }
+func (n noFUABackend) Size() int64                              { return n.b.Size() }
+func (n noFUABackend) Flush() error                             { return n.b.Flush() }
+
+// A Write with Force Unit Access (HostNamespace.WriteAtFUA, and Linux's
+// journal commits) reaches the backend as WriteAtFUA, or as WriteAt and
+// Flush on a backend without it; a plain Write as WriteAt alone. The
+// volatile write cache is on (Get Features 06h reads 1, as nvmet's); a
+// host that turns it off gets every write durable, and Write Zeroes and
+// Deallocate flushed, until it turns it on again.
+func TestWriteFUA(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	be := &fuaBackend{MemBackend: NewMemBackend(1 << 20)}
+	_, _, addr := newBackendTarget(t, be, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	ns, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	counts := func() [3]int64 {
+		return [3]int64{be.plain.Swap(0), be.fua.Swap(0), be.flushes.Swap(0)}
+	}
+	p := bytes.Repeat([]byte{7}, 8192)
+
+	vwc, err := c.GetFeatures(ctx, FeatVWC)
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), vwc, "the volatile write cache is on")
+	_, err = ns.WriteAt(p, 0)
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{1, 0, 0}, counts(), "a plain write: WriteAt")
+	_, err = ns.WriteAtFUA(ctx, p, 8192)
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{0, 1, 0}, counts(), "a FUA write: WriteAtFUA")
+	got := make([]byte, 16384)
+	_, err = ns.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, bytes.Repeat([]byte{7}, 16384), got)
+	require.ErrorIs(t, func() error { _, err := ns.WriteAtFUA(ctx, p, ns.Size()-4096); return err }(), ErrRange)
+
+	_, err = c.SetFeatures(ctx, FeatVWC, 0)
+	require.NoError(t, err)
+	vwc, err = c.GetFeatures(ctx, FeatVWC)
+	require.NoError(t, err)
+	require.Equal(t, uint32(0), vwc, "turned off")
+	_, err = ns.WriteAt(p, 0)
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{0, 1, 0}, counts(), "the cache off: every write durable")
+	require.NoError(t, ns.WriteZeroes(ctx, 0, 4096))
+	require.NoError(t, ns.Deallocate(ctx, 4096, 4096))
+	require.Equal(t, [3]int64{0, 0, 2}, counts(), "the cache off: Write Zeroes and Deallocate flushed")
+	_, err = c.SetFeatures(ctx, FeatVWC, 1)
+	require.NoError(t, err)
+	_, err = ns.WriteAt(p, 0)
+	require.NoError(t, err)
+	require.NoError(t, ns.WriteZeroes(ctx, 0, 4096))
+	require.Equal(t, [3]int64{1, 0, 0}, counts(), "on again")
+
+	// Through Multipath, with the one path.
+	m := connectMultipath(t, addr)
+	mn, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	_, err = mn.WriteAtFUA(ctx, p, 0)
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{0, 1, 0}, counts(), "Multipath's FUA write")
+}
+
+// A backend without WriteAtFUA gets a FUA write as WriteAt and Flush.
+func TestWriteFUAFlushes(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	be := &fuaBackend{MemBackend: NewMemBackend(1 << 20)}
+	_, _, addr := newBackendTarget(t, noFUABackend{be}, TargetConfig{})
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	ns, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	_, err = ns.WriteAtFUA(ctx, make([]byte, 4096), 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), be.plain.Load())
+	require.Equal(t, int64(1), be.flushes.Load(), "the write flushed")
+	require.Zero(t, be.fua.Load())
+}
