@@ -57,6 +57,13 @@ func nvmePrep() string {
 // nvmeVM boots a VM whose share holds the NVMe modules and nvme-cli.
 func nvmeVM(t *testing.T, script string, fwds ...siw.Forward) *siw.VM {
 	t.Helper()
+	return nvmeVMModules(t, nil, script, fwds...)
+}
+
+// nvmeVMModules is nvmeVM with more of the guest kernel's modules (and
+// what they need) in the share, for modprobe -d /host/mods.
+func nvmeVMModules(t *testing.T, mods []string, script string, fwds ...siw.Forward) *siw.VM {
+	t.Helper()
 	work := os.Getenv("IWARP_SIWVM_WORK")
 	if work == "" {
 		work = "/var/tmp/goiwarp-siwvm"
@@ -71,6 +78,9 @@ func nvmeVM(t *testing.T, script string, fwds ...siw.Forward) *siw.VM {
 	prep.Env = append(os.Environ(), "SIWVM_WORK="+work, "NVME_DEBS="+filepath.Join(work, "nvme-debs"))
 	out, err := prep.CombinedOutput()
 	require.NoError(t, err, "%s:\n%s", nvmePrep(), out)
+	if len(mods) > 0 {
+		addGuestModules(t, filepath.Join(work, "kernel"), filepath.Join(dir, "share", "mods"), mods)
+	}
 	vm, err := siw.Start(ctx, siw.Config{Script: nvmeGuestSetup + script, Forwards: fwds, Timeout: 8 * time.Minute,
 		RunDir: dir, Log: t.Logf})
 	require.NoError(t, err, "the siw VM cannot run")
@@ -85,6 +95,34 @@ func nvmeVM(t *testing.T, script string, fwds ...siw.Forward) *siw.VM {
 		}
 	})
 	return vm
+}
+
+// addGuestModules copies mods and their dependencies from the guest's
+// kernel tree kdir into the share's module tree, and indexes it again.
+func addGuestModules(t *testing.T, kdir, share string, mods []string) {
+	t.Helper()
+	kver, err := os.ReadFile(filepath.Join(kdir, "KVER"))
+	require.NoError(t, err)
+	ver := strings.TrimSpace(string(kver))
+	for _, m := range mods {
+		out, err := exec.Command("modprobe", "-d", kdir, "-S", ver, "--show-depends", m).CombinedOutput()
+		require.NoError(t, err, "modprobe --show-depends %s: %s", m, out)
+		for _, l := range strings.Split(string(out), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 2 || f[0] != "insmod" {
+				continue
+			}
+			rel, err := filepath.Rel(kdir, f[1])
+			require.NoError(t, err)
+			b, err := os.ReadFile(f[1])
+			require.NoError(t, err)
+			dst := filepath.Join(share, rel)
+			require.NoError(t, os.MkdirAll(filepath.Dir(dst), 0o755))
+			require.NoError(t, os.WriteFile(dst, b, 0o644))
+		}
+	}
+	out, err := exec.Command("depmod", "-b", share, ver).CombinedOutput()
+	require.NoError(t, err, "depmod: %s", out)
 }
 
 // guestValue returns the value of "KEY value" from the guest's line.
