@@ -14,6 +14,7 @@ const (
 	FeatNumQueues   = 0x07
 	FeatAsyncEvent  = 0x0b
 	FeatKATO        = 0x0f
+	FeatHostID      = 0x81
 )
 
 // Controller limits this target reports.
@@ -45,7 +46,12 @@ func (c *controller) planAdmin(cmd Command) (dir, need int, st Status) {
 			return 0, 0, StatusInvalidField | DNR
 		}
 		return dirOut, int(n), StatusSuccess
-	case AdminSetFeatures, AdminGetFeatures, AdminAER, AdminKeepAlive:
+	case AdminGetFeatures:
+		if uint8(cmd.CDW(10)) == FeatHostID && !c.discovery() {
+			return dirOut, len(c.hostID), StatusSuccess
+		}
+		return dirNone, 0, StatusSuccess
+	case AdminSetFeatures, AdminAER, AdminKeepAlive:
 		return dirNone, 0, StatusSuccess
 	case AdminAbort:
 		if !c.discovery() {
@@ -66,7 +72,11 @@ func (c *controller) execAdmin(r *request) (res uint64, st Status, out []byte, h
 	case AdminSetFeatures:
 		res, st = c.setFeatures(cmd)
 	case AdminGetFeatures:
-		res, st = c.getFeatures(cmd)
+		if uint8(cmd.CDW(10)) == FeatHostID && !c.discovery() {
+			out, st = c.getHostID(r)
+		} else {
+			res, st = c.getFeatures(cmd)
+		}
 	case AdminKeepAlive:
 		c.touch()
 	case AdminAbort:
@@ -113,6 +123,7 @@ func (c *controller) controllerInfo() ControllerInfo {
 	ci.Serial, ci.Model, ci.SubNQN = c.sub.Serial, c.sub.Model, c.sub.NQN
 	ci.CtrlType, ci.CMIC, ci.OAES = ControllerIO, cmicMultiPort|cmicMultiCtrl, aecNSAttr
 	ci.NN, ci.MNAN, ci.ONCS, ci.VWC = maxNSID, maxNSID, oncsDSM|oncsWriteZeroes|oncsResv, 1
+	ci.NWPC = nwpcWriteProtect
 	if c.ana() {
 		ci.CMIC |= cmicANA
 		ci.OAES |= aecANAChange
@@ -145,6 +156,9 @@ func (c *controller) identify(r *request) ([]byte, Status) {
 		if ns := c.sub.namespace(nsid); ns != nil {
 			b := ns.Blocks()
 			ni := NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NMIC: nmicShared, NGUID: ns.NGUID}
+			if ns.wp.Load() {
+				ni.NSATTR = nsattrWP
+			}
 			if ns.resv != nil {
 				ni.RESCAP = rescapAll
 				if ns.resv.file != "" {
@@ -171,6 +185,14 @@ func (c *controller) identify(r *request) ([]byte, Status) {
 				i++
 			}
 		}
+	case CNSIOCtrlCSI:
+		// The NVM command set's (CSI in CDW11 bits 31:24): no limits
+		// beyond MDTS to report, so zeros, as nvmet answers. Linux's host
+		// asks for it at every connect.
+		if cmd.CDW(11)>>24 != CSINVM {
+			return nil, StatusInvalidField | DNR
+		}
+		clear(out)
 	case CNSNSDescriptors:
 		ns := c.sub.namespace(nsid)
 		if ns == nil {
@@ -308,8 +330,29 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 		return uint64(v), StatusSuccess
 	case fid == FeatResvPersist:
 		return c.setResvPersist(cmd.NSID(), v)
+	case fid == FeatWriteProtect:
+		return c.setWriteProtect(cmd.NSID(), v)
+	case fid == FeatHostID:
+		// Over fabrics the host ID is the Connect's (NVMe base 2.0
+		// section 5.27.1.26), as nvmet answers.
+		return 0, StatusCommandSequenceError | DNR
 	}
 	return 0, StatusInvalidField | DNR
+}
+
+// getHostID serves Get Features Host Identifier: the 128-bit host ID
+// the host connected with, which only an extended (EXHID, CDW11 bit 0)
+// request may read, as nvmet.
+func (c *controller) getHostID(r *request) ([]byte, Status) {
+	if r.cmd.CDW(11)&1 == 0 {
+		return nil, StatusInvalidField | DNR
+	}
+	out := r.out(len(c.hostID))
+	if out == nil {
+		return nil, StatusInternalError
+	}
+	copy(out, c.hostID[:])
+	return out, StatusSuccess
 }
 
 // getFeatures serves Get Features (current values).
@@ -320,6 +363,8 @@ func (c *controller) getFeatures(cmd Command) (uint64, Status) {
 		return c.getResvMask(cmd.NSID())
 	case fid == FeatResvPersist && !c.discovery():
 		return c.getResvPersist(cmd.NSID())
+	case fid == FeatWriteProtect && !c.discovery():
+		return c.getWriteProtect(cmd.NSID())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

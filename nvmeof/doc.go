@@ -23,15 +23,20 @@
 // Controllers implement Property Get/Set of CAP, VS, CC and CSTS with the
 // enable and shutdown handshakes (a shutdown flushes every namespace, and
 // sets CSTS.CFS if one cannot be flushed); Identify CNS 0 (namespace), 1
-// (controller), 2 (active namespaces) and 3 (NGUID and UUID descriptors);
+// (controller), 2 (active namespaces), 3 (NGUID and UUID descriptors) and
+// 6 for the NVM command set (zeros, as nvmet);
 // Get Log Page for error information, SMART / health, firmware slots, the
 // Changed Namespace List, ANA and, on the discovery controller, the
 // discovery log; Set/Get Features Number of Queues, Keep Alive Timer (traffic based,
 // CTRATT.TBKAS: a controller that hears nothing for KATO is torn down),
 // Async Event Configuration (the SMART warnings NVMe makes mandatory, never
 // raised, and Namespace Attribute Notices, as Linux's nvmet; on the
-// discovery controller Discovery Log Page Change Notices) and Volatile
-// Write Cache; Asynchronous Event Requests, held until an event: a
+// discovery controller Discovery Log Page Change Notices), Volatile
+// Write Cache (on; a host that turns it off gets every write durable),
+// Host Identifier (read only: the Connect's) and Namespace Write
+// Protection (writeprotect.go: a host makes a namespace read-only for
+// every host, and Linux's host turns its block device read-only);
+// Asynchronous Event Requests, held until an event: a
 // namespace added or removed while hosts are connected
 // (Subsystem.AddNamespace, AddNamespaceConfig, RemoveNamespace) raises a
 // Namespace Attribute Changed notice and is listed in the Changed
@@ -43,10 +48,13 @@
 // (Port.SetANAState, Subsystem.SetANAGroup) raises an ANA Change notice
 // on the controllers through that port, upon which Linux's multipath host
 // moves its I/O; Keep Alive; Abort (never aborts).
-// I/O queues implement Read, Write, Flush, Write Zeroes, the reservation
+// I/O queues implement Read, Write (with Force Unit Access: durable when
+// it completes, FUAWriter; Linux's file systems send their journal
+// commits so), Flush, Write Zeroes, the reservation
 // commands (Register, Acquire, Release, Report: resv.go, on namespaces
 // with NamespaceConfig.Reservations, as nvmet's resv_enable) and Dataset
-// Management (Deallocate: the range reads as zeros; a Backend may zero
+// Management (Deallocate, with the 4 KiB range buffer Linux's host sends
+// whatever the count: the range reads as zeros; a Backend may zero
 // itself, Zeroer: memory is cleared, a file gets fallocate as in Linux's
 // nvmet, zeroed in place or a hole punched). Bad input gets the status the
 // specifications prescribe, with DNR: invalid opcodes, namespaces, fields,

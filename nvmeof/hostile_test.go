@@ -119,8 +119,8 @@ func TestHostileCommands(t *testing.T) {
 		{"Property Get of an unknown register", adm, func(c Command, _ []byte) int { NewPropertyGet(c, 0, 0x30, 4); return 0 }, StatusInvalidField | DNR},
 		{"Property Get of CAP as 4 octets", adm, func(c Command, _ []byte) int { NewPropertyGet(c, 0, PropCAP, 4); return 0 }, StatusInvalidField | DNR},
 		{"Property Set of CSTS", adm, func(c Command, _ []byte) int { NewPropertySet(c, 0, PropCSTS, 1); return 0 }, StatusInvalidField | DNR},
-		{"Identify CNS 6", adm, func(c Command, _ []byte) int {
-			NewAdmin(c, AdminIdentify, 0, 0, CNSIOCtrlCSI, 0)
+		{"Identify CNS 6 for ZNS", adm, func(c Command, _ []byte) int {
+			NewAdmin(c, AdminIdentify, 0, 0, CNSIOCtrlCSI, 2<<24)
 			c.SGL().SetKeyed(0, 4096, 0, false)
 			return 0
 		}, StatusInvalidField | DNR},

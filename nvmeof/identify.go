@@ -15,8 +15,9 @@ const (
 	CNSController     = 0x01
 	CNSActiveNSList   = 0x02
 	CNSNSDescriptors  = 0x03
-	CNSIOCtrlCSI      = 0x06 // not supported: VS 1.3
-	ControllerIO      = 1    // CNTRLTYPE
+	CNSIOCtrlCSI      = 0x06 // I/O command set specific Identify Controller
+	CSINVM            = 0x00
+	ControllerIO      = 1 // CNTRLTYPE
 	ControllerDisc    = 2
 	sglsSupported     = 1 << 0
 	sglsKeyed         = 1 << 2
@@ -59,6 +60,7 @@ type ControllerInfo struct {
 	NANAGRPID    uint32 // number of ANA group IDs
 	ONCS         uint16
 	VWC          uint8
+	NWPC         uint8 // namespace write protection capabilities
 	SGLS         uint32
 	SubNQN       string
 	IOCCSZ       uint32 // in 16-octet units
@@ -98,6 +100,7 @@ func (c *ControllerInfo) Append(b []byte) []byte {
 	le.PutUint32(p[516:], c.NN)
 	le.PutUint16(p[520:], c.ONCS)
 	p[525] = c.VWC
+	p[531] = c.NWPC
 	le.PutUint32(p[536:], c.SGLS)
 	le.PutUint32(p[540:], c.MNAN)
 	copy(p[768:1024], c.SubNQN)
@@ -125,7 +128,7 @@ func ParseControllerInfo(p []byte) (ControllerInfo, error) {
 		CtrlType: p[111], AERL: p[259], LPA: p[261], ELPE: p[262], KAS: le.Uint16(p[320:]),
 		ANATT: p[343], ANACAP: p[344], ANAGRPMAX: le.Uint32(p[348:]), NANAGRPID: le.Uint32(p[352:]), MNAN: le.Uint32(p[540:]),
 		SQES: p[512], CQES: p[513], MaxCmd: le.Uint16(p[514:]), NN: le.Uint32(p[516:]),
-		ONCS: le.Uint16(p[520:]), VWC: p[525], SGLS: le.Uint32(p[536:]),
+		ONCS: le.Uint16(p[520:]), VWC: p[525], NWPC: p[531], SGLS: le.Uint32(p[536:]),
 		SubNQN: cstring(p[768:1024]), IOCCSZ: le.Uint32(p[1792:]), IORCSZ: le.Uint32(p[1796:]),
 		ICDOFF: le.Uint16(p[1800:]), FabricsAttrs: p[1802], MSDBD: p[1803],
 	}, nil
@@ -139,6 +142,7 @@ type NamespaceInfo struct {
 	LBADS                       uint8  // log2 of the block size
 	NMIC                        uint8  // bit 0: the namespace may be attached to several controllers
 	RESCAP                      uint8  // reservation capabilities: bits 1-6 the types, 7 IEKEY
+	NSATTR                      uint8  // bit 0: write protected
 	ANAGroup                    uint32 // ANAGRPID
 	NGUID                       [16]byte
 }
@@ -158,6 +162,7 @@ func (n *NamespaceInfo) Append(b []byte) []byte {
 	p[25] = 0 // NLBAF: one format
 	p[26] = 0 // FLBAS: format 0
 	p[30], p[31] = n.NMIC, n.RESCAP
+	p[99] = n.NSATTR
 	le.PutUint32(p[92:], n.ANAGroup)
 	copy(p[104:120], n.NGUID[:])
 	p[128+2] = n.LBADS // LBAF0: MS 0, LBADS, RP 0
@@ -172,7 +177,7 @@ func ParseNamespaceInfo(p []byte) (NamespaceInfo, error) {
 	}
 	le := binary.LittleEndian
 	n := NamespaceInfo{Size: le.Uint64(p[0:]), Capacity: le.Uint64(p[8:]), Utilization: le.Uint64(p[16:]), NMIC: p[30], RESCAP: p[31],
-		ANAGroup: le.Uint32(p[92:])}
+		NSATTR: p[99], ANAGroup: le.Uint32(p[92:])}
 	f := int(p[26] & 0xf)
 	n.LBADS = p[128+4*f+2]
 	copy(n.NGUID[:], p[104:120])

@@ -21,6 +21,7 @@ type Namespace struct {
 
 	anaGrp    atomic.Uint32 // ANA group (ana.go)
 	resv      *resv         // reservations (resv.go), nil if not enabled
+	wp        atomic.Bool   // write protected (writeprotect.go)
 	refs      atomic.Int64  // commands using Backend (Subsystem.use), which RemoveNamespace waits out
 	removed   atomic.Bool   // RemoveNamespace has taken it out
 	drained   chan struct{} // closed once removed and refs is 0

@@ -89,6 +89,9 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 			return 0, st, nil
 		}
 	}
+	if ns != nil && ns.wp.Load() && wpRefuses(cmd.Opcode()) {
+		return 0, StatusNSWriteProtected | DNR, nil // protected while its data moved
+	}
 	switch op := cmd.Opcode(); {
 	case ns == nil || ns.resv == nil:
 	case op == IORead, op == IOWrite, op == IOWriteZeroes, op == IODSM, op == IOFlush:

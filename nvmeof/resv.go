@@ -501,6 +501,9 @@ func (c *controller) access(p *Port, ns *Namespace, op uint8) Status {
 	if st := c.anaStatus(p, ns); !st.OK() {
 		return st
 	}
+	if ns.wp.Load() && wpRefuses(op) {
+		return StatusNSWriteProtected | DNR
+	}
 	if ns.resv != nil && !ns.resv.allows(c.hostID, op) {
 		return StatusReservationConflict | DNR
 	}
@@ -510,8 +513,7 @@ func (c *controller) access(p *Port, ns *Namespace, op uint8) Status {
 // planResv checks a reservation command: its namespace has reservations
 // and is accessible through p; the data is the keys (16 octets, or 8 for
 // Release as nvme-cli sends it; a longer buffer, as Linux's host sends
-// for Release, is taken, as nvmet reads only the keys) or, for Report,
-// NUMD's length.
+// for Release, is taken: tqueue.longerData) or, for Report, NUMD's length.
 func (c *controller) planResv(cmd Command, p *Port) (dir, need int, st Status, ns *Namespace) {
 	ns = c.sub.namespace(cmd.NSID())
 	switch {
@@ -530,13 +532,8 @@ func (c *controller) planResv(cmd Command, p *Port) (dir, need int, st Status, n
 		}
 		return dirOut, int(n), StatusSuccess, ns
 	}
-	least := resvKeysData
 	if cmd.Opcode() == IOResvRelease {
-		least = resvKeyData
+		return dirIn, resvKeyData, StatusSuccess, ns
 	}
-	need = least
-	if l := int(cmd.SGL().Length()); l >= least && l <= c.t.cfg.MaxTransfer {
-		need = l
-	}
-	return dirIn, need, StatusSuccess, ns
+	return dirIn, resvKeysData, StatusSuccess, ns
 }

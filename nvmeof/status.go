@@ -37,6 +37,7 @@ const (
 	StatusSGLInvalidOffset     Status = 0x16
 	StatusKATOExpired          Status = 0x19
 	StatusKATOInvalid          Status = 0x1a
+	StatusNSWriteProtected     Status = 0x20
 	StatusLBARange             Status = 0x80 // LBA Out of Range
 	StatusCapacityExceeded     Status = 0x81
 	StatusNSNotReady           Status = 0x82
@@ -86,6 +87,7 @@ var statusNames = map[Status]string{
 	StatusSGLInvalidOffset:     "SGL Offset Invalid",
 	StatusKATOExpired:          "Keep Alive Timer Expired",
 	StatusKATOInvalid:          "Keep Alive Timeout Invalid",
+	StatusNSWriteProtected:     "Namespace is Write Protected",
 	StatusLBARange:             "LBA Out of Range",
 	StatusCapacityExceeded:     "Capacity Exceeded",
 	StatusNSNotReady:           "Namespace Not Ready",

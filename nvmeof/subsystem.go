@@ -25,6 +25,7 @@ type Subsystem struct {
 	hosts     []string
 	counters  smartCounters
 	countMu   sync.Mutex
+	wpMu      sync.Mutex // one write-protection change at a time (writeprotect.go)
 	nextCtlID atomic.Uint32
 }
 

@@ -328,7 +328,10 @@ func (q *tqueue) command(ri, n int) bool {
 // command uses, as nvmet's nvmet_check_data_len_lte allows: Dataset
 // Management, for which Linux's host sends a buffer of 256 ranges (4 KiB)
 // whatever the number of ranges it fills, so that no device reads past
-// it; and Set Features, whose data nvmet ignores.
+// it; Set Features, whose data nvmet ignores; and the reservation
+// commands that carry keys, for which Linux's host sends its whole
+// structure (Release: 16 octets for the 8 of CRKEY), as nvmet reads only
+// the keys.
 func (q *tqueue) longerData(cmd Command) bool {
 	if cmd.IsFabrics() {
 		return false
@@ -336,7 +339,11 @@ func (q *tqueue) longerData(cmd Command) bool {
 	if q.qid == 0 {
 		return cmd.Opcode() == AdminSetFeatures
 	}
-	return cmd.Opcode() == IODSM
+	switch cmd.Opcode() {
+	case IODSM, IOResvRegister, IOResvAcquire, IOResvRelease:
+		return true
+	}
+	return false
 }
 
 // Data directions.

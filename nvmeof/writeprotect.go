@@ -1,0 +1,83 @@
+package nvmeof
+
+// Namespace write protection (NVMe base 2.0 section 8.x, feature 84h), as
+// Linux's nvmet offers it: a host sets a namespace write protected or not
+// (the states "until power cycle" and "permanent" are not offered: NWPC
+// bit 0 only), for every host of the subsystem; the change is told to the
+// controllers as a Namespace Attribute Changed notice, after which Linux's
+// host reads NSATTR and turns the block device read-only. The state lives
+// as long as the namespace, as nvmet's.
+
+// FeatWriteProtect is the Namespace Write Protection Config feature.
+const FeatWriteProtect = 0x84
+
+// Write protection states (CDW11 of feature 84h).
+const (
+	wpNone = 0
+	wpOn   = 1
+)
+
+const (
+	nwpcWriteProtect = 1 << 0 // NWPC: No Write Protect and Write Protect
+	nsattrWP         = 1 << 0 // NSATTR: the namespace is write protected
+)
+
+// WriteProtected reports whether a host has set the namespace write
+// protected (Set Features 84h): writes, Write Zeroes and Dataset
+// Management fail with Namespace is Write Protected.
+func (ns *Namespace) WriteProtected() bool { return ns.wp.Load() }
+
+// wpRefuses reports whether op may not run on a write-protected
+// namespace: anything that changes its data. Reads, flushes and the
+// reservation commands (which change no data) run.
+func wpRefuses(op uint8) bool {
+	switch op {
+	case IOWrite, IOWriteZeroes, IODSM:
+		return true
+	}
+	return false
+}
+
+// setWriteProtect serves Set Features 84h. Turning protection on first
+// flushes what the namespace holds, as nvmet does, and fails (protection
+// off) if it cannot.
+func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
+	ns := c.sub.namespace(nsid)
+	if ns == nil {
+		return 0, StatusInvalidNamespace | DNR
+	}
+	switch v {
+	case wpOn:
+		c.sub.wpMu.Lock()
+		ns.wp.Store(true)
+		if st := c.flush(ns, " for write protection"); !st.OK() {
+			ns.wp.Store(false)
+			c.sub.wpMu.Unlock()
+			return 0, st
+		}
+	case wpNone:
+		c.sub.wpMu.Lock()
+		ns.wp.Store(false)
+	default:
+		// 2 (until power cycle) and 3 (permanent) are not offered.
+		return 0, StatusInvalidField | DNR
+	}
+	ctrls := c.sub.controllers()
+	c.sub.wpMu.Unlock()
+	for _, o := range ctrls {
+		o.nsChanged(nsid)
+	}
+	return 0, StatusSuccess
+}
+
+// getWriteProtect serves Get Features 84h.
+func (c *controller) getWriteProtect(nsid uint32) (uint64, Status) {
+	ns := c.sub.namespace(nsid)
+	if ns == nil {
+		return 0, StatusInvalidNamespace | DNR
+	}
+	if ns.wp.Load() {
+		return wpOn, StatusSuccess
+	}
+	return wpNone, StatusSuccess
+}

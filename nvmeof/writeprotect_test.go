@@ -1,0 +1,106 @@
+package nvmeof
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Namespace write protection (feature 84h), as nvmet offers it: one host
+// sets it for every host; the target flushes first, tells the
+// controllers (Namespace Attribute Changed), reports it in NSATTR and
+// Get Features, and refuses writes, Write Zeroes and Deallocate with
+// Namespace is Write Protected (not retried: DNR) while reads and
+// flushes go on; states 2 and 3 are refused; turned off, writes run
+// again. Set Features Host Identifier is a Command Sequence Error over
+// fabrics, and Get Features reads the host's 128-bit ID with EXHID only.
+func TestWriteProtect(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	be := &fuaBackend{MemBackend: NewMemBackend(1 << 20)}
+	_, sub, addr := newBackendTarget(t, be, TargetConfig{})
+	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	b := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:0b000000-0000-4000-8000-00000000000b"})
+	require.Equal(t, uint8(nwpcWriteProtect), a.Info.NWPC, "Identify Controller's NWPC")
+	na, err := a.Namespace(ctx, 1)
+	require.NoError(t, err)
+	nb, err := b.Namespace(ctx, 1)
+	require.NoError(t, err)
+	p := bytes.Repeat([]byte{5}, 4096)
+	_, err = nb.WriteAt(p, 0)
+	require.NoError(t, err)
+	on, err := na.WriteProtected(ctx)
+	require.NoError(t, err)
+	require.False(t, on)
+
+	be.flushes.Store(0)
+	require.NoError(t, na.SetWriteProtect(ctx, true))
+	require.Equal(t, int64(1), be.flushes.Load(), "flushed before protecting")
+	require.True(t, sub.namespace(1).WriteProtected())
+	changed, err := b.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{1}, changed, "the other host told")
+	nb2, err := b.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint8(nsattrWP), nb2.Info.NSATTR, "NSATTR")
+	on, err = nb.WriteProtected(ctx)
+	require.NoError(t, err)
+	require.True(t, on)
+
+	writes := be.plain.Load()
+	_, err = nb.WriteAt(p, 4096)
+	requireStatus(t, err, StatusNSWriteProtected|DNR)
+	requireStatus(t, nb.WriteZeroes(ctx, 0, 4096), StatusNSWriteProtected|DNR)
+	requireStatus(t, nb.Deallocate(ctx, 0, 4096), StatusNSWriteProtected|DNR)
+	_, err = na.WriteAtFUA(ctx, p, 0)
+	requireStatus(t, err, StatusNSWriteProtected|DNR)
+	require.Equal(t, writes, be.plain.Load(), "nothing written")
+	got := make([]byte, 4096)
+	_, err = nb.ReadAt(got, 0)
+	require.NoError(t, err, "reads go on")
+	require.Equal(t, p, got)
+	require.NoError(t, nb.Flush(ctx), "flushes go on")
+
+	for _, v := range []uint32{2, 3, 4} {
+		_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 1, FeatWriteProtect, v) }, 0, "", nil)
+		requireStatus(t, err, StatusInvalidField|DNR)
+	}
+	_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 9, FeatWriteProtect, 1) }, 0, "", nil)
+	requireStatus(t, err, StatusInvalidNamespace|DNR)
+
+	require.NoError(t, nb.SetWriteProtect(ctx, false))
+	changed, err = b.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{1}, changed)
+	_, err = na.WriteAt(p, 4096)
+	require.NoError(t, err, "writable again")
+	nb2, err = b.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.Zero(t, nb2.Info.NSATTR)
+
+	// A write whose data was moving when the namespace was protected is
+	// refused when it runs.
+	hook := func(_ *Port, cmd Command) Status {
+		if cmd.Opcode() == IOWrite {
+			sub.namespace(1).wp.Store(true)
+		}
+		return StatusSuccess
+	}
+	testIOStatus.Store(&hook)
+	t.Cleanup(func() { testIOStatus.Store(nil) })
+	_, err = na.WriteAt(p, 8192)
+	requireStatus(t, err, StatusNSWriteProtected|DNR)
+	testIOStatus.Store(nil)
+	require.NoError(t, na.SetWriteProtect(ctx, false))
+
+	// The host identifier feature.
+	_, err = a.SetFeatures(ctx, FeatHostID, 0)
+	requireStatus(t, err, StatusCommandSequenceError|DNR)
+	id := make([]byte, 16)
+	_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, 0, FeatHostID, 1) }, 16, "", func(b []byte) { copy(id, b) })
+	require.NoError(t, err)
+	require.Equal(t, a.cfg.HostID[:], id, "the host ID it connected with")
+	_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, 0, FeatHostID, 0) }, 16, "", nil)
+	requireStatus(t, err, StatusInvalidField|DNR)
+}
