@@ -51,7 +51,20 @@ func goldenSeeds(f *testing.F) [][]byte {
 	ioc := unhex(f, goldIOConnect)
 	ioc = ConnectData{CntlID: 1, SubNQN: testNQN, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:5eed0000-0000-4000-8000-000000000001"}.Append(ioc)
 	w := append(unhex(f, goldWriteInCap), make([]byte, 4096)...)
-	return append(seeds, ioc, w)
+	// Write protection on namespace 1, the host ID (keyed, 16 octets), a
+	// FUA write, and Dataset Management with Linux's 4 KiB range buffer.
+	wp := unhex(f, goldIdentify)
+	NewAdmin(Command(wp), AdminSetFeatures, Command(wp).CID(), 1, FeatWriteProtect, 1)
+	hid := unhex(f, goldIdentify)
+	NewAdmin(Command(hid), AdminGetFeatures, Command(hid).CID(), 0, FeatHostID, 1)
+	Command(hid).SGL().SetKeyed(0, 16, 1, false)
+	fua := append(unhex(f, goldWriteInCap), make([]byte, 4096)...)
+	Command(fua).SetCDW(12, Command(fua).CDW(12)|RWFUA)
+	dsm := append(unhex(f, goldWriteInCap), make([]byte, 4096)...)
+	NewAdmin(Command(dsm), IODSM, Command(dsm).CID(), 1, 0, 1<<2)
+	Command(dsm).SGL().SetInCapsule(0, 4096)
+	binary.LittleEndian.PutUint32(dsm[CommandSize+4:], 8)
+	return append(seeds, ioc, w, wp, hid, fua, dsm)
 }
 
 // FuzzCapsule: the SQE and SGL parsers on any capsule never panic, a
