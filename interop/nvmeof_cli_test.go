@@ -120,6 +120,11 @@ io-write-uncor          write-uncor N -s 0 -c 0
 io-copy                 copy N -d 64 -s 0 -b 0
 io-unknown              io-passthru N -O 0x7e -n 1
 io-ns-7                 io-passthru N -O 0x00 -n 7
+subsystem-reset         subsystem-reset D
+ns-rescan               ns-rescan D
+reset                   reset D
+io-read-after-reset     read N -s 0 -c 7 -z 4096 -d /tmp/out
+io-write-after-reset    write N -s 0 -c 7 -z 4096 -d /tmp/blk4k
 `
 
 // surveyDiffers lists where our target answers nvme-cli otherwise than
@@ -195,6 +200,7 @@ mkdir $C/ports/1; echo rdma > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/add
 echo 10.0.2.15 > $C/ports/1/addr_traddr; echo 4420 > $C/ports/1/addr_trsvcid
 ln -s $C/subsystems/$N $C/ports/1/subsystems/$N
 dd if=/dev/urandom of=/tmp/blk bs=512 count=1 2>/dev/null
+dd if=/dev/urandom of=/tmp/blk4k bs=4096 count=1 2>/dev/null
 run() {
   name=$1; shift
   out=$(timeout 20 $NVME "$@" 2>&1 < /dev/null); rc=$?

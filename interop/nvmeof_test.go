@@ -535,8 +535,9 @@ dmesg | grep -iE 'nvme' | tail -25`, hp, nvmeNQN, nvmeNQN)
 
 // Our Go host against the kernel's target (nvmet-rdma over siw0, a 64 MiB
 // file namespace): discovery, connect with two I/O queues, identify, 8 MiB
-// written at two offsets and read back, flush; the guest's view of the
-// backing file has the same SHA-256.
+// written at two offsets and read back, flush, a FUA write, a Deallocate,
+// namespace write protection on and off; the guest's view of the backing
+// file has the same SHA-256.
 //
 // There is no CRC variant of this test: the target's siw receives our Read
 // Responses (the data of the host's writes), and with HostConfig.AskCRC
@@ -615,6 +616,32 @@ dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, nvmeNQN, gp, gp)
 	require.NoError(t, err)
 	require.Equal(t, sha256.Sum256(w), sha256.Sum256(r), "8 MiB read back")
 	require.NoError(t, ns.Flush(ctx))
+
+	// A write with Force Unit Access and a Deallocate (nvmet punches a
+	// hole), as nvmet takes them.
+	_, err = ns.WriteAtFUA(ctx, w[:8192], 9<<20)
+	require.NoError(t, err, "a FUA write")
+	require.NoError(t, ns.Deallocate(ctx, 9<<20+4096, 4096))
+	_, err = ns.ReadAtContext(ctx, r[:8192], 9<<20)
+	require.NoError(t, err)
+	require.Equal(t, w[:4096], r[:4096])
+	require.Equal(t, make([]byte, 4096), r[4096:8192], "deallocated")
+	// Namespace write protection, set and read through nvmet: NSATTR
+	// says so, a write is refused, and after it is off again it lands.
+	require.NoError(t, ns.SetWriteProtect(ctx, true))
+	on, err := ns.WriteProtected(ctx)
+	require.NoError(t, err)
+	require.True(t, on, "nvmet's Get Features 84h")
+	ns2, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, ns2.Info.NSATTR, "nvmet's NSATTR")
+	_, err = ns.WriteAtContext(ctx, w[:4096], 10<<20)
+	var se *nvmeof.StatusError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, nvmeof.StatusNSWriteProtected, se.Status.Code(), "%v", err) // nvmet sets M, not DNR
+	require.NoError(t, ns.SetWriteProtect(ctx, false))
+	_, err = ns.WriteAtContext(ctx, w[:4096], 10<<20)
+	require.NoError(t, err, "writable again")
 	require.NoError(t, c.Close())
 	require.NoError(t, vm.Signal("done"))
 	sum := sha256.Sum256(w)
