@@ -109,7 +109,7 @@ func (c *controller) shutdown(why string) {
 	}
 	c.t.logf("nvmeof: controller %d (%s, host %s) ended: %s", c.id, c.nqn(), c.hostNQN, why)
 	for _, q := range qs {
-		q.qp.Close()
+		q.end()
 	}
 }
 
@@ -398,7 +398,7 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 		q.t.logf("nvmeof: controller %d: CC %#x: closing %d I/O queues", id, v, len(drop))
 	}
 	for _, d := range drop {
-		d.qp.Close()
+		d.end()
 	}
 	if shn {
 		// Shutdown processing commits the volatile write cache: a host

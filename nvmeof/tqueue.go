@@ -28,7 +28,14 @@ type tqueue struct {
 	inCap  int // in-capsule data this queue accepts
 	depth  int // SQ entries (HSQSIZE+1)
 
-	// Owned by run.
+	// Owned by run. An I/O queue's receive handler (onRx), which serves
+	// commands where they arrive, uses them too: whichever holds hold
+	// (a one-slot semaphore that run can stop waiting for) has them.
+	hold     chan struct{}
+	failed   bool // onRx ended the queue (closeErr says why)
+	runCtx   context.Context
+	stop     context.CancelFunc // ends an I/O queue's run, which closes it
+	runErr   error              // why an I/O queue's run ended, if not closeErr
 	qid      uint16
 	ctrl     *controller
 	sqhd     uint16
@@ -99,7 +106,8 @@ const (
 
 func (t *Target) newQueue(cm CMRequest) (*tqueue, error) {
 	q := &tqueue{t: t, cm: cm, qid: cm.QID, depth: int(cm.HSQSize) + 1, curRecv: -1, maxData: t.cfg.MaxTransfer,
-		ended: make(chan struct{})}
+		ended: make(chan struct{}), hold: make(chan struct{}, 1)}
+	q.runCtx, q.stop = context.WithCancel(t.ctx)
 	// Receive buffers for the SQ's depth and as many again (at most 32
 	// more), so that a host that overruns its queue gets a status, not
 	// a Terminate for a Send with no buffer.
@@ -128,6 +136,7 @@ func (t *Target) newQueue(cm CMRequest) (*tqueue, error) {
 	q.recvMR, err = q.pd.RegMR(make([]byte, q.nrecv*q.capsz), verbs.LocalWrite)
 	if err != nil {
 		q.qp.Close()
+		q.stop()
 		return nil, err
 	}
 	return q, nil
@@ -135,6 +144,7 @@ func (t *Target) newQueue(cm CMRequest) (*tqueue, error) {
 
 // release frees what newQueue took, for a queue that never ran.
 func (q *tqueue) release() {
+	q.stop()
 	q.qp.Close()
 	q.recvMR.Dereg()
 }
@@ -175,6 +185,10 @@ func (q *tqueue) run(req *verbs.ConnRequest) {
 	// Connect in connectWait is ended, so that idle connections cannot
 	// pile up.
 	admitted := time.Now()
+	if q.qid != 0 {
+		q.serveIO(admitted)
+		return
+	}
 	for {
 		if q.qid == 0 && q.ctrl != nil && q.takeKick() {
 			if !q.deliver() {
@@ -214,11 +228,106 @@ func (q *tqueue) run(req *verbs.ConnRequest) {
 	}
 }
 
+// serveIO serves an I/O queue. Its commands are served where they
+// arrive, on the QP's receive goroutine (onRx), which saves a goroutine
+// hand-off a command (the NVMe/RDMA round trip of a 4 KiB read has four
+// without it, against TCP's two). This goroutine takes the rest: the
+// transmit side's completions (Sends and Writes done, whose buffers go
+// back), and any that arrive while it holds the queue; and it ends the
+// queue when the connection fails, onRx or stop ends it. A command stuck
+// in its Backend (a hung network file system) holds the receive
+// goroutine, which QP.Close waits for: the queue is closed here, never by
+// the controller's goroutines (stop), so that nothing else waits for it.
+func (q *tqueue) serveIO(admitted time.Time) {
+	q.qp.SetRxHandler(q.onRx)
+	defer q.qp.SetRxHandler(nil)
+	for {
+		select {
+		case q.hold <- struct{}{}:
+		case <-q.runCtx.Done():
+			return
+		}
+		ok := !q.failed && q.pollAll()
+		connected := q.ctrl != nil
+		<-q.hold
+		if !ok {
+			return
+		}
+		ctx, cancel := q.runCtx, context.CancelFunc(nil)
+		if !connected {
+			ctx, cancel = context.WithDeadline(q.runCtx, admitted.Add(connectWait))
+		}
+		err := q.cq.Wait(ctx)
+		if cancel != nil {
+			cancel()
+		}
+		if err == nil {
+			continue
+		}
+		switch {
+		case q.runCtx.Err() != nil: // stopped: by onRx (closeErr says why), the controller or the target
+		case !connected && ctx.Err() != nil:
+			q.runErr = fmt.Errorf("no Fabrics Connect in %v", connectWait)
+		default:
+			q.runErr = err
+		}
+		return
+	}
+}
+
+// onRx serves what the FPDU just received completed (SetRxHandler): a
+// command, or the data of a write. It leaves the queue to run while run
+// holds it (run then polls what arrived), and may not close the QP: a
+// failure stops run, which ends the queue.
+func (q *tqueue) onRx() {
+	select {
+	case q.hold <- struct{}{}:
+	default:
+		return
+	}
+	if !q.failed && !q.pollAll() {
+		q.failed = true
+		q.stop()
+	}
+	<-q.hold
+}
+
+// end ends the queue from another goroutine: an I/O queue's run closes
+// it; an admin queue, which serves commands on run alone, is closed here.
+func (q *tqueue) end() {
+	if q.qid != 0 {
+		q.stop()
+		return
+	}
+	q.qp.Close()
+}
+
+// pollAll takes the completions on the CQ; false ends the queue.
+func (q *tqueue) pollAll() bool {
+	for {
+		n := q.cq.Poll(q.wcs)
+		for i := range n {
+			if !q.complete(&q.wcs[i]) {
+				return false
+			}
+		}
+		if n < len(q.wcs) {
+			return true
+		}
+	}
+}
+
 // teardown ends the queue: its connection, its part in the controller
 // (the whole controller for an admin queue), its memory.
 func (q *tqueue) teardown() {
+	q.stop()
 	q.qp.Close()
+	// The receive goroutine is done with onRx now.
+	q.hold <- struct{}{}
 	why := q.closeErr
+	if why == nil {
+		why = q.runErr
+	}
 	if why == nil {
 		why = q.qp.Err()
 	}
