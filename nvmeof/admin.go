@@ -321,6 +321,14 @@ func (c *controller) setFeatures(cmd Command) (uint64, Status) {
 		c.mu.Unlock()
 		return uint64(n-1) | uint64(n-1)<<16, StatusSuccess
 	case fid == FeatVWC:
+		if v&1 == 0 && !c.wcOff.Swap(true) {
+			// What the cache holds becomes durable now, as the writes
+			// from here on will be.
+			if st := c.flushEach(" as the write cache is turned off"); !st.OK() {
+				c.wcOff.Store(false)
+				return 0, st
+			}
+		}
 		c.wcOff.Store(v&1 == 0)
 		return 0, StatusSuccess
 	case fid == FeatResvMask:

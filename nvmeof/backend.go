@@ -83,13 +83,12 @@ func (m *MemBackend) Zero(off, n int64, _ bool) error {
 // FileBackend is a Backend over a file or block device: pread, pwrite and
 // fsync; Zero is fallocate on Linux, as Linux's nvmet does: a range zeroed
 // in place for Write Zeroes, a hole punched for Deallocate. A write that
-// must be durable goes through a second descriptor opened with O_DSYNC,
-// as nvmet's IOCB_DSYNC: the kernel syncs that write's range, not the
-// whole file.
+// must be durable is written with RWF_DSYNC on Linux, as nvmet's
+// IOCB_DSYNC: the kernel syncs that write's range, not the whole file
+// (elsewhere, the write and a sync).
 type FileBackend struct {
-	f     *os.File
-	dsync *os.File
-	size  int64
+	f    *os.File
+	size int64
 }
 
 // OpenFileBackend opens path for reading and writing; the namespace is
@@ -104,12 +103,7 @@ func OpenFileBackend(path string) (*FileBackend, error) {
 		f.Close()
 		return nil, err
 	}
-	dsync, err := os.OpenFile(path, os.O_RDWR|oDSync, 0)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &FileBackend{f: f, dsync: dsync, size: size}, nil
+	return &FileBackend{f: f, size: size}, nil
 }
 
 func (b *FileBackend) Size() int64                              { return b.size }
@@ -118,7 +112,7 @@ func (b *FileBackend) ReadAt(p []byte, off int64) (int, error)  { return b.f.Rea
 func (b *FileBackend) WriteAt(p []byte, off int64) (int, error) { return b.f.WriteAt(p, off) }
 
 // WriteAtFUA is WriteAt that returns once p is on stable storage.
-func (b *FileBackend) WriteAtFUA(p []byte, off int64) (int, error) { return b.dsync.WriteAt(p, off) }
+func (b *FileBackend) WriteAtFUA(p []byte, off int64) (int, error) { return writeDSync(b.f, p, off) }
 
 // Zero makes n octets at off read as zeros, freeing their blocks if
 // deallocate (errors.ErrUnsupported where the system or file system
@@ -128,10 +122,4 @@ func (b *FileBackend) Zero(off, n int64, deallocate bool) error {
 }
 
 // Close closes the file.
-func (b *FileBackend) Close() error {
-	err := b.f.Close()
-	if err2 := b.dsync.Close(); err == nil {
-		err = err2
-	}
-	return err
-}
+func (b *FileBackend) Close() error { return b.f.Close() }

@@ -4,6 +4,13 @@ package nvmeof
 
 import "os"
 
-// oDSync opens a file whose writes return once they are durable (O_SYNC:
-// not every system has O_DSYNC).
-const oDSync = os.O_SYNC
+// writeDSync writes p at off and returns once it is durable: the write,
+// then the file's sync (on darwin F_FULLFSYNC, which also empties the
+// drive's cache, where O_SYNC would not).
+func writeDSync(f *os.File, p []byte, off int64) (int, error) {
+	n, err := f.WriteAt(p, off)
+	if err != nil {
+		return n, err
+	}
+	return n, f.Sync()
+}

@@ -2,17 +2,26 @@ package nvmeof
 
 import (
 	"bytes"
+	"errors"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// fuaBackend records how the target writes: plainly, durably, and its
-// flushes. With noFUA it is a Backend without WriteAtFUA.
+// fuaBackend records how the target writes: plainly, durably, zeroing,
+// and its flushes (onFlush, if set, is called in each; failFlush fails
+// them). With noFUA it is a Backend without WriteAtFUA.
 type fuaBackend struct {
 	*MemBackend
-	plain, fua, flushes atomic.Int64
+	plain, fua, zeroes, flushes atomic.Int64
+	failFlush                   atomic.Bool
+	onFlush                     func()
+}
+
+func (b *fuaBackend) Zero(off, n int64, deallocate bool) error {
+	b.zeroes.Add(1)
+	return b.MemBackend.Zero(off, n, deallocate)
 }
 
 func (b *fuaBackend) WriteAt(p []byte, off int64) (int, error) {
@@ -27,6 +36,12 @@ func (b *fuaBackend) WriteAtFUA(p []byte, off int64) (int, error) {
 
 func (b *fuaBackend) Flush() error {
 	b.flushes.Add(1)
+	if b.onFlush != nil {
+		b.onFlush()
+	}
+	if b.failFlush.Load() {
+		return errors.New("the disk is gone")
+	}
 	return nil
 }
 
@@ -72,8 +87,22 @@ func TestWriteFUA(t *testing.T) {
 	require.Equal(t, bytes.Repeat([]byte{7}, 16384), got)
 	require.ErrorIs(t, func() error { _, err := ns.WriteAtFUA(ctx, p, ns.Size()-4096); return err }(), ErrRange)
 
+	// Turning the cache off flushes what it holds; a flush that fails
+	// leaves it on.
+	be.failFlush.Store(true)
+	_, err = c.SetFeatures(ctx, FeatVWC, 0)
+	requireStatus(t, err, 0x280|DNR)
+	be.failFlush.Store(false)
+	vwc, err = c.GetFeatures(ctx, FeatVWC)
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), vwc, "still on after the failed flush")
+	counts()
 	_, err = c.SetFeatures(ctx, FeatVWC, 0)
 	require.NoError(t, err)
+	require.Equal(t, [3]int64{0, 0, 1}, counts(), "turning the cache off flushed it")
+	_, err = c.SetFeatures(ctx, FeatVWC, 0)
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{0, 0, 0}, counts(), "off already: nothing to flush")
 	vwc, err = c.GetFeatures(ctx, FeatVWC)
 	require.NoError(t, err)
 	require.Equal(t, uint32(0), vwc, "turned off")

@@ -64,7 +64,7 @@ func goldenSeeds(f *testing.F) [][]byte {
 	NewAdmin(Command(dsm), IODSM, Command(dsm).CID(), 1, 0, 1<<2)
 	Command(dsm).SGL().SetInCapsule(0, 4096)
 	binary.LittleEndian.PutUint32(dsm[CommandSize+4:], 8)
-	return append(seeds, ioc, w, wp, hid, fua, dsm)
+	return append(seeds, ioc, w, hid, fua, dsm, wp)
 }
 
 // FuzzCapsule: the SQE and SGL parsers on any capsule never panic, a
@@ -167,13 +167,17 @@ func FuzzTargetCommands(f *testing.F) {
 	}
 	tg, sub, addr := fuzzTarget(f)
 	_ = tg
-	_ = sub
 	c, err := Connect(context.Background(), "tcp", addr, testNQN, HostConfig{IOQueues: 1, QueueDepth: 4, KATO: -1})
 	require.NoError(f, err)
 	defer c.Close()
 	f.Fuzz(func(t *testing.T, which byte, b []byte) {
 		if len(b) < CommandSize {
 			return
+		}
+		// An input that write-protected a namespace would keep every
+		// later one from the write path.
+		for _, ns := range sub.namespaces() {
+			ns.wp.Store(false)
 		}
 		q := c.admin
 		if which&1 == 1 {

@@ -23,14 +23,16 @@ func (n *HostNamespace) SetWriteProtect(ctx context.Context, on bool) error {
 	return nil
 }
 
-// WriteProtected reports whether the namespace is write protected.
+// WriteProtected reports whether the namespace is write protected (in
+// any of the states a target may offer: until a power cycle and
+// permanently too).
 func (n *HostNamespace) WriteProtected(ctx context.Context) (bool, error) {
 	res, err := n.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, n.ID, FeatWriteProtect, 0) }, 0,
 		"Get Features, Namespace Write Protection Config", nil)
 	if err != nil {
 		return false, fmt.Errorf("namespace %d: %w", n.ID, err)
 	}
-	return res&7 == wpOn, nil
+	return res&7 != wpNone, nil
 }
 
 // SetWriteProtect is HostNamespace.SetWriteProtect down a usable path.

@@ -6,7 +6,12 @@ package nvmeof
 // bit 0 only), for every host of the subsystem; the change is told to the
 // controllers as a Namespace Attribute Changed notice, after which Linux's
 // host reads NSATTR and turns the block device read-only. The state lives
-// as long as the namespace, as nvmet's.
+// as long as the namespace, as nvmet's. Unlike nvmet, which refuses every
+// command but Read and Flush, the reservation commands run (they change no
+// data, and a fence must still be possible), and Namespace is Write
+// Protected carries DNR: sending the write again cannot help. A write
+// whose data was moving when protection was set is refused when it runs;
+// one already running may land after Set Features returns.
 
 // FeatWriteProtect is the Namespace Write Protection Config feature.
 const FeatWriteProtect = 0x84
@@ -49,9 +54,9 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 	switch v {
 	case wpOn:
 		c.sub.wpMu.Lock()
-		ns.wp.Store(true)
+		was := ns.wp.Swap(true)
 		if st := c.flush(ns, " for write protection"); !st.OK() {
-			ns.wp.Store(false)
+			ns.wp.Store(was) // a namespace protected before stays so
 			c.sub.wpMu.Unlock()
 			return 0, st
 		}

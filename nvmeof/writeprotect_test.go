@@ -2,6 +2,7 @@ package nvmeof
 
 import (
 	"bytes"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -20,7 +21,7 @@ func TestWriteProtect(t *testing.T) {
 	ctx := testCtx(t)
 	be := &fuaBackend{MemBackend: NewMemBackend(1 << 20)}
 	_, sub, addr := newBackendTarget(t, be, TargetConfig{})
-	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true})
 	b := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:0b000000-0000-4000-8000-00000000000b"})
 	require.Equal(t, uint8(nwpcWriteProtect), a.Info.NWPC, "Identify Controller's NWPC")
 	na, err := a.Namespace(ctx, 1)
@@ -34,13 +35,32 @@ func TestWriteProtect(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, on)
 
+	// A flush that fails leaves the namespace as it was.
+	be.failFlush.Store(true)
+	requireStatus(t, na.SetWriteProtect(ctx, true), 0x280|DNR)
+	require.False(t, sub.namespace(1).WriteProtected(), "not protected: its data could not be flushed")
+	be.failFlush.Store(false)
+
 	be.flushes.Store(0)
+	var protectedAtFlush atomic.Bool
+	be.onFlush = func() { protectedAtFlush.Store(sub.namespace(1).WriteProtected()) }
 	require.NoError(t, na.SetWriteProtect(ctx, true))
-	require.Equal(t, int64(1), be.flushes.Load(), "flushed before protecting")
+	be.onFlush = nil
+	require.Equal(t, int64(1), be.flushes.Load(), "flushed")
+	require.True(t, protectedAtFlush.Load(), "flushed once protected: no write lands after the flush")
 	require.True(t, sub.namespace(1).WriteProtected())
 	changed, err := b.WaitNamespaceChange(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []uint32{1}, changed, "the other host told")
+	changed, err = a.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{1}, changed, "the setting host told too")
+
+	// Protected again, a flush that fails leaves it protected.
+	be.failFlush.Store(true)
+	requireStatus(t, nb.SetWriteProtect(ctx, true), 0x280|DNR)
+	be.failFlush.Store(false)
+	require.True(t, sub.namespace(1).WriteProtected(), "still protected")
 	nb2, err := b.Namespace(ctx, 1)
 	require.NoError(t, err)
 	require.Equal(t, uint8(nsattrWP), nb2.Info.NSATTR, "NSATTR")
@@ -48,14 +68,14 @@ func TestWriteProtect(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, on)
 
-	writes := be.plain.Load()
+	writes := be.plain.Load() + be.fua.Load() + be.zeroes.Load()
 	_, err = nb.WriteAt(p, 4096)
 	requireStatus(t, err, StatusNSWriteProtected|DNR)
 	requireStatus(t, nb.WriteZeroes(ctx, 0, 4096), StatusNSWriteProtected|DNR)
 	requireStatus(t, nb.Deallocate(ctx, 0, 4096), StatusNSWriteProtected|DNR)
 	_, err = na.WriteAtFUA(ctx, p, 0)
 	requireStatus(t, err, StatusNSWriteProtected|DNR)
-	require.Equal(t, writes, be.plain.Load(), "nothing written")
+	require.Equal(t, writes, be.plain.Load()+be.fua.Load()+be.zeroes.Load(), "nothing written, zeroed or deallocated")
 	got := make([]byte, 4096)
 	_, err = nb.ReadAt(got, 0)
 	require.NoError(t, err, "reads go on")
@@ -73,6 +93,8 @@ func TestWriteProtect(t *testing.T) {
 	changed, err = b.WaitNamespaceChange(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []uint32{1}, changed)
+	_, err = a.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
 	_, err = na.WriteAt(p, 4096)
 	require.NoError(t, err, "writable again")
 	nb2, err = b.Namespace(ctx, 1)
@@ -93,6 +115,25 @@ func TestWriteProtect(t *testing.T) {
 	requireStatus(t, err, StatusNSWriteProtected|DNR)
 	testIOStatus.Store(nil)
 	require.NoError(t, na.SetWriteProtect(ctx, false))
+
+	// Through Multipath (one path).
+	m := connectMultipath(t, addr)
+	mn, err := m.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, mn.SetWriteProtect(ctx, true))
+	on, err = mn.WriteProtected(ctx)
+	require.NoError(t, err)
+	require.True(t, on)
+	require.True(t, sub.namespace(1).WriteProtected())
+	require.NoError(t, mn.SetWriteProtect(ctx, false))
+	on, err = mn.WriteProtected(ctx)
+	require.NoError(t, err)
+	require.False(t, on)
+
+	// Identify CNS 06h for the NVM command set: zeros, as nvmet.
+	idc := bytes.Repeat([]byte{0xff}, IdentifySize)
+	require.NoError(t, a.Identify(ctx, CNSIOCtrlCSI, 0, idc))
+	require.Equal(t, make([]byte, IdentifySize), idc)
 
 	// The host identifier feature.
 	_, err = a.SetFeatures(ctx, FeatHostID, 0)
