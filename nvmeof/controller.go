@@ -56,6 +56,13 @@ func (c *controller) discovery() bool { return c.sub == nil }
 
 func (c *controller) touch() { c.lastSeen.Store(int64(time.Since(c.t.start))) }
 
+// gone reports whether the controller has ended (shutdown).
+func (c *controller) gone() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dead
+}
+
 func (c *controller) ready() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -97,10 +104,11 @@ func (c *controller) shutdown(why string) {
 	if c.kaStop != nil {
 		close(c.kaStop)
 	}
-	qs := []*tqueue{c.admin}
+	var qs []*tqueue // the I/O queues first: they end on their own goroutines (tqueue.end)
 	for _, q := range c.ioq {
 		qs = append(qs, q)
 	}
+	qs = append(qs, c.admin)
 	c.mu.Unlock()
 	c.t.removeController(c)
 	if c.sub != nil {

@@ -16,7 +16,7 @@ type fuaBackend struct {
 	*MemBackend
 	plain, fua, zeroes, flushes atomic.Int64
 	failFlush                   atomic.Bool
-	onFlush                     func()
+	onFlush                     atomic.Pointer[func()]
 }
 
 func (b *fuaBackend) Zero(off, n int64, deallocate bool) error {
@@ -36,8 +36,8 @@ func (b *fuaBackend) WriteAtFUA(p []byte, off int64) (int, error) {
 
 func (b *fuaBackend) Flush() error {
 	b.flushes.Add(1)
-	if b.onFlush != nil {
-		b.onFlush()
+	if f := b.onFlush.Load(); f != nil {
+		(*f)()
 	}
 	if b.failFlush.Load() {
 		return errors.New("the disk is gone")

@@ -481,6 +481,23 @@ func TestHostileNoConnect(t *testing.T) {
 		}
 	}
 	logMu.Lock()
-	defer logMu.Unlock()
 	require.Contains(t, strings.Join(lines, "\n"), "no Fabrics Connect in 300ms")
+	lines = nil
+	logMu.Unlock()
+
+	// A queue that connected and then sat idle past connectWait lives on
+	// (its Connect is served by the receive handler, whose completion the
+	// queue's goroutine never sees: a version of it ended every idle I/O
+	// queue).
+	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
+	ns, err := c.Namespace(testCtx(t), 1)
+	require.NoError(t, err)
+	time.Sleep(3 * connectWait)
+	for range 4 { // round robin: both I/O queues
+		_, err = ns.WriteAt(make([]byte, 512), 0)
+		require.NoError(t, err, "an I/O queue idle past connectWait")
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	require.NotContains(t, strings.Join(lines, "\n"), "no Fabrics Connect")
 }

@@ -222,7 +222,7 @@ func (p *Port) Close() error {
 	t.mu.Unlock()
 	err := p.ln.Close()
 	for _, q := range qs {
-		q.qp.Close()
+		q.end()
 	}
 	t.logf("nvmeof: port %d (%v) closed, %d queues through it disconnected", p.id, p.ln.Addr(), len(qs))
 	return err

@@ -12,7 +12,12 @@ import (
 // the slots of unsignaled sends only when its transmit loop runs dry, so
 // under sustained traffic (a host serving 128 KiB RDMA Reads, a target
 // writing them) the queue can look full with few WRs really outstanding;
-// the wait is bounded (2 s), then the error stands.
+// the wait is bounded (2 s), then the error stands. On an I/O queue this
+// may run on the QP's receive goroutine (tqueue.onRx), where the wait
+// cannot retire an RDMA Read at the queue's head (its response is that
+// goroutine's to read); the queue holds four WRs a command slot, of which
+// a command uses at most three, so only a host that overruns its SQ while
+// not reading its responses fills it, and its queue then ends.
 func postSend(qp *verbs.QP, wrs []verbs.SendWR) error {
 	var deadline time.Time
 	for spins := 0; ; spins++ {

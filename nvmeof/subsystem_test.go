@@ -362,3 +362,41 @@ func TestRemoveWhileBackendHangs(t *testing.T) {
 	drained(ns2, true, "the write finished")
 	<-wrote2 // its queue went with the subsystem: success or a lost queue
 }
+
+// Closing a port, or the target, does not wait for a command stuck in its
+// Backend: the queue's connection closes, and the command finishes when
+// the Backend lets it.
+func TestClosePortWhileBackendHangs(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	g := &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+	var once sync.Once
+	release := func() { once.Do(func() { close(g.release) }) }
+	t.Cleanup(release)
+	tg, _, _ := newBackendTarget(t, g, TargetConfig{})
+	p, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{testNQN}})
+	require.NoError(t, err)
+	c, err := Connect(ctx, "tcp", p.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	require.NoError(t, err)
+	defer c.Close()
+	ns, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	wrote := make(chan error, 1)
+	go func() { _, err := ns.WriteAt(make([]byte, 512), 0); wrote <- err }()
+	<-g.entered
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Port.Close waits for a command stuck in its Backend")
+	}
+	select {
+	case <-c.IOQueueDone(0):
+	case <-time.After(5 * time.Second):
+		t.Fatal("the I/O queue's connection is still up")
+	}
+	release()
+	<-wrote // its queue went with the port: success or a lost queue
+}

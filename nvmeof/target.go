@@ -343,7 +343,7 @@ func (t *Target) Close() error {
 		c.stopKeepAlive()
 	}
 	for _, q := range qs {
-		q.qp.Close()
+		q.end()
 	}
 	t.wg.Wait()
 	if t.ownDev {

@@ -107,7 +107,6 @@ const (
 func (t *Target) newQueue(cm CMRequest) (*tqueue, error) {
 	q := &tqueue{t: t, cm: cm, qid: cm.QID, depth: int(cm.HSQSize) + 1, curRecv: -1, maxData: t.cfg.MaxTransfer,
 		ended: make(chan struct{}), hold: make(chan struct{}, 1)}
-	q.runCtx, q.stop = context.WithCancel(t.ctx)
 	// Receive buffers for the SQ's depth and as many again (at most 32
 	// more), so that a host that overruns its queue gets a status, not
 	// a Terminate for a Send with no buffer.
@@ -136,9 +135,9 @@ func (t *Target) newQueue(cm CMRequest) (*tqueue, error) {
 	q.recvMR, err = q.pd.RegMR(make([]byte, q.nrecv*q.capsz), verbs.LocalWrite)
 	if err != nil {
 		q.qp.Close()
-		q.stop()
 		return nil, err
 	}
+	q.runCtx, q.stop = context.WithCancel(t.ctx)
 	return q, nil
 }
 
@@ -253,6 +252,12 @@ func (q *tqueue) serveIO(admitted time.Time) {
 		if !ok {
 			return
 		}
+		// Looked at here, under hold, each time: onRx serves the Connect,
+		// whose completion run never sees.
+		if !connected && !time.Now().Before(admitted.Add(connectWait)) {
+			q.runErr = fmt.Errorf("no Fabrics Connect in %v", connectWait)
+			return
+		}
 		ctx, cancel := q.runCtx, context.CancelFunc(nil)
 		if !connected {
 			ctx, cancel = context.WithDeadline(q.runCtx, admitted.Add(connectWait))
@@ -261,17 +266,15 @@ func (q *tqueue) serveIO(admitted time.Time) {
 		if cancel != nil {
 			cancel()
 		}
-		if err == nil {
-			continue
-		}
 		switch {
+		case err == nil:
 		case q.runCtx.Err() != nil: // stopped: by onRx (closeErr says why), the controller or the target
-		case !connected && ctx.Err() != nil:
-			q.runErr = fmt.Errorf("no Fabrics Connect in %v", connectWait)
+			return
+		case !connected && ctx.Err() != nil: // the deadline: looked at again above
 		default:
 			q.runErr = err
+			return
 		}
-		return
 	}
 }
 
@@ -292,8 +295,9 @@ func (q *tqueue) onRx() {
 	<-q.hold
 }
 
-// end ends the queue from another goroutine: an I/O queue's run closes
-// it; an admin queue, which serves commands on run alone, is closed here.
+// end ends the queue from another goroutine without waiting for it: an
+// I/O queue's run closes it; an admin queue, which serves commands on run
+// alone, is closed here.
 func (q *tqueue) end() {
 	if q.qid != 0 {
 		q.stop()
@@ -470,6 +474,13 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 	// RDMA transport requires: as Linux's nvmet.
 	if f := cmd.Flags(); f&3 != 0 || f&0xc0 != FlagSGL {
 		return q.respond(idx, 0, StatusInvalidField|DNR, nil)
+	}
+	if q.qid != 0 && q.ctrl != nil && q.ctrl.gone() {
+		// Its controller ended and this queue is ending (tqueue.end):
+		// the host learns it from the connection, not from a status
+		// that would fail the command where another path could take it.
+		q.closeErr = errors.New("its controller has ended")
+		return false
 	}
 	dir, need, st := q.plan(idx, cmd)
 	if !st.OK() {

@@ -43,9 +43,10 @@ func TestWriteProtect(t *testing.T) {
 
 	be.flushes.Store(0)
 	var protectedAtFlush atomic.Bool
-	be.onFlush = func() { protectedAtFlush.Store(sub.namespace(1).WriteProtected()) }
+	atFlush := func() { protectedAtFlush.Store(sub.namespace(1).WriteProtected()) }
+	be.onFlush.Store(&atFlush)
 	require.NoError(t, na.SetWriteProtect(ctx, true))
-	be.onFlush = nil
+	be.onFlush.Store(nil)
 	require.Equal(t, int64(1), be.flushes.Load(), "flushed")
 	require.True(t, protectedAtFlush.Load(), "flushed once protected: no write lands after the flush")
 	require.True(t, sub.namespace(1).WriteProtected())
