@@ -125,15 +125,7 @@ dmesg | grep -iE 'nvme|ana' | tail -20`, hp1, hp2, nvmeNQN)
 // What each path wrote is in the guest's backing file.
 func TestNVMeGoMultipathKernelTarget(t *testing.T) {
 	hp1, hp2 := freePort(t), freePort(t)
-	script := fmt.Sprintf(`/usr/sbin/modprobe -d /host/mods nvmet-rdma || echo "MODPROBE FAILED nvmet-rdma"
-grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
-C=/sys/kernel/config/nvmet N=%s
-truncate -s 64M /tmp/nvme.img
-mkdir $C/subsystems/$N; echo 1 > $C/subsystems/$N/attr_allow_any_host
-mkdir $C/subsystems/$N/namespaces/1
-echo -n /tmp/nvme.img > $C/subsystems/$N/namespaces/1/device_path
-echo 1 > $C/subsystems/$N/namespaces/1/buffered_io
-for p in 1 2; do
+	script := fmt.Sprintf(guestNvmetSubsystem+`for p in 1 2; do
   mkdir $C/ports/$p; echo rdma > $C/ports/$p/addr_trtype; echo ipv4 > $C/ports/$p/addr_adrfam
   echo 10.0.2.15 > $C/ports/$p/addr_traddr; echo $((4419+p)) > $C/ports/$p/addr_trsvcid
   mkdir $C/ports/$p/ana_groups/2 || echo "ANA GROUP FAILED"
@@ -149,7 +141,7 @@ echo optimized > $C/ports/2/ana_groups/2/ana_state && echo inaccessible > $C/por
 waitfile done 300
 echo "FILE1 $(dd if=/tmp/nvme.img bs=1M skip=1 count=4 2>/dev/null | sha256sum | cut -d' ' -f1)"
 echo "FILE2 $(dd if=/tmp/nvme.img bs=1M skip=8 count=4 2>/dev/null | sha256sum | cut -d' ' -f1)"
-dmesg | grep -iE 'nvmet' | tail -20`, nvmeNQN)
+dmesg | grep -iE 'nvmet' | tail -20`)
 	vm := nvmeVM(t, script, siw.Forward{Host: hp1, Guest: 4420}, siw.Forward{Host: hp2, Guest: 4421})
 	guestLine(t, vm, "TARGET READY", 2*time.Minute)
 	require.NotContains(t, vm.Output(), "FAILED")

@@ -187,15 +187,7 @@ func TestNVMeCLISurvey(t *testing.T) {
 		names = append(names, f[0])
 		fmt.Fprintf(&cmds, "  run %s\n", strings.Join(f, " "))
 	}
-	script := fmt.Sprintf(`/usr/sbin/modprobe -d /host/mods nvmet-rdma || echo "MODPROBE FAILED nvmet-rdma"
-grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
-C=/sys/kernel/config/nvmet N=%s
-truncate -s 64M /tmp/nvme.img
-mkdir $C/subsystems/$N; echo 1 > $C/subsystems/$N/attr_allow_any_host
-mkdir $C/subsystems/$N/namespaces/1
-echo -n /tmp/nvme.img > $C/subsystems/$N/namespaces/1/device_path
-echo 1 > $C/subsystems/$N/namespaces/1/buffered_io
-echo 1 > $C/subsystems/$N/namespaces/1/enable || echo "ENABLE FAILED"
+	script := fmt.Sprintf(guestNvmetSubsystem+`echo 1 > $C/subsystems/$N/namespaces/1/enable || echo "ENABLE FAILED"
 mkdir $C/ports/1; echo rdma > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/addr_adrfam
 echo 10.0.2.15 > $C/ports/1/addr_traddr; echo 4420 > $C/ports/1/addr_trsvcid
 ln -s $C/subsystems/$N $C/ports/1/subsystems/$N
@@ -217,7 +209,7 @@ survey() {
 }
 survey kernel 10.0.2.15 4420
 survey ours 10.0.2.2 %d
-echo "SURVEY done"`, nvmeNQN, cmds.String(), ports[0])
+echo "SURVEY done"`, cmds.String(), ports[0])
 	vm := nvmeVM(t, script)
 	const step = 4 * time.Minute
 	require.Equal(t, "CONNECT kernel rc=0", guestLine(t, vm, "CONNECT kernel rc=", step))

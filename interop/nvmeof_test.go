@@ -46,6 +46,20 @@ waitdev() { for i in $(seq 80); do [ -b /dev/nvme0n1 ] && return 0; sleep 0.25; 
 `
 )
 
+// guestNvmetSubsystem sets up the guest's Linux nvmet (configfs): the
+// subsystem nvmeNQN ($N, under $C) open to any host, its namespace 1 over
+// a 64 MiB file on tmpfs (buffered: tmpfs has no O_DIRECT in 6.1), not yet
+// enabled, and no port.
+const guestNvmetSubsystem = `/usr/sbin/modprobe -d /host/mods nvmet-rdma || echo "MODPROBE FAILED nvmet-rdma"
+grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
+C=/sys/kernel/config/nvmet N=` + nvmeNQN + `
+truncate -s 64M /tmp/nvme.img
+mkdir $C/subsystems/$N; echo 1 > $C/subsystems/$N/attr_allow_any_host
+mkdir $C/subsystems/$N/namespaces/1
+echo -n /tmp/nvme.img > $C/subsystems/$N/namespaces/1/device_path
+echo 1 > $C/subsystems/$N/namespaces/1/buffered_io
+`
+
 // nvmePrep returns the share-filling script.
 func nvmePrep() string {
 	if s := os.Getenv("IWARP_NVMEOF_PREP"); s != "" {
@@ -548,15 +562,7 @@ dmesg | grep -iE 'nvme' | tail -25`, hp, nvmeNQN, nvmeNQN)
 func TestNVMeGoHostKernelTarget(t *testing.T) {
 	hp := freePort(t)
 	const gp = 4420
-	script := fmt.Sprintf(`/usr/sbin/modprobe -d /host/mods nvmet-rdma || echo "MODPROBE FAILED nvmet-rdma"
-grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
-C=/sys/kernel/config/nvmet N=%s
-truncate -s 64M /tmp/nvme.img
-mkdir $C/subsystems/$N; echo 1 > $C/subsystems/$N/attr_allow_any_host
-mkdir $C/subsystems/$N/namespaces/1
-echo -n /tmp/nvme.img > $C/subsystems/$N/namespaces/1/device_path
-echo 1 > $C/subsystems/$N/namespaces/1/buffered_io
-mkdir $C/ports/1; echo rdma > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/addr_adrfam
+	script := fmt.Sprintf(guestNvmetSubsystem+`mkdir $C/ports/1; echo rdma > $C/ports/1/addr_trtype; echo ipv4 > $C/ports/1/addr_adrfam
 echo 10.0.2.15 > $C/ports/1/addr_traddr; echo %d > $C/ports/1/addr_trsvcid
 mkdir $C/ports/1/ana_groups/2 && echo non-optimized > $C/ports/1/ana_groups/2/ana_state || echo "ANA GROUP FAILED"
 echo 2 > $C/subsystems/$N/namespaces/1/ana_grpid || echo "ANA GRPID FAILED"
@@ -565,7 +571,7 @@ ln -s $C/subsystems/$N $C/ports/1/subsystems/$N || echo "PORT LINK FAILED"
 waitport %d && echo "TARGET READY"
 waitfile done 300
 echo "FILE $(dd if=/tmp/nvme.img bs=1M skip=1 count=8 2>/dev/null | sha256sum | cut -d' ' -f1)"
-dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, nvmeNQN, gp, gp)
+dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, gp, gp)
 	vm := nvmeVM(t, script, siw.Forward{Host: hp, Guest: gp})
 	if os.Getenv("IWARP_PCAP_DIR") != "" {
 		pcap, stop := siwCapture(t, hp)
