@@ -125,7 +125,7 @@ dmesg | grep -iE 'nvme|ana' | tail -20`, hp1, hp2, nvmeNQN)
 // What each path wrote is in the guest's backing file.
 func TestNVMeGoMultipathKernelTarget(t *testing.T) {
 	hp1, hp2 := freePort(t), freePort(t)
-	script := fmt.Sprintf(guestNvmetSubsystem+`for p in 1 2; do
+	script := fmt.Sprintf(guestNvmetSubsystem + `for p in 1 2; do
   mkdir $C/ports/$p; echo rdma > $C/ports/$p/addr_trtype; echo ipv4 > $C/ports/$p/addr_adrfam
   echo 10.0.2.15 > $C/ports/$p/addr_traddr; echo $((4419+p)) > $C/ports/$p/addr_trsvcid
   mkdir $C/ports/$p/ana_groups/2 || echo "ANA GROUP FAILED"
