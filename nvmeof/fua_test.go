@@ -86,6 +86,16 @@ func TestWriteFUA(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, bytes.Repeat([]byte{7}, 16384), got)
 	require.ErrorIs(t, func() error { _, err := ns.WriteAtFUA(ctx, p, ns.Size()-4096); return err }(), ErrRange)
+	// Write Zeroes with FUA (the cache on) is flushed; without, not.
+	require.NoError(t, ns.WriteZeroes(ctx, 0, 4096))
+	require.Equal(t, [3]int64{0, 0, 0}, counts(), "Write Zeroes")
+	_, err = c.io[0].adminCmd(ctx, func(cmd Command) {
+		NewRW(cmd, IOWriteZeroes, 0, 1, 0, 7)
+		cmd.SetCDW(12, cmd.CDW(12)|RWFUA)
+		cmd.SGL().SetKeyed(0, 0, 0, false)
+	}, 0, "Write Zeroes, FUA", nil)
+	require.NoError(t, err)
+	require.Equal(t, [3]int64{0, 0, 1}, counts(), "Write Zeroes with FUA: flushed")
 
 	// Turning the cache off flushes what it holds; a flush that fails
 	// leaves it on.

@@ -456,6 +456,23 @@ func TestSendWithInvalidate(t *testing.T) {
 	require.NoError(t, q.wait(testCtx(t), i))
 	require.Zero(t, q.slots[i].flags&verbs.WithInv)
 	q.releaseSlot(i)
+	// A Set Features whose data the target ignores (the SGL is longer
+	// than the none it moves) still has its key invalidated.
+	key, err = q.qp.PostRegMR(78, verbs.Signaled, mr, buf[:512], verbs.LocalWrite|verbs.RemoteWrite)
+	require.NoError(t, err)
+	require.Eventually(t, mr.Valid, 5*time.Second, time.Millisecond)
+	i, err = q.acquire(testCtx(t))
+	require.NoError(t, err)
+	cmd = q.cmd(i)
+	NewAdmin(cmd, AdminSetFeatures, 0, 0, FeatKATO, 30000)
+	cmd.SGL().SetKeyed(mr.Addr(), 512, key, true)
+	require.NoError(t, q.submit(i, 0))
+	require.NoError(t, q.wait(testCtx(t), i))
+	require.Equal(t, StatusSuccess, q.slots[i].st)
+	require.NotZero(t, q.slots[i].flags&verbs.WithInv, "Send with Invalidate for the data the command did not use")
+	require.Equal(t, key, q.slots[i].invKey)
+	require.False(t, mr.Valid())
+	q.releaseSlot(i)
 }
 
 // A connection that never sends its Fabrics Connect is ended after
