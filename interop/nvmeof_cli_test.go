@@ -134,7 +134,7 @@ var surveyDiffers = map[string]struct{ ours, why string }{}
 func init() {
 	noLog := "NVMe base: an unsupported log page is Invalid Log Page; nvmet answers Invalid Field"
 	for _, n := range []string{"endurance-log", "fid-effects-log", "get-log-discovery", "get-log-persistent", "get-log-unknown",
-		"lba-status-log", "sanitize-log", "self-test-log", "supported-log-pages"} {
+		"lba-status-log", "sanitize-log", "self-test-log", "supported-log-pages", "disc-log-smart"} {
 		surveyDiffers[n] = struct{ ours, why string }{"rc=1 NVMe status: Invalid Log Page", noLog}
 	}
 	beyond := "NVMe base: an LBA past the namespace is LBA Out of Range; nvmet's file backend answers Capacity Exceeded (ENOSPC)"
@@ -158,7 +158,30 @@ func init() {
 		"NVMe base: Number of Queues after I/O queues exist is a Command Sequence Error; nvmet answers"}
 	surveyDiffers["set-feature-save"] = struct{ ours, why string }{"rc=1 NVMe status: Feature Identifier Not Saveable",
 		"no feature is saveable (ONCS bit 4 clear); nvmet ignores SV"}
+	surveyDiffers["disc-log-error"] = struct{ ours, why string }{"rc=0",
+		"a discovery controller serves the (empty) error log as an NVM one does; nvmet's serves only the discovery log"}
 }
+
+// discSurvey is nvmeSurvey's for a discovery controller (D).
+const discSurvey = `
+disc-id-ctrl            id-ctrl D
+disc-id-ns              id-ns D -n 1
+disc-list-ns            list-ns D
+disc-log                get-log D -i 0x70 -l 1024
+disc-log-header         get-log D -i 0x70 -l 16
+disc-log-offset         get-log D -i 0x70 -l 1024 -o 1024
+disc-log-smart          get-log D -i 2 -l 512
+disc-log-error          get-log D -i 1 -l 64
+disc-get-kato           get-feature D -f 0xf
+disc-get-aec            get-feature D -f 0xb
+disc-get-queues         get-feature D -f 7
+disc-set-aec            set-feature D -f 0xb -v 0x80000000
+disc-set-aec-nvm        set-feature D -f 0xb -v 0x100
+disc-set-kato           set-feature D -f 0xf -v 30000
+disc-property-cap       get-property D -o 0
+disc-admin-unknown      admin-passthru D -O 0x7e
+disc-keep-alive         admin-passthru D -O 0x18
+`
 
 // The kernel's nvmet-rdma and our target, the same nvme-cli 2.3 commands
 // from the same kernel host: each command's exit status and NVMe status
@@ -172,8 +195,18 @@ func init() {
 func TestNVMeCLISurvey(t *testing.T) {
 	sub, _ := memSubsystem(t)
 	_, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
-	var cmds strings.Builder
+	var cmds, dcmds strings.Builder
 	var names []string
+	for _, l := range strings.Split(strings.TrimSpace(discSurvey), "\n") {
+		f := strings.Fields(l)
+		for i, a := range f {
+			if a == "D" {
+				f[i] = "$DEV"
+			}
+		}
+		names = append(names, f[0])
+		fmt.Fprintf(&dcmds, "  run %s\n", strings.Join(f, " "))
+	}
 	for _, l := range strings.Split(strings.TrimSpace(nvmeSurvey), "\n") {
 		f := strings.Fields(l)
 		for i, a := range f {
@@ -206,14 +239,21 @@ survey() {
   DEV=/dev/nvme0
 %s  $NVME disconnect -n $N; echo "DISCONNECT $T rc=$?"
   for i in $(seq 40); do [ -e /dev/nvme0 ] || break; sleep 0.25; done
+  # The discovery controller, kept (persistent) as udev's connect-all does.
+  $NVME discover -t rdma -a $2 -s $3 -q $HOSTNQN -p > /dev/null 2>&1; echo "DISCOVER $T rc=$?"
+  DEV=/dev/nvme0
+%s  $NVME disconnect -n nqn.2014-08.org.nvmexpress.discovery > /dev/null; echo "DISCONNECT-DISC $T rc=$?"
+  for i in $(seq 40); do [ -e /dev/nvme0 ] || break; sleep 0.25; done
 }
 survey kernel 10.0.2.15 4420
 survey ours 10.0.2.2 %d
-echo "SURVEY done"`, cmds.String(), ports[0])
+echo "SURVEY done"`, cmds.String(), dcmds.String(), ports[0])
 	vm := nvmeVM(t, script)
 	const step = 4 * time.Minute
 	require.Equal(t, "CONNECT kernel rc=0", guestLine(t, vm, "CONNECT kernel rc=", step))
 	require.Equal(t, "CONNECT ours rc=0", guestLine(t, vm, "CONNECT ours rc=", step))
+	require.Equal(t, "DISCOVER kernel rc=0", guestLine(t, vm, "DISCOVER kernel rc=", step))
+	require.Equal(t, "DISCOVER ours rc=0", guestLine(t, vm, "DISCOVER ours rc=", step))
 	guestLine(t, vm, "SURVEY done", step)
 	_, err := vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
