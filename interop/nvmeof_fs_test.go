@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -107,6 +109,25 @@ dmesg | grep -iE 'ext4|nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
 	_, err = vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
 
+	n := judgeExt4(t, img, vm, files)
+	require.Greater(t, n, 211, "files written: 211 in r/ and the modules left")
+
+	// What the file system asked of the target besides reads and writes.
+	t.Logf("target: %d Write Zeroes, %d Deallocate, %d Flush, %d FUA writes", be.zeroes.Load(), be.deallocs.Load(),
+		be.flushes.Load(), be.fua.Load())
+	assert.Positive(t, be.zeroes.Load(), "Write Zeroes (the lazy inode tables)")
+	assert.Positive(t, be.deallocs.Load(), "Deallocate (online discard of the deleted directory)")
+	assert.Positive(t, be.flushes.Load(), "Flush (before the journal's commits)")
+	assert.Positive(t, be.fua.Load(), "writes with Force Unit Access (the journal's commit records)")
+	assert.Zero(t, logs.count(`connection ended`), "queues that ended early")
+}
+
+// judgeExt4 has this side's tools judge the ext4 image the guest wrote:
+// e2fsck finds it clean, and debugfs reads every file the guest listed
+// (its "SUM sha256 ./path" lines, files of them) with the guest's SHA-256,
+// and no other. It returns how many files there are.
+func judgeExt4(t *testing.T, img string, vm *siw.VM, files string) int {
+	t.Helper()
 	sums := map[string]string{} // path in the file system → SHA-256
 	for _, l := range vm.Lines() {
 		if f := strings.Fields(l); len(f) == 3 && f[0] == "SUM" {
@@ -114,10 +135,7 @@ dmesg | grep -iE 'ext4|nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
 		}
 	}
 	require.Equal(t, files, fmt.Sprint(len(sums)), "the guest's list of files")
-	require.Greater(t, len(sums), 211, "files written: 211 in r/ and the modules left")
-
-	// The judges on this side: e2fsck, then every file as debugfs reads it.
-	out, err = exec.Command("e2fsck", "-fn", img).CombinedOutput()
+	out, err := exec.Command("e2fsck", "-fn", img).CombinedOutput()
 	require.NoError(t, err, "e2fsck finds the image clean:\n%s", out)
 	dump := t.TempDir()
 	out, err = exec.Command("debugfs", "-R", "rdump / "+dump, img).CombinedOutput()
@@ -137,16 +155,80 @@ dmesg | grep -iE 'ext4|nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
 		}
 		return nil
 	})
-	assert.Equal(t, len(sums), n, "regular files in the image (the deleted directory gone)")
+	assert.Equal(t, len(sums), n, "regular files in the image (none deleted left, none missing)")
+	return len(sums)
+}
 
-	// What the file system asked of the target besides reads and writes.
-	t.Logf("target: %d Write Zeroes, %d Deallocate, %d Flush, %d FUA writes", be.zeroes.Load(), be.deallocs.Load(),
-		be.flushes.Load(), be.fua.Load())
-	assert.Positive(t, be.zeroes.Load(), "Write Zeroes (the lazy inode tables)")
-	assert.Positive(t, be.deallocs.Load(), "Deallocate (online discard of the deleted directory)")
-	assert.Positive(t, be.flushes.Load(), "Flush (before the journal's commits)")
-	assert.Positive(t, be.fua.Load(), "writes with Force Unit Access (the journal's commit records)")
-	assert.Zero(t, logs.count(`connection ended`), "queues that ended early")
+// The file system test across a restart of the iwarp-nvmet binary: it is
+// killed (SIGKILL) while the guest's ext4 copies a module tree and writes
+// 300 files, and started again on the same file. The kernel reconnects
+// by itself, the file system sees no error, every file reads back after a
+// remount, and here e2fsck and debugfs judge the image.
+func TestNVMeKernelHostFilesystemRestart(t *testing.T) {
+	for _, tool := range []string{"mkfs.ext4", "e2fsck", "debugfs", "depmod", "modprobe"} {
+		_, err := exec.LookPath(tool)
+		require.NoError(t, err, "%s (e2fsprogs, kmod) judges this test", tool)
+	}
+	img := filepath.Join(t.TempDir(), "fs.img")
+	require.NoError(t, os.WriteFile(img, nil, 0o644))
+	require.NoError(t, os.Truncate(img, 256<<20))
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput()
+	require.NoError(t, err, "mkfs.ext4: %s", out)
+	bin := buildNvmet(t)
+	hp := freePort(t)
+	var out1, out2 syncBuffer
+	first := startNvmet(t, bin, hp, img, &out1)
+	script := fmt.Sprintf(`/usr/sbin/modprobe -d /host/mods ext4 || echo "MODPROBE FAILED ext4"
+$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 2 --reconnect-delay=1 --ctrl-loss-tmo=120; echo "CONNECT rc=$?"
+waitdev && echo "DEVICE present"
+mkdir -p /mnt
+mount -t ext4 /dev/nvme0n1 /mnt; echo "MOUNT rc=$?"
+(cp -a /host/mods /mnt/mods && mkdir /mnt/w && for i in $(seq 300); do
+   dd if=/dev/urandom of=/mnt/w/f$i bs=4k count=$((i %% 17 + 1)) 2>/dev/null || exit 1
+ done && sync; echo $? > /tmp/wl.rc) &
+sleep 1; echo "WORKING"
+wait
+echo "WORKLOAD rc=$(cat /tmp/wl.rc)"
+echo "STATE $(cat /sys/class/nvme/nvme0/state)"
+(cd /mnt && find . -type f | sort | xargs sha256sum) > /tmp/sums
+umount /mnt; echo "UMOUNT rc=$?"
+echo 3 > /proc/sys/vm/drop_caches
+mount -t ext4 /dev/nvme0n1 /mnt; echo "MOUNT2 rc=$?"
+(cd /mnt && sha256sum -c /tmp/sums > /tmp/check 2>&1); echo "VERIFY rc=$?"
+grep -v ': OK$' /tmp/check | head -5
+echo "FILES $(wc -l < /tmp/sums)"
+sed 's/^/SUM /' /tmp/sums
+umount /mnt; echo "UMOUNT2 rc=$?"
+$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
+echo "FS_ERRORS $(dmesg | grep -ciE 'EXT4-fs error|I/O error|critical medium|buffer I/O')"
+echo "RECONNECTS $(dmesg | grep -c 'Successfully reconnected')"
+dmesg | grep -iE 'ext4|nvme|error' | tail -20`, hp, nvmeNQN, nvmeNQN)
+	vm := nvmeVMModules(t, []string{"ext4"}, script)
+	const step = 3 * time.Minute
+	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
+	require.Equal(t, "MOUNT rc=0", guestLine(t, vm, "MOUNT rc=", step))
+	guestLine(t, vm, "WORKING", step)
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	first.Wait()
+	t.Logf("target killed; its log:\n%s", out1.String())
+	time.Sleep(time.Second)
+	second := startNvmet(t, bin, hp, img, &out2)
+	require.Equal(t, "WORKLOAD rc=0", guestLine(t, vm, "WORKLOAD rc=", 4*time.Minute), "the file system's work across the restart")
+	require.Equal(t, "live", guestValue(t, vm, "STATE", step))
+	require.Equal(t, "UMOUNT rc=0", guestLine(t, vm, "UMOUNT rc=", step))
+	require.Equal(t, "MOUNT2 rc=0", guestLine(t, vm, "MOUNT2 rc=", step))
+	require.Equal(t, "VERIFY rc=0", guestLine(t, vm, "VERIFY rc=", step), "every file read back after the remount")
+	files := guestValue(t, vm, "FILES", step)
+	require.Equal(t, "UMOUNT2 rc=0", guestLine(t, vm, "UMOUNT2 rc=", step))
+	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
+	assert.Equal(t, "0", guestValue(t, vm, "FS_ERRORS", step), "ext4 and block-layer errors (dmesg)")
+	assert.NotEqual(t, "0", guestValue(t, vm, "RECONNECTS", step), "the kernel reconnected")
+	_, err = vm.Wait(vmCtx(t, vm, step))
+	require.NoError(t, err)
+	require.NoError(t, second.Process.Signal(os.Interrupt))
+	require.NoError(t, second.Wait(), "iwarp-nvmet's exit after SIGINT:\n%s", out2.String())
+	n := judgeExt4(t, img, vm, files)
+	require.Greater(t, n, 300, "files written: 300 in w/ and the modules")
 }
 
 // countingBackend counts the commands a file system sends beyond plain
