@@ -26,9 +26,10 @@ import (
 // dd's sequential megabytes. The guest mounts an ext4 file system (made
 // here with lazy inode tables, and without the discard that would let
 // mke2fs count them zeroed, so that the kernel zeroes them with Write
-// Zeroes) with online discard, and on two I/O queues at once copies a
-// tree of its kernel modules, writes files of awkward sizes and two
-// hundred small ones while a 24 MiB one streams, deletes a directory
+// Zeroes) with online discard, and on three I/O queues (two for reads,
+// one for writes: nvme connect -W 1) copies a tree of its kernel modules,
+// writes files of awkward sizes and two hundred small ones while a 24 MiB
+// one streams, deletes a directory
 // (discards), syncs (flushes), unmounts, drops its caches, mounts again
 // and checks every file's SHA-256. Then, on this side, e2fsck finds the
 // image clean and debugfs reads every file out of it with the guest's
@@ -59,7 +60,7 @@ func TestNVMeKernelHostFilesystem(t *testing.T) {
 	logs, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
 
 	script := fmt.Sprintf(`/usr/sbin/modprobe -d /host/mods ext4 || echo "MODPROBE FAILED ext4"
-$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 2; echo "CONNECT rc=$?"
+$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 2 -W 1; echo "CONNECT rc=$?"
 waitdev && echo "DEVICE present"
 echo "QUEUES $(cat /sys/class/nvme/nvme0/queue_count)"
 mkdir -p /mnt
@@ -92,7 +93,7 @@ dmesg | grep -iE 'ext4|nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
 	const step = 3 * time.Minute
 	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
 	guestLine(t, vm, "DEVICE present", step)
-	require.Equal(t, "3", guestValue(t, vm, "QUEUES", step), "admin queue and two I/O queues")
+	require.Equal(t, "4", guestValue(t, vm, "QUEUES", step), "admin queue, two I/O queues and a write queue")
 	require.Equal(t, "MOUNT rc=0", guestLine(t, vm, "MOUNT rc=", step))
 	require.Equal(t, "COPY rc=0", guestLine(t, vm, "COPY rc=", step))
 	require.Equal(t, "BIG rc=0", guestLine(t, vm, "BIG rc=", step))
