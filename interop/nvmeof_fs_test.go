@@ -75,17 +75,7 @@ done
 wait
 rm -rf /mnt/mods/lib/modules/*/kernel/drivers; echo "REMOVE rc=$?"
 sync; echo "SYNC rc=$?"
-(cd /mnt && find . -type f | sort | xargs sha256sum) > /tmp/sums
-sleep 2
-umount /mnt; echo "UMOUNT rc=$?"
-echo 3 > /proc/sys/vm/drop_caches
-mount -t ext4 /dev/nvme0n1 /mnt; echo "MOUNT2 rc=$?"
-(cd /mnt && sha256sum -c /tmp/sums > /tmp/check 2>&1); echo "VERIFY rc=$?"
-grep -v ': OK$' /tmp/check | head -5
-echo "FILES $(wc -l < /tmp/sums)"
-sed 's/^/SUM /' /tmp/sums
-umount /mnt; echo "UMOUNT2 rc=$?"
-$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
+`+guestExt4Reread+`$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
 echo "FS_ERRORS $(dmesg | grep -ciE 'EXT4-fs error|I/O error|critical medium|buffer I/O')"
 echo "ERROR_RECOVERIES $(dmesg | grep -c 'starting error recovery')"
 dmesg | grep -iE 'ext4|nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
@@ -99,11 +89,7 @@ dmesg | grep -iE 'ext4|nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
 	require.Equal(t, "BIG rc=0", guestLine(t, vm, "BIG rc=", step))
 	require.Equal(t, "REMOVE rc=0", guestLine(t, vm, "REMOVE rc=", step))
 	require.Equal(t, "SYNC rc=0", guestLine(t, vm, "SYNC rc=", step))
-	require.Equal(t, "UMOUNT rc=0", guestLine(t, vm, "UMOUNT rc=", step))
-	require.Equal(t, "MOUNT2 rc=0", guestLine(t, vm, "MOUNT2 rc=", step))
-	require.Equal(t, "VERIFY rc=0", guestLine(t, vm, "VERIFY rc=", step), "every file read back after the remount")
-	files := guestValue(t, vm, "FILES", step)
-	require.Equal(t, "UMOUNT2 rc=0", guestLine(t, vm, "UMOUNT2 rc=", step))
+	files := requireReread(t, vm, step)
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
 	assert.Equal(t, "0", guestValue(t, vm, "FS_ERRORS", step), "ext4 and block-layer errors (dmesg)")
 	assert.Equal(t, "0", guestValue(t, vm, "ERROR_RECOVERIES", step), "the host's error recoveries (dmesg)")
@@ -121,6 +107,32 @@ dmesg | grep -iE 'ext4|nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
 	assert.Positive(t, be.flushes.Load(), "Flush (before the journal's commits)")
 	assert.Positive(t, be.fua.Load(), "writes with Force Unit Access (the journal's commit records)")
 	assert.Zero(t, logs.count(`connection ended`), "queues that ended early")
+}
+
+// guestExt4Reread lists the files of the ext4 on /mnt with their SHA-256
+// (the SUM lines judgeExt4 reads), unmounts it, drops the guest's caches,
+// mounts it again and checks every file; requireReread follows it.
+const guestExt4Reread = `(cd /mnt && find . -type f | sort | xargs sha256sum) > /tmp/sums
+umount /mnt; echo "UMOUNT rc=$?"
+echo 3 > /proc/sys/vm/drop_caches
+mount -t ext4 /dev/nvme0n1 /mnt; echo "MOUNT2 rc=$?"
+(cd /mnt && sha256sum -c /tmp/sums > /tmp/check 2>&1); echo "VERIFY rc=$?"
+grep -v ': OK$' /tmp/check | head -5
+echo "FILES $(wc -l < /tmp/sums)"
+sed 's/^/SUM /' /tmp/sums
+umount /mnt; echo "UMOUNT2 rc=$?"
+`
+
+// requireReread checks what guestExt4Reread reports and returns the
+// number of files it listed.
+func requireReread(t *testing.T, vm *siw.VM, step time.Duration) string {
+	t.Helper()
+	require.Equal(t, "UMOUNT rc=0", guestLine(t, vm, "UMOUNT rc=", step))
+	require.Equal(t, "MOUNT2 rc=0", guestLine(t, vm, "MOUNT2 rc=", step))
+	require.Equal(t, "VERIFY rc=0", guestLine(t, vm, "VERIFY rc=", step), "every file read back after the remount")
+	files := guestValue(t, vm, "FILES", step)
+	require.Equal(t, "UMOUNT2 rc=0", guestLine(t, vm, "UMOUNT2 rc=", step))
+	return files
 }
 
 // judgeExt4 has this side's tools judge the ext4 image the guest wrote:
@@ -191,16 +203,7 @@ sleep 1; echo "WORKING"
 wait
 echo "WORKLOAD rc=$(cat /tmp/wl.rc)"
 echo "STATE $(cat /sys/class/nvme/nvme0/state)"
-(cd /mnt && find . -type f | sort | xargs sha256sum) > /tmp/sums
-umount /mnt; echo "UMOUNT rc=$?"
-echo 3 > /proc/sys/vm/drop_caches
-mount -t ext4 /dev/nvme0n1 /mnt; echo "MOUNT2 rc=$?"
-(cd /mnt && sha256sum -c /tmp/sums > /tmp/check 2>&1); echo "VERIFY rc=$?"
-grep -v ': OK$' /tmp/check | head -5
-echo "FILES $(wc -l < /tmp/sums)"
-sed 's/^/SUM /' /tmp/sums
-umount /mnt; echo "UMOUNT2 rc=$?"
-$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
+`+guestExt4Reread+`$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
 echo "FS_ERRORS $(dmesg | grep -ciE 'EXT4-fs error|I/O error|critical medium|buffer I/O')"
 echo "RECONNECTS $(dmesg | grep -c 'Successfully reconnected')"
 dmesg | grep -iE 'ext4|nvme|error' | tail -20`, hp, nvmeNQN, nvmeNQN)
@@ -216,11 +219,7 @@ dmesg | grep -iE 'ext4|nvme|error' | tail -20`, hp, nvmeNQN, nvmeNQN)
 	second := startNvmet(t, bin, hp, img, &out2)
 	require.Equal(t, "WORKLOAD rc=0", guestLine(t, vm, "WORKLOAD rc=", 4*time.Minute), "the file system's work across the restart")
 	require.Equal(t, "live", guestValue(t, vm, "STATE", step))
-	require.Equal(t, "UMOUNT rc=0", guestLine(t, vm, "UMOUNT rc=", step))
-	require.Equal(t, "MOUNT2 rc=0", guestLine(t, vm, "MOUNT2 rc=", step))
-	require.Equal(t, "VERIFY rc=0", guestLine(t, vm, "VERIFY rc=", step), "every file read back after the remount")
-	files := guestValue(t, vm, "FILES", step)
-	require.Equal(t, "UMOUNT2 rc=0", guestLine(t, vm, "UMOUNT2 rc=", step))
+	files := requireReread(t, vm, step)
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
 	assert.Equal(t, "0", guestValue(t, vm, "FS_ERRORS", step), "ext4 and block-layer errors (dmesg)")
 	assert.NotEqual(t, "0", guestValue(t, vm, "RECONNECTS", step), "the kernel reconnected")
