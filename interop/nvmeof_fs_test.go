@@ -39,15 +39,7 @@ import (
 // refused every discard: Linux sends a Dataset Management buffer of 256
 // ranges whatever the number it fills (nvmeof's TestDSMLongerBuffer).
 func TestNVMeKernelHostFilesystem(t *testing.T) {
-	for _, tool := range []string{"mkfs.ext4", "e2fsck", "debugfs", "depmod", "modprobe"} {
-		_, err := exec.LookPath(tool)
-		require.NoError(t, err, "%s (e2fsprogs, kmod) judges this test", tool)
-	}
-	img := filepath.Join(t.TempDir(), "fs.img")
-	require.NoError(t, os.WriteFile(img, nil, 0o644))
-	require.NoError(t, os.Truncate(img, 256<<20))
-	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", img).CombinedOutput()
-	require.NoError(t, err, "mkfs.ext4: %s", out)
+	img := ext4Image(t, "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard")
 
 	fb, err := nvmeof.OpenFileBackend(img)
 	require.NoError(t, err)
@@ -107,6 +99,22 @@ dmesg | grep -iE 'ext4|nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
 	assert.Positive(t, be.flushes.Load(), "Flush (before the journal's commits)")
 	assert.Positive(t, be.fua.Load(), "writes with Force Unit Access (the journal's commit records)")
 	assert.Zero(t, logs.count(`connection ended`), "queues that ended early")
+}
+
+// ext4Image makes a 256 MiB ext4 image with mkfs.ext4 and opts, after
+// checking that the tools that judge it (e2fsprogs, kmod) are here.
+func ext4Image(t *testing.T, opts ...string) string {
+	t.Helper()
+	for _, tool := range []string{"mkfs.ext4", "e2fsck", "debugfs", "depmod", "modprobe"} {
+		_, err := exec.LookPath(tool)
+		require.NoError(t, err, "%s (e2fsprogs, kmod) judges this test", tool)
+	}
+	img := filepath.Join(t.TempDir(), "fs.img")
+	require.NoError(t, os.WriteFile(img, nil, 0o644))
+	require.NoError(t, os.Truncate(img, 256<<20))
+	out, err := exec.Command("mkfs.ext4", append(append([]string{"-q", "-F"}, opts...), img)...).CombinedOutput()
+	require.NoError(t, err, "mkfs.ext4: %s", out)
+	return img
 }
 
 // guestExt4Reread lists the files of the ext4 on /mnt with their SHA-256
@@ -178,15 +186,7 @@ func judgeExt4(t *testing.T, img string, vm *siw.VM, files string) int {
 // by itself, the file system sees no error, every file reads back after a
 // remount, and here e2fsck and debugfs judge the image.
 func TestNVMeKernelHostFilesystemRestart(t *testing.T) {
-	for _, tool := range []string{"mkfs.ext4", "e2fsck", "debugfs", "depmod", "modprobe"} {
-		_, err := exec.LookPath(tool)
-		require.NoError(t, err, "%s (e2fsprogs, kmod) judges this test", tool)
-	}
-	img := filepath.Join(t.TempDir(), "fs.img")
-	require.NoError(t, os.WriteFile(img, nil, 0o644))
-	require.NoError(t, os.Truncate(img, 256<<20))
-	out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput()
-	require.NoError(t, err, "mkfs.ext4: %s", out)
+	img := ext4Image(t)
 	bin := buildNvmet(t)
 	hp := freePort(t)
 	var out1, out2 syncBuffer
@@ -223,7 +223,7 @@ dmesg | grep -iE 'ext4|nvme|error' | tail -20`, hp, nvmeNQN, nvmeNQN)
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
 	assert.Equal(t, "0", guestValue(t, vm, "FS_ERRORS", step), "ext4 and block-layer errors (dmesg)")
 	assert.NotEqual(t, "0", guestValue(t, vm, "RECONNECTS", step), "the kernel reconnected")
-	_, err = vm.Wait(vmCtx(t, vm, step))
+	_, err := vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
 	require.NoError(t, second.Process.Signal(os.Interrupt))
 	require.NoError(t, second.Wait(), "iwarp-nvmet's exit after SIGINT:\n%s", out2.String())
