@@ -89,8 +89,14 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 			return 0, st, nil
 		}
 	}
-	if ns != nil && ns.wp.Load() && wpRefuses(cmd.Opcode()) {
-		return 0, StatusNSWriteProtected | DNR, nil // protected while its data moved
+	if ns != nil && wpRefuses(cmd.Opcode()) {
+		// Protecting the namespace waits for a running write to end, so
+		// that none lands after Set Features returns.
+		ns.wpGate.RLock()
+		defer ns.wpGate.RUnlock()
+		if ns.wp.Load() {
+			return 0, StatusNSWriteProtected | DNR, nil // protected while its data moved
+		}
 	}
 	switch op := cmd.Opcode(); {
 	case ns == nil || ns.resv == nil:

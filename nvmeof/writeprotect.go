@@ -10,8 +10,9 @@ package nvmeof
 // command but Read and Flush, the reservation commands run (they change no
 // data, and a fence must still be possible), and Namespace is Write
 // Protected carries DNR: sending the write again cannot help. A write
-// whose data was moving when protection was set is refused when it runs;
-// one already running may land after Set Features returns.
+// whose data was moving when protection was set is refused when it runs,
+// and Set Features waits for those already running (nvmet does not: it
+// checks before the data moves), so that none lands after it returns.
 
 // FeatWriteProtect is the Namespace Write Protection Config feature.
 const FeatWriteProtect = 0x84
@@ -55,6 +56,8 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 	case wpOn:
 		c.sub.wpMu.Lock()
 		was := ns.wp.Swap(true)
+		ns.wpGate.Lock() // the writes already running end first
+		ns.wpGate.Unlock()
 		if st := c.flush(ns, " for write protection"); !st.OK() {
 			ns.wp.Store(was) // a namespace protected before stays so
 			c.sub.wpMu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -145,4 +146,68 @@ func TestWriteProtect(t *testing.T) {
 	require.Equal(t, a.cfg.HostID[:], id, "the host ID it connected with")
 	_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, 0, FeatHostID, 0) }, 16, "", nil)
 	requireStatus(t, err, StatusInvalidField|DNR)
+}
+
+// slowWriteBackend holds each plain write until release is closed, once
+// it has said so on entered.
+type slowWriteBackend struct {
+	*fuaBackend
+	entered, release chan struct{}
+	landed           atomic.Bool
+}
+
+func (b *slowWriteBackend) WriteAt(p []byte, off int64) (int, error) {
+	b.entered <- struct{}{}
+	<-b.release
+	n, err := b.fuaBackend.WriteAt(p, off)
+	b.landed.Store(true)
+	return n, err
+}
+
+// A write already running when a host protects the namespace lands before
+// Set Features returns (and before its flush), never after: protection
+// waits it out, and the write, admitted before, succeeds.
+func TestWriteProtectWaitsForRunningWrite(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	be := &slowWriteBackend{
+		fuaBackend: &fuaBackend{MemBackend: NewMemBackend(1 << 20)},
+		entered:    make(chan struct{}, 1),
+		release:    make(chan struct{}),
+	}
+	_, sub, addr := newBackendTarget(t, be, TargetConfig{})
+	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	n, err := a.Namespace(ctx, 1)
+	require.NoError(t, err)
+
+	p := bytes.Repeat([]byte{7}, 4096)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := n.WriteAt(p, 4096)
+		wrote <- err
+	}()
+	<-be.entered // the write runs in the Backend
+
+	var landedAtFlush atomic.Bool
+	atFlush := func() { landedAtFlush.Store(be.landed.Load()) }
+	be.onFlush.Store(&atFlush)
+	protected := make(chan error, 1)
+	go func() { protected <- n.SetWriteProtect(ctx, true) }()
+	select {
+	case err := <-protected:
+		close(be.release)
+		t.Fatalf("Set Features returned (%v) while a write was still running", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.True(t, sub.namespace(1).WriteProtected(), "protected at once: new writes are refused")
+	close(be.release)
+	require.NoError(t, <-wrote, "the write admitted before protection completes")
+	require.NoError(t, <-protected)
+	require.True(t, landedAtFlush.Load(), "the running write landed before the flush")
+	got := make([]byte, 4096)
+	_, err = n.ReadAt(got, 4096)
+	require.NoError(t, err)
+	require.Equal(t, p, got)
+	_, err = n.WriteAt(p, 8192)
+	requireStatus(t, err, StatusNSWriteProtected|DNR)
 }
