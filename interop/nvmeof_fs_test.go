@@ -71,7 +71,7 @@ sync; echo "SYNC rc=$?"
 echo "FS_ERRORS $(dmesg | grep -ciE 'EXT4-fs error|I/O error|critical medium|buffer I/O')"
 echo "ERROR_RECOVERIES $(dmesg | grep -c 'starting error recovery')"
 dmesg | grep -iE 'ext4|nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
-	vm := nvmeVMModules(t, []string{"ext4"}, script)
+	vm := nvmeVMShare(t, vmShare{mods: []string{"ext4"}}, script)
 	const step = 3 * time.Minute
 	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
 	guestLine(t, vm, "DEVICE present", step)
@@ -207,7 +207,7 @@ echo "STATE $(cat /sys/class/nvme/nvme0/state)"
 echo "FS_ERRORS $(dmesg | grep -ciE 'EXT4-fs error|I/O error|critical medium|buffer I/O')"
 echo "RECONNECTS $(dmesg | grep -c 'Successfully reconnected')"
 dmesg | grep -iE 'ext4|nvme|error' | tail -20`, hp, nvmeNQN, nvmeNQN)
-	vm := nvmeVMModules(t, []string{"ext4"}, script)
+	vm := nvmeVMShare(t, vmShare{mods: []string{"ext4"}}, script)
 	const step = 3 * time.Minute
 	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
 	require.Equal(t, "MOUNT rc=0", guestLine(t, vm, "MOUNT rc=", step))

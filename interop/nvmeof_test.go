@@ -71,12 +71,18 @@ func nvmePrep() string {
 // nvmeVM boots a VM whose share holds the NVMe modules and nvme-cli.
 func nvmeVM(t *testing.T, script string, fwds ...siw.Forward) *siw.VM {
 	t.Helper()
-	return nvmeVMModules(t, nil, script, fwds...)
+	return nvmeVMShare(t, vmShare{}, script, fwds...)
 }
 
-// nvmeVMModules is nvmeVM with more of the guest kernel's modules (and
-// what they need) in the share, for modprobe -d /host/mods.
-func nvmeVMModules(t *testing.T, mods []string, script string, fwds ...siw.Forward) *siw.VM {
+// vmShare is what a test puts in the VM's share besides the NVMe modules
+// and nvme-cli.
+type vmShare struct {
+	mods  []string          // more of the guest kernel's modules (and what they need), for modprobe -d /host/mods
+	files map[string]string // a file here (value) as /host/<key> in the guest
+}
+
+// nvmeVMShare is nvmeVM with more in the share.
+func nvmeVMShare(t *testing.T, extra vmShare, script string, fwds ...siw.Forward) *siw.VM {
 	t.Helper()
 	work := os.Getenv("IWARP_SIWVM_WORK")
 	if work == "" {
@@ -92,8 +98,13 @@ func nvmeVMModules(t *testing.T, mods []string, script string, fwds ...siw.Forwa
 	prep.Env = append(os.Environ(), "SIWVM_WORK="+work, "NVME_DEBS="+filepath.Join(work, "nvme-debs"))
 	out, err := prep.CombinedOutput()
 	require.NoError(t, err, "%s:\n%s", nvmePrep(), out)
-	if len(mods) > 0 {
-		addGuestModules(t, filepath.Join(work, "kernel"), filepath.Join(dir, "share", "mods"), mods)
+	if len(extra.mods) > 0 {
+		addGuestModules(t, filepath.Join(work, "kernel"), filepath.Join(dir, "share", "mods"), extra.mods)
+	}
+	for name, from := range extra.files {
+		b, err := os.ReadFile(from)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "share", name), b, 0o755))
 	}
 	vm, err := siw.Start(ctx, siw.Config{Script: nvmeGuestSetup + script, Forwards: fwds, Timeout: 8 * time.Minute,
 		RunDir: dir, Log: t.Logf})

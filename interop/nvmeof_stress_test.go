@@ -1,0 +1,105 @@
+//go:build interop
+
+package interop
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The kernel's host under a storage stress test on our target, judged
+// sector by sector: blkstress (interop/blkstress, built here, run in the
+// guest) has 16 workers write, read, zero (Write Zeroes) and flush the
+// namespace with O_DIRECT for 20 s, at random offsets and sizes from one
+// sector (in the command capsule) to 2 MiB (more than MDTS: the block
+// layer splits them), from buffers that start mid-page (SGLs that do
+// not), over two I/O queues and a write queue; once as Linux connects by
+// default, and once with MPA CRCs (TargetConfig.AskCRC), which siw and we
+// check on every FPDU. Every sector read must be
+// the one last written there, at the end every sector is read back, and
+// the SHA-256 of the whole device the guest reads must be that of what
+// the namespace holds here. No I/O error, error recovery or queue ended.
+func TestNVMeKernelHostStress(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "blkstress")
+	build := exec.Command("go", "build", "-o", bin, "./blkstress")
+	build.Env = append(build.Environ(), "CGO_ENABLED=0") // for the guest's userland
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, crc := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crc=%v", crc), func(t *testing.T) { nvmeKernelHostStress(t, bin, crc) })
+	}
+}
+
+func nvmeKernelHostStress(t *testing.T, bin string, crc bool) {
+
+	sub, mem := memSubsystem(t)
+	logs, ports := serveTarget(t, nvmeof.TargetConfig{AskCRC: crc}, sub, 1)
+	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 2 -W 1; echo "CONNECT rc=$?"
+waitdev && echo "DEVICE present"
+echo "QUEUES $(cat /sys/class/nvme/nvme0/queue_count)"
+echo "MAX_KB $(cat /sys/block/nvme0n1/queue/max_hw_sectors_kb)"
+/host/blkstress -dev /dev/nvme0n1 -workers 16 -time 20s -max $((2 << 20)) > /tmp/stress 2>&1; echo "BLKSTRESS rc=$?"
+sed 's/^/  /' /tmp/stress
+$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
+echo "IO_ERRORS $(dmesg | grep -ciE 'I/O error|critical medium|buffer I/O')"
+echo "ERROR_RECOVERIES $(dmesg | grep -c 'starting error recovery')"
+echo "SIW_CRC_ERRORS $(dmesg | grep -c 'siw: crc error')"
+dmesg | grep -iE 'nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
+	vm := nvmeVMShare(t, vmShare{files: map[string]string{"blkstress": bin}}, script)
+	const step = 3 * time.Minute
+	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
+	guestLine(t, vm, "DEVICE present", step)
+	require.Equal(t, "4", guestValue(t, vm, "QUEUES", step), "admin queue, two I/O queues and a write queue")
+	maxKB, err := strconv.Atoi(guestValue(t, vm, "MAX_KB", step))
+	require.NoError(t, err)
+	require.Less(t, maxKB, 2<<10, "I/Os of 2 MiB are split: the test covers the split")
+	// blkstress's own lines follow its exit status.
+	require.Equal(t, "BLKSTRESS rc=0", guestLine(t, vm, "BLKSTRESS rc=", 2*step))
+	counts := guestLine(t, vm, "STRESS writes=", step)
+	t.Logf("blkstress: %s", counts)
+	verify := guestLine(t, vm, "VERIFY ", step)
+	require.Equal(t, "VERIFY ok sectors=131072", strings.TrimSpace(verify[strings.Index(verify, "VERIFY"):]),
+		"every sector of the namespace read back as last written")
+	sum := guestValue(t, vm, "SHA256", step)
+	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
+	assert.Equal(t, "0", guestValue(t, vm, "IO_ERRORS", step), "block-layer I/O errors (dmesg)")
+	assert.Equal(t, "0", guestValue(t, vm, "ERROR_RECOVERIES", step), "the host's error recoveries (dmesg)")
+	assert.Equal(t, "0", guestValue(t, vm, "SIW_CRC_ERRORS", step), "siw's CRC errors (dmesg)")
+	_, err = vm.Wait(vmCtx(t, vm, step))
+	require.NoError(t, err)
+
+	// Every kind of I/O happened, many times.
+	for k, least := range map[string]int{"writes": 100, "reads": 100, "midpage": 100, "zeroes": 5, "flushes": 5, "big": 5} {
+		assert.GreaterOrEqual(t, fieldValue(counts, k), least, "blkstress %s", k)
+	}
+	all := make([]byte, mem.Size())
+	_, err = mem.ReadAt(all, 0)
+	require.NoError(t, err)
+	here := sha256.Sum256(all)
+	require.Equal(t, sum, hex.EncodeToString(here[:]), "the namespace here holds what the guest read")
+	assert.Zero(t, logs.count(`connection ended`), "queues that ended early")
+}
+
+// fieldValue returns the number after "key=" in line, or -1.
+func fieldValue(line, key string) int {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			n, err := strconv.Atoi(v)
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
