@@ -50,6 +50,13 @@ type controller struct {
 	kaPoke     chan struct{} // setKATO tells the keep-alive goroutine
 	dead       bool
 	shstDone   time.Time // testShutdownLag: when CSTS.SHST turns done
+
+	// Commands in a Backend, and the end that new hosts' controllers
+	// wait out (quiesce.go).
+	inflight  atomic.Int64
+	ended     atomic.Bool
+	quiet     chan struct{} // closed once ended with none in a Backend
+	quietOnce sync.Once
 }
 
 func (c *controller) discovery() bool { return c.sub == nil }
@@ -110,6 +117,7 @@ func (c *controller) shutdown(why string) {
 	}
 	qs = append(qs, c.admin)
 	c.mu.Unlock()
+	c.endQuiesce()
 	c.t.removeController(c)
 	if c.sub != nil {
 		c.sub.detach(c)
@@ -281,6 +289,12 @@ func (q *tqueue) connect(r *request) (uint64, Status) {
 	if q.qid == 0 {
 		if cd.CntlID != DynamicCntlID {
 			return invalidParam(true, connOffCntlID)
+		}
+		if sub != nil {
+			if err := awaitQuiet(sub, cd.HostNQN, cd.HostID); err != nil {
+				q.logf("host %s: %v: Controller Busy", cd.HostNQN, err)
+				return 0, StatusConnectCtrlBusy // no DNR: a reconnecting host tries again
+			}
 		}
 		c := &controller{t: t, sub: sub, hostNQN: cd.HostNQN, hostID: cd.HostID, admin: q, ioq: map[uint16]*tqueue{}}
 		switch t.addController(c, q.port) {

@@ -62,7 +62,10 @@
 // commands before Connect or before CC.EN (Command Sequence Error), Connect
 // errors with the Invalid Parameter offset, and a host that overruns its
 // SQ. A broken connection ends its queue, and an admin queue's its
-// controller.
+// controller. A host's new controller on a subsystem waits, in its
+// Connect, until the commands of the host's ended controllers there have
+// left their Backends (quiesce.go), so that a write the host sends again
+// after a reset cannot be overtaken by its old copy.
 //
 // # Host
 //

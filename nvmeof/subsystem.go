@@ -20,6 +20,7 @@ type Subsystem struct {
 	mu        sync.RWMutex
 	ns        []*Namespace
 	ctrls     map[*controller]struct{} // its controllers, told of namespaces added
+	ending    map[*controller]struct{} // ended controllers with commands still in a Backend (quiesce.go)
 	targets   map[*Target]struct{}     // that serve it: a controller attaches only through one; told when its hosts change
 	anyHost   bool
 	hosts     []string

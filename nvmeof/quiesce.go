@@ -1,0 +1,108 @@
+package nvmeof
+
+import (
+	"errors"
+	"time"
+)
+
+// A host that loses its connection to a controller, or resets it, sends
+// the commands it had outstanding again on a new association. One of them
+// may still be running in a Backend on the old controller's queue (that
+// queue's goroutine sees the end only when the Backend returns), and would
+// then land after the new copy and after whatever the host wrote next. So
+// a host's new controller on a subsystem waits, in its Connect, until the
+// host's ended controllers there have no command in a Backend: the rule
+// NVMe 2.1's Command Quiesce Time asks hosts to keep, kept here because
+// Linux's host (6.1) does not. A Backend that takes longer than
+// quiesceWait gets the Connect Controller Busy, without DNR, which a
+// reconnecting host tries again later.
+
+// quiesceWait bounds how long a Connect waits for the host's ended
+// controllers (a variable for tests).
+var quiesceWait = 5 * time.Second
+
+// enter counts a command of an I/O queue into the Backend; false: the
+// controller has ended, and the command must not run.
+func (c *controller) enter() bool {
+	c.inflight.Add(1)
+	if c.ended.Load() {
+		c.leave()
+		return false
+	}
+	return true
+}
+
+// leave counts a command out of the Backend.
+func (c *controller) leave() {
+	if c.inflight.Add(-1) == 0 && c.ended.Load() {
+		c.quiesced()
+	}
+}
+
+// endQuiesce marks the controller ended (shutdown): from now on no command
+// enters a Backend, and quiet closes once the last one has left.
+func (c *controller) endQuiesce() {
+	if c.sub != nil {
+		c.sub.mu.Lock()
+		if c.sub.ending == nil {
+			c.sub.ending = map[*controller]struct{}{}
+		}
+		c.sub.ending[c] = struct{}{}
+		c.sub.mu.Unlock()
+	}
+	c.ended.Store(true)
+	if c.inflight.Load() == 0 {
+		c.quiesced()
+	}
+}
+
+// quiesced closes quiet, once, and takes the controller off the
+// subsystem's list of ended controllers.
+func (c *controller) quiesced() {
+	c.quietOnce.Do(func() {
+		close(c.quietCh())
+		if c.sub != nil {
+			c.sub.mu.Lock()
+			delete(c.sub.ending, c)
+			c.sub.mu.Unlock()
+		}
+	})
+}
+
+func (c *controller) quietCh() chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.quiet == nil {
+		c.quiet = make(chan struct{})
+	}
+	return c.quiet
+}
+
+// errNotQuiet: a host's ended controller still has a command in a Backend.
+var errNotQuiet = errors.New("a command of the host's ended controller is still running")
+
+// awaitQuiet waits until host's ended controllers on sub have no command
+// in a Backend, for at most quiesceWait.
+func awaitQuiet(sub *Subsystem, hostNQN string, hostID [16]byte) error {
+	var ended []*controller
+	sub.mu.RLock()
+	for c := range sub.ending {
+		if c.hostNQN == hostNQN && c.hostID == hostID {
+			ended = append(ended, c)
+		}
+	}
+	sub.mu.RUnlock()
+	if len(ended) == 0 {
+		return nil
+	}
+	timer := time.NewTimer(quiesceWait)
+	defer timer.Stop()
+	for _, c := range ended {
+		select {
+		case <-c.quietCh():
+		case <-timer.C:
+			return errNotQuiet
+		}
+	}
+	return nil
+}

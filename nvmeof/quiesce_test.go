@@ -1,0 +1,146 @@
+package nvmeof
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// gateWriteBackend holds the first write at off until release is closed,
+// once it has said so on entered.
+type gateWriteBackend struct {
+	*MemBackend
+	off              int64
+	entered, release chan struct{}
+	once, openOnce   sync.Once
+}
+
+// newGateWriteBackend returns a gateWriteBackend of 1 MiB that a failed
+// test opens when it ends (a cleanup registered after its target's).
+func newGateWriteBackend(t *testing.T, off int64) *gateWriteBackend {
+	b := &gateWriteBackend{MemBackend: NewMemBackend(1 << 20), off: off,
+		entered: make(chan struct{}, 1), release: make(chan struct{})}
+	return b
+}
+
+func (b *gateWriteBackend) open() { b.openOnce.Do(func() { close(b.release) }) }
+
+func (b *gateWriteBackend) WriteAt(p []byte, off int64) (int, error) {
+	gated := false
+	if off == b.off {
+		b.once.Do(func() { gated = true })
+	}
+	if gated {
+		b.entered <- struct{}{}
+		<-b.release
+	}
+	return b.MemBackend.WriteAt(p, off)
+}
+
+// abortHost drops every connection of c at once, as a host that resets
+// its controller or loses its network does, and waits until the target
+// has ended the controller.
+func abortHost(t *testing.T, tg *Target, c *Controller) {
+	t.Helper()
+	id := c.ID
+	c.admin.qp.Abort()
+	for _, q := range c.io {
+		q.qp.Abort()
+	}
+	require.Eventually(t, func() bool { return tg.controller(id) == nil }, 5*time.Second, 10*time.Millisecond)
+	t.Cleanup(func() { c.Close() })
+}
+
+// A host that drops its connections while a write of its is still in the
+// Backend, and connects again, gets its new controller only once that
+// write has landed: otherwise the write, sent again on the new controller
+// and followed by another to the same blocks, could be overwritten by
+// the old copy. A Backend slower than quiesceWait gets the Connect
+// Controller Busy without DNR (a reconnecting host tries again later);
+// another host does not wait.
+func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	be := newGateWriteBackend(t, 4096)
+	tg, _, addr := newBackendTarget(t, be, TargetConfig{})
+	t.Cleanup(be.open)
+	cfg := HostConfig{IOQueues: 1, HostID: [16]byte{0xc0, 0xff, 0xee}, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:c0ffee00-0000-4000-8000-000000000000"}
+	a := connectHost(t, addr, testNQN, cfg)
+	na, err := a.Namespace(ctx, 1)
+	require.NoError(t, err)
+	old := bytes.Repeat([]byte{1}, 4096)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := na.WriteAt(old, 4096)
+		wrote <- err
+	}()
+	<-be.entered
+	abortHost(t, tg, a)
+	require.Error(t, <-wrote, "the host's write failed with its connection")
+
+	type result struct {
+		c   *Controller
+		err error
+	}
+	again := make(chan result, 1)
+	go func() {
+		c, err := Connect(ctx, "tcp", addr, testNQN, cfg)
+		again <- result{c, err}
+	}()
+	select {
+	case r := <-again:
+		if r.c != nil {
+			r.c.Close()
+		}
+		be.open()
+		t.Fatalf("the host connected again (%v) while its old controller's write was in the Backend", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	be.open()
+	r := <-again
+	require.NoError(t, r.err, "connected once the old write landed")
+	b := r.c
+	t.Cleanup(func() { b.Close() })
+	nb, err := b.Namespace(ctx, 1)
+	require.NoError(t, err)
+	newer := bytes.Repeat([]byte{2}, 4096)
+	_, err = nb.WriteAt(newer, 4096)
+	require.NoError(t, err)
+	got := make([]byte, 4096)
+	_, err = nb.ReadAt(got, 4096)
+	require.NoError(t, err)
+	require.Equal(t, newer, got, "the newer write stays")
+
+	// A Backend slower than quiesceWait: Controller Busy, no DNR.
+	defer func(w time.Duration) { quiesceWait = w }(quiesceWait)
+	quiesceWait = 200 * time.Millisecond
+	be2 := newGateWriteBackend(t, 8192)
+	tg2, _, addr2 := newBackendTarget(t, be2, TargetConfig{})
+	t.Cleanup(be2.open)
+	c := connectHost(t, addr2, testNQN, cfg)
+	nc, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	go func() {
+		_, err := nc.WriteAt(old, 8192)
+		wrote <- err
+	}()
+	<-be2.entered
+	abortHost(t, tg2, c)
+	<-wrote
+	_, err = Connect(ctx, "tcp", addr2, testNQN, cfg)
+	requireStatus(t, err, StatusConnectCtrlBusy)
+	// Another host connects meanwhile.
+	other := connectHost(t, addr2, testNQN, HostConfig{IOQueues: 1})
+	require.NoError(t, other.Close())
+	be2.open()
+	require.Eventually(t, func() bool {
+		d, err := Connect(ctx, "tcp", addr2, testNQN, cfg)
+		if err == nil {
+			d.Close()
+		}
+		return err == nil
+	}, 5*time.Second, 50*time.Millisecond, "the host connects once the write has landed")
+}
