@@ -26,36 +26,44 @@ import (
 // layer splits them), from buffers that start mid-page (SGLs that do
 // not), over two I/O queues and a write queue; once as Linux connects by
 // default, and once with MPA CRCs (TargetConfig.AskCRC), which siw and we
-// check on every FPDU. Every sector read must be
-// the one last written there, at the end every sector is read back, and
-// the SHA-256 of the whole device the guest reads must be that of what
-// the namespace holds here. No I/O error, error recovery or queue ended.
+// check on every FPDU; and once with the host resetting the controller
+// every 3 s under the load (nvme reset: every queue torn down with
+// commands in flight, which the host sends again on the new ones). Every
+// sector read must be the one last written there, at the end every sector
+// is read back, and the SHA-256 of the whole device the guest reads must
+// be that of what the namespace holds here. No I/O error, error recovery
+// or queue ended early.
 func TestNVMeKernelHostStress(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "blkstress")
 	build := exec.Command("go", "build", "-o", bin, "./blkstress")
 	build.Env = append(build.Environ(), "CGO_ENABLED=0") // for the guest's userland
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	for _, crc := range []bool{false, true} {
-		t.Run(fmt.Sprintf("crc=%v", crc), func(t *testing.T) { nvmeKernelHostStress(t, bin, crc) })
-	}
+	t.Run("crc=false", func(t *testing.T) { nvmeKernelHostStress(t, bin, false, false) })
+	t.Run("crc=true", func(t *testing.T) { nvmeKernelHostStress(t, bin, true, false) })
+	t.Run("resets", func(t *testing.T) { nvmeKernelHostStress(t, bin, false, true) })
 }
 
-func nvmeKernelHostStress(t *testing.T, bin string, crc bool) {
-
+func nvmeKernelHostStress(t *testing.T, bin string, crc, resets bool) {
+	resetLoop := ""
+	if resets {
+		resetLoop = `(for i in 1 2 3 4 5; do sleep 3; $NVME reset /dev/nvme0 && echo "RESET $i"; done; echo "RESETS done") &`
+	}
 	sub, mem := memSubsystem(t)
 	logs, ports := serveTarget(t, nvmeof.TargetConfig{AskCRC: crc}, sub, 1)
 	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 2 -W 1; echo "CONNECT rc=$?"
 waitdev && echo "DEVICE present"
 echo "QUEUES $(cat /sys/class/nvme/nvme0/queue_count)"
 echo "MAX_KB $(cat /sys/block/nvme0n1/queue/max_hw_sectors_kb)"
+%s
 /host/blkstress -dev /dev/nvme0n1 -workers 16 -time 20s -max $((2 << 20)) > /tmp/stress 2>&1; echo "BLKSTRESS rc=$?"
+wait
 sed 's/^/  /' /tmp/stress
 $NVME disconnect -n %s; echo "DISCONNECT rc=$?"
 echo "IO_ERRORS $(dmesg | grep -ciE 'I/O error|critical medium|buffer I/O')"
 echo "ERROR_RECOVERIES $(dmesg | grep -c 'starting error recovery')"
 echo "SIW_CRC_ERRORS $(dmesg | grep -c 'siw: crc error')"
-dmesg | grep -iE 'nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
+dmesg | grep -iE 'nvme|error' | tail -20`, ports[0], nvmeNQN, resetLoop, nvmeNQN)
 	vm := nvmeVMShare(t, vmShare{files: map[string]string{"blkstress": bin}}, script)
 	const step = 3 * time.Minute
 	require.Equal(t, "CONNECT rc=0", guestLine(t, vm, "CONNECT rc=", step))
@@ -88,6 +96,10 @@ dmesg | grep -iE 'nvme|error' | tail -20`, ports[0], nvmeNQN, nvmeNQN)
 	require.NoError(t, err)
 	here := sha256.Sum256(all)
 	require.Equal(t, sum, hex.EncodeToString(here[:]), "the namespace here holds what the guest read")
+	if resets {
+		assert.Equal(t, 6, logs.count(`nvmeof: controller \d+: host .* connected to `+nvmeNQN), "controllers: the first and one a reset")
+		return
+	}
 	assert.Zero(t, logs.count(`connection ended`), "queues that ended early")
 }
 
