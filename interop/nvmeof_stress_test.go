@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,14 +22,16 @@ import (
 // The kernel's host under a storage stress test on our target, judged
 // sector by sector: blkstress (interop/blkstress, built here, run in the
 // guest) has 16 workers write, read, zero (Write Zeroes) and flush the
-// namespace with O_DIRECT for 20 s, at random offsets and sizes from one
+// namespace with O_DIRECT for 15 s, at random offsets and sizes from one
 // sector (in the command capsule) to 2 MiB (more than MDTS: the block
 // layer splits them), from buffers that start mid-page (SGLs that do
 // not), over two I/O queues and a write queue; once as Linux connects by
 // default, and once with MPA CRCs (TargetConfig.AskCRC), which siw and we
 // check on every FPDU; and once with the host resetting the controller
 // every 3 s under the load (nvme reset: every queue torn down with
-// commands in flight, which the host sends again on the new ones). Every
+// commands in flight, which the host sends again on the new ones), and
+// once with a reset while one write takes the Backend 9 s (stressSlow).
+// Every
 // sector read must be the one last written there, at the end every sector
 // is read back, and the SHA-256 of the whole device the guest reads must
 // be that of what the namespace holds here. No I/O error, error recovery
@@ -39,24 +42,60 @@ func TestNVMeKernelHostStress(t *testing.T) {
 	build.Env = append(build.Environ(), "CGO_ENABLED=0") // for the guest's userland
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	t.Run("crc=false", func(t *testing.T) { nvmeKernelHostStress(t, bin, false, false) })
-	t.Run("crc=true", func(t *testing.T) { nvmeKernelHostStress(t, bin, true, false) })
-	t.Run("resets", func(t *testing.T) { nvmeKernelHostStress(t, bin, false, true) })
+	t.Run("crc=false", func(t *testing.T) { nvmeKernelHostStress(t, bin, stressPlain) })
+	t.Run("crc=true", func(t *testing.T) { nvmeKernelHostStress(t, bin, stressCRC) })
+	t.Run("resets", func(t *testing.T) { nvmeKernelHostStress(t, bin, stressResets) })
+	t.Run("slow", func(t *testing.T) { nvmeKernelHostStress(t, bin, stressSlow) })
 }
 
-func nvmeKernelHostStress(t *testing.T, bin string, crc, resets bool) {
-	resetLoop := ""
-	if resets {
-		resetLoop = `(for i in 1 2 3 4 5; do sleep 3; $NVME reset /dev/nvme0 && echo "RESET $i"; done; echo "RESETS done") &`
+// The stress test's variants.
+const (
+	stressPlain  = iota
+	stressCRC    // MPA CRCs on
+	stressResets // a reset every 3 s
+	// One write takes the Backend 9 s, and the host resets the controller
+	// meanwhile: its new controller's Connect waits 5 s for the old
+	// controller's write (nvmeof's quiesce.go), gets Controller Busy, and
+	// the host connects again a second later, once the write has landed.
+	stressSlow
+)
+
+// slowOnceBackend makes the first write after armed take 9 s.
+type slowOnceBackend struct {
+	*nvmeof.MemBackend
+	armed atomic.Bool
+}
+
+func (b *slowOnceBackend) WriteAt(p []byte, off int64) (int, error) {
+	if b.armed.CompareAndSwap(true, false) {
+		time.Sleep(9 * time.Second)
 	}
-	sub, mem := memSubsystem(t)
-	logs, ports := serveTarget(t, nvmeof.TargetConfig{AskCRC: crc}, sub, 1)
-	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 2 -W 1; echo "CONNECT rc=$?"
+	return b.MemBackend.WriteAt(p, off)
+}
+
+func nvmeKernelHostStress(t *testing.T, bin string, mode int) {
+	resetLoop := ""
+	switch mode {
+	case stressResets:
+		resetLoop = `(for i in 1 2 3 4; do sleep 3; $NVME reset /dev/nvme0 && echo "RESET $i"; done; echo "RESETS done") &`
+	case stressSlow:
+		resetLoop = `(sleep 3; $NVME reset /dev/nvme0; echo "RESET rc=$?") &`
+	}
+	sub, err := nvmeof.NewSubsystem(nvmeNQN)
+	require.NoError(t, err)
+	mem := &slowOnceBackend{MemBackend: nvmeof.NewMemBackend(64 << 20)}
+	_, err = sub.AddNamespace(mem, 512)
+	require.NoError(t, err)
+	logs, ports := serveTarget(t, nvmeof.TargetConfig{AskCRC: mode == stressCRC}, sub, 1)
+	if mode == stressSlow {
+		mem.armed.Store(true) // the first write of the test: blkstress's, before the reset
+	}
+	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 2 -W 1 -c 1; echo "CONNECT rc=$?"
 waitdev && echo "DEVICE present"
 echo "QUEUES $(cat /sys/class/nvme/nvme0/queue_count)"
 echo "MAX_KB $(cat /sys/block/nvme0n1/queue/max_hw_sectors_kb)"
 %s
-/host/blkstress -dev /dev/nvme0n1 -workers 16 -time 20s -max $((2 << 20)) > /tmp/stress 2>&1; echo "BLKSTRESS rc=$?"
+/host/blkstress -dev /dev/nvme0n1 -workers 16 -time 15s -max $((2 << 20)) > /tmp/stress 2>&1; echo "BLKSTRESS rc=$?"
 wait
 sed 's/^/  /' /tmp/stress
 $NVME disconnect -n %s; echo "DISCONNECT rc=$?"
@@ -88,7 +127,7 @@ dmesg | grep -iE 'nvme|error' | tail -20`, ports[0], nvmeNQN, resetLoop, nvmeNQN
 	require.NoError(t, err)
 
 	// Every kind of I/O happened, many times.
-	for k, least := range map[string]int{"writes": 100, "reads": 100, "midpage": 100, "zeroes": 5, "flushes": 5, "big": 5} {
+	for k, least := range map[string]int{"writes": 50, "reads": 50, "midpage": 50, "zeroes": 2, "flushes": 2, "big": 2} {
 		assert.GreaterOrEqual(t, fieldValue(counts, k), least, "blkstress %s", k)
 	}
 	all := make([]byte, mem.Size())
@@ -96,8 +135,15 @@ dmesg | grep -iE 'nvme|error' | tail -20`, ports[0], nvmeNQN, resetLoop, nvmeNQN
 	require.NoError(t, err)
 	here := sha256.Sum256(all)
 	require.Equal(t, sum, hex.EncodeToString(here[:]), "the namespace here holds what the guest read")
-	if resets {
-		assert.Equal(t, 6, logs.count(`nvmeof: controller \d+: host .* connected to `+nvmeNQN), "controllers: the first and one a reset")
+	ctrls := logs.count(`nvmeof: controller \d+: host .* connected to ` + nvmeNQN)
+	switch mode {
+	case stressResets:
+		assert.Equal(t, 5, ctrls, "controllers: the first and one a reset")
+		return
+	case stressSlow:
+		assert.False(t, mem.armed.Load(), "the slow write happened")
+		assert.Positive(t, logs.count(`Controller Busy`), "a Connect waited out and refused")
+		assert.Equal(t, 2, ctrls, "controllers: the first and the one after the reset")
 		return
 	}
 	assert.Zero(t, logs.count(`connection ended`), "queues that ended early")
