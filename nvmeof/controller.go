@@ -291,7 +291,7 @@ func (q *tqueue) connect(r *request) (uint64, Status) {
 			return invalidParam(true, connOffCntlID)
 		}
 		if sub != nil {
-			if err := awaitQuiet(sub, cd.HostNQN, cd.HostID); err != nil {
+			if err := awaitQuiet(sub, cd.HostNQN, cd.HostID, nil); err != nil {
 				q.logf("host %s: %v: Controller Busy", cd.HostNQN, err)
 				return 0, StatusConnectCtrlBusy // no DNR: a reconnecting host tries again
 			}

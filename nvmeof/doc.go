@@ -65,7 +65,8 @@
 // controller. A host's new controller on a subsystem waits, in its
 // Connect, until the commands of the host's ended controllers there have
 // left their Backends (quiesce.go), so that a write the host sends again
-// after a reset cannot be overtaken by its old copy.
+// after a reset cannot be overtaken by its old copy; a write on another
+// path of the host's waits for them as well.
 //
 // # Host
 //

@@ -90,6 +90,7 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		}
 	}
 	if ns != nil && wpRefuses(cmd.Opcode()) {
+		c.awaitQuietWrite() // a stale copy on an ended path lands first (quiesce.go)
 		// Protecting the namespace waits for a running write to end, so
 		// that none lands after Set Features returns.
 		ns.wpGate.RLock()

@@ -16,6 +16,12 @@ import (
 // Linux's host (6.1) does not. A Backend that takes longer than
 // quiesceWait gets the Connect Controller Busy, without DNR, which a
 // reconnecting host tries again later.
+//
+// A host with another live controller (a second path) does not connect
+// again: it sends the command down that path. So a command that changes
+// data waits too, on any controller of the host, for the host's ended
+// controllers (at most quiesceWait, then it runs: only the stale copy's
+// order is at stake, not the command's own data).
 
 // quiesceWait bounds how long a Connect waits for the host's ended
 // controllers (a variable for tests).
@@ -48,6 +54,7 @@ func (c *controller) endQuiesce() {
 			c.sub.ending = map[*controller]struct{}{}
 		}
 		c.sub.ending[c] = struct{}{}
+		c.sub.endingN.Store(int64(len(c.sub.ending)))
 		c.sub.mu.Unlock()
 	}
 	c.ended.Store(true)
@@ -64,6 +71,7 @@ func (c *controller) quiesced() {
 		if c.sub != nil {
 			c.sub.mu.Lock()
 			delete(c.sub.ending, c)
+			c.sub.endingN.Store(int64(len(c.sub.ending)))
 			c.sub.mu.Unlock()
 		}
 	})
@@ -81,13 +89,13 @@ func (c *controller) quietCh() chan struct{} {
 // errNotQuiet: a host's ended controller still has a command in a Backend.
 var errNotQuiet = errors.New("a command of the host's ended controller is still running")
 
-// awaitQuiet waits until host's ended controllers on sub have no command
-// in a Backend, for at most quiesceWait.
-func awaitQuiet(sub *Subsystem, hostNQN string, hostID [16]byte) error {
+// awaitQuiet waits until host's ended controllers on sub, but self, have
+// no command in a Backend, for at most quiesceWait.
+func awaitQuiet(sub *Subsystem, hostNQN string, hostID [16]byte, self *controller) error {
 	var ended []*controller
 	sub.mu.RLock()
 	for c := range sub.ending {
-		if c.hostNQN == hostNQN && c.hostID == hostID {
+		if c != self && c.hostNQN == hostNQN && c.hostID == hostID {
 			ended = append(ended, c)
 		}
 	}
@@ -105,4 +113,15 @@ func awaitQuiet(sub *Subsystem, hostNQN string, hostID [16]byte) error {
 		}
 	}
 	return nil
+}
+
+// awaitQuietWrite holds a command that changes data while the host has
+// ended controllers with commands in a Backend.
+func (c *controller) awaitQuietWrite() {
+	if c.sub == nil || c.sub.endingN.Load() == 0 {
+		return
+	}
+	if err := awaitQuiet(c.sub, c.hostNQN, c.hostID, c); err != nil {
+		c.t.logf("nvmeof: controller %d: %v after %v: running a write anyway", c.id, err, quiesceWait)
+	}
 }

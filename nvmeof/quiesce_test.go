@@ -144,3 +144,55 @@ func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 		return err == nil
 	}, 5*time.Second, 50*time.Millisecond, "the host connects once the write has landed")
 }
+
+// A host with two controllers (two paths) that loses one while a write
+// of its is still in the Backend sends the write down the other path, and
+// then writes the same blocks again: those writes wait until the old copy
+// has landed, so that the last write stays.
+func TestOtherPathWaitsForEndedControllersWrites(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	be := newGateWriteBackend(t, 4096)
+	tg, _, addr := newBackendTarget(t, be, TargetConfig{})
+	t.Cleanup(be.open)
+	cfg := HostConfig{IOQueues: 1, HostID: [16]byte{0xc0, 0xff, 0xee},
+		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:c0ffee00-0000-4000-8000-000000000000"}
+	a := connectHost(t, addr, testNQN, cfg)
+	b := connectHost(t, addr, testNQN, cfg)
+	na, err := a.Namespace(ctx, 1)
+	require.NoError(t, err)
+	nb, err := b.Namespace(ctx, 1)
+	require.NoError(t, err)
+	old := bytes.Repeat([]byte{1}, 4096)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := na.WriteAt(old, 4096)
+		wrote <- err
+	}()
+	<-be.entered
+	abortHost(t, tg, a)
+	require.Error(t, <-wrote)
+
+	// Reads on the other path go on meanwhile.
+	got := make([]byte, 512)
+	_, err = nb.ReadAt(got, 0)
+	require.NoError(t, err)
+	newer := bytes.Repeat([]byte{2}, 4096)
+	done := make(chan error, 1)
+	go func() {
+		_, err := nb.WriteAt(newer, 4096)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		be.open()
+		t.Fatalf("a write on the other path ran (%v) while the ended path's write was in the Backend", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	be.open()
+	require.NoError(t, <-done)
+	got = make([]byte, 4096)
+	_, err = nb.ReadAt(got, 4096)
+	require.NoError(t, err)
+	require.Equal(t, newer, got, "the last write stays")
+}

@@ -21,6 +21,7 @@ type Subsystem struct {
 	ns        []*Namespace
 	ctrls     map[*controller]struct{} // its controllers, told of namespaces added
 	ending    map[*controller]struct{} // ended controllers with commands still in a Backend (quiesce.go)
+	endingN   atomic.Int64             // len(ending), read without mu
 	targets   map[*Target]struct{}     // that serve it: a controller attaches only through one; told when its hosts change
 	anyHost   bool
 	hosts     []string
