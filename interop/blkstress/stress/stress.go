@@ -44,6 +44,7 @@ type Config struct {
 	Workers int           // each with its own stripe (default 16)
 	Time    time.Duration // of the random phase (default 20 s)
 	Max     int           // largest I/O in octets (default 2 MiB)
+	Align   int           // every I/O's offset and length a multiple of it: a multiple of Sector (default Sector)
 	Seed    uint64
 }
 
@@ -90,7 +91,13 @@ func Run(d Device, cfg Config) (Counts, error) {
 	if cfg.Max <= 0 {
 		cfg.Max = 2 << 20
 	}
-	stripe := d.Size() / int64(cfg.Workers) / Sector * Sector
+	if cfg.Align <= 0 {
+		cfg.Align = Sector
+	}
+	if cfg.Align%Sector != 0 || cfg.Max < cfg.Align {
+		return Counts{}, fmt.Errorf("stress: Align %d: want a multiple of %d up to Max", cfg.Align, Sector)
+	}
+	stripe := d.Size() / int64(cfg.Workers) / int64(cfg.Align) * int64(cfg.Align)
 	if stripe == 0 {
 		return Counts{}, errors.New("stress: the device is smaller than a sector a worker")
 	}
@@ -102,7 +109,7 @@ func Run(d Device, cfg Config) (Counts, error) {
 	ws := make([]*worker, cfg.Workers)
 	for i := range ws {
 		ws[i] = &worker{id: uint32(i + 1), d: d, base: stripe * int64(i), n: stripe / Sector,
-			rnd: rand.New(rand.NewPCG(cfg.Seed, uint64(i))), max: cfg.Max, c: &c}
+			rnd: rand.New(rand.NewPCG(cfg.Seed, uint64(i))), max: cfg.Max, unit: int64(cfg.Align / Sector), c: &c}
 		ws[i].seq = make([]uint32, ws[i].n)
 		ws[i].buf = d.Alloc(cfg.Max + 4096)
 		wg.Add(1)
@@ -167,6 +174,7 @@ type worker struct {
 	next uint32
 	rnd  *rand.Rand
 	max  int
+	unit int64 // sectors an I/O's offset and length are multiples of
 	buf  []byte
 	c    *counts
 }
@@ -183,8 +191,8 @@ func (w *worker) pick() (first, n int64, p []byte) {
 	default:
 		want = 1 + w.rnd.Int64N(int64(w.max/Sector))
 	}
-	n = min(want, w.n)
-	first = w.rnd.Int64N(w.n - n + 1)
+	n = min((want+w.unit-1)/w.unit*w.unit, w.n, int64(w.max/Sector)/w.unit*w.unit)
+	first = w.rnd.Int64N((w.n-n)/w.unit+1) * w.unit
 	shift := Sector * w.rnd.IntN(8)
 	if shift != 0 {
 		w.c.midPage.Add(1)
@@ -258,7 +266,7 @@ func (w *worker) readCheck(first, n int64, p []byte) error {
 
 // verifyAll reads the whole stripe back and checks it.
 func (w *worker) verifyAll() error {
-	step := int64(len(w.buf)-4096) / Sector
+	step := int64(len(w.buf)-4096) / Sector / w.unit * w.unit
 	for first := int64(0); first < w.n; first += step {
 		n := min(step, w.n-first)
 		if err := w.readCheck(first, n, w.buf[:n*Sector]); err != nil {

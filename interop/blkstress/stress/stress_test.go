@@ -87,3 +87,46 @@ func TestRunFindsCorruption(t *testing.T) {
 	require.True(t, errors.As(err, &me), "lost writes: %v", err)
 	require.EqualValues(t, 1, me.Worker)
 }
+
+// With Align, every I/O is a multiple of it (a namespace of 4 KiB blocks).
+func TestRunAligned(t *testing.T) {
+	d := &alignDev{memDev: memDev{b: make([]byte, 8<<20)}, align: 4096}
+	cfg := quick
+	cfg.Align = 4096
+	c, err := Run(d, cfg)
+	require.NoError(t, err)
+	require.Positive(t, c.Writes)
+	require.Zero(t, d.bad.Load(), "I/Os not a multiple of 4096")
+	d = &alignDev{memDev: memDev{b: make([]byte, 8<<20)}, align: 4096}
+	cfg.Align = 0
+	_, err = Run(d, cfg)
+	require.NoError(t, err)
+	require.Positive(t, d.bad.Load(), "without Align, sector-sized I/Os")
+}
+
+type alignDev struct {
+	memDev
+	align int64
+	bad   atomic.Int64
+}
+
+func (d *alignDev) check(n int, off int64) {
+	if int64(n)%d.align != 0 || off%d.align != 0 {
+		d.bad.Add(1)
+	}
+}
+
+func (d *alignDev) ReadAt(p []byte, off int64) (int, error) {
+	d.check(len(p), off)
+	return d.memDev.ReadAt(p, off)
+}
+
+func (d *alignDev) WriteAt(p []byte, off int64) (int, error) {
+	d.check(len(p), off)
+	return d.memDev.WriteAt(p, off)
+}
+
+func (d *alignDev) Zero(off, n int64) error {
+	d.check(int(n), off)
+	return d.memDev.Zero(off, n)
+}
