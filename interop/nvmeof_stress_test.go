@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/interop/blkstress/stress"
+	"github.com/goiwarp/iwarp/internal/blkstress"
 	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/stretchr/testify/assert"
@@ -207,15 +207,15 @@ dmesg | grep -iE 'nvmet|siw' | tail -20`, gp, gp)
 	ns, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	dev := hostDev{ctx, ns}
-	counts, err := stress.Run(dev, stress.Config{Workers: 16, Time: 15 * time.Second, Align: ns.BlockSize(), Seed: uint64(time.Now().UnixNano())})
+	counts, err := blkstress.Run(dev, blkstress.Config{Workers: 16, Time: 15 * time.Second, Align: ns.BlockSize(), Seed: uint64(time.Now().UnixNano())})
 	t.Logf("stress: %v", counts)
 	require.NoError(t, err)
-	require.Equal(t, int64(64<<20/stress.Sector), counts.Sectors, "every sector checked")
+	require.Equal(t, int64(64<<20/blkstress.Sector), counts.Sectors, "every sector checked")
 	for k, n := range map[string]int64{"writes": counts.Writes, "reads": counts.Reads, "midpage": counts.MidPage,
 		"deallocates": counts.Zeroes, "flushes": counts.Flushes, "big": counts.Big} {
 		assert.GreaterOrEqual(t, n, int64(2), k)
 	}
-	sum, err := stress.Sum(dev)
+	sum, err := blkstress.Sum(dev)
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	require.NoError(t, vm.Signal("done"))

@@ -21,7 +21,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/goiwarp/iwarp/interop/blkstress/stress"
+	"github.com/goiwarp/iwarp/internal/blkstress"
 )
 
 const blkZeroOut = 0x127f // _IO(0x12, 127)
@@ -74,9 +74,9 @@ func main() {
 	}
 	d := &blockDev{fd: fd, size: size}
 	fmt.Printf("DEVICE %s %d octets, %d workers, seed %d\n", *dev, size, *workers, *seed)
-	c, err := stress.Run(d, stress.Config{Workers: *workers, Time: *dur, Max: *maxIO, Seed: *seed})
+	c, err := blkstress.Run(d, blkstress.Config{Workers: *workers, Time: *dur, Max: *maxIO, Seed: *seed})
 	fmt.Printf("STRESS %v\n", c)
-	var me *stress.MismatchError
+	var me *blkstress.MismatchError
 	switch {
 	case errors.As(err, &me):
 		fail(1, "MISMATCH %v", err)
@@ -84,7 +84,7 @@ func main() {
 		fail(2, "IOERR %v", err)
 	}
 	fmt.Printf("VERIFY ok sectors=%d\n", c.Sectors)
-	sum, err := stress.Sum(d)
+	sum, err := blkstress.Sum(d)
 	if err != nil {
 		fail(2, "IOERR %v", err)
 	}

@@ -1,4 +1,4 @@
-// Package stress is a block device's data-integrity judge: workers each
+// Package blkstress is a block device's data-integrity judge: workers each
 // own a disjoint stripe of a Device and, for a while, write, read, zero
 // and flush it at random sector offsets and sizes from one sector to Max,
 // from buffers at random 512-octet offsets into a page. Every sector
@@ -9,7 +9,7 @@
 // not what was last written there. The blkstress command runs it on a
 // Linux block device with O_DIRECT; the interop tests also run it on
 // nvmeof's Go host.
-package stress
+package blkstress
 
 import (
 	"crypto/sha256"
