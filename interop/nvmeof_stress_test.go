@@ -30,7 +30,8 @@ import (
 // layer splits them), from buffers that start mid-page (SGLs that do
 // not), over two I/O queues and a write queue; once as Linux connects by
 // default, and once with MPA CRCs (TargetConfig.AskCRC), which siw and we
-// check on every FPDU; and once with the host resetting the controller
+// check on every FPDU, and capsules of 16 KiB (writes in them from up to
+// four pages); and once with the host resetting the controller
 // every 3 s under the load (nvme reset: every queue torn down with
 // commands in flight, which the host sends again on the new ones), and
 // once with a reset while one write takes the Backend 9 s (stressSlow).
@@ -54,7 +55,7 @@ func TestNVMeKernelHostStress(t *testing.T) {
 // The stress test's variants.
 const (
 	stressPlain  = iota
-	stressCRC    // MPA CRCs on
+	stressCRC    // MPA CRCs on, 16 KiB capsules
 	stressResets // a reset every 3 s
 	// One write takes the Backend 9 s, and the host resets the controller
 	// meanwhile: its new controller's Connect waits 5 s for the old
@@ -89,7 +90,13 @@ func nvmeKernelHostStress(t *testing.T, bin string, mode int) {
 	mem := &slowOnceBackend{MemBackend: nvmeof.NewMemBackend(64 << 20)}
 	_, err = sub.AddNamespace(mem, 512)
 	require.NoError(t, err)
-	logs, ports := serveTarget(t, nvmeof.TargetConfig{AskCRC: mode == stressCRC}, sub, 1)
+	cfg := nvmeof.TargetConfig{}
+	if mode == stressCRC {
+		// With CRCs, and larger capsules: Linux's host sends writes up to
+		// 16 KiB in them, from up to four pages (its inline segments).
+		cfg.AskCRC, cfg.InCapsuleData = true, 16<<10
+	}
+	logs, ports := serveTarget(t, cfg, sub, 1)
 	if mode == stressSlow {
 		mem.armed.Store(true) // the first write of the test: blkstress's, before the reset
 	}
