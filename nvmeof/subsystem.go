@@ -20,6 +20,7 @@ type Subsystem struct {
 	mu        sync.RWMutex
 	ns        []*Namespace
 	ctrls     map[*controller]struct{} // its controllers, told of namespaces added
+	retiring  bool                     // the last target's RemoveSubsystem is taking its namespaces out
 	ending    map[*controller]struct{} // ended controllers with commands still in a Backend (quiesce.go)
 	endingN   atomic.Int64             // len(ending), read without mu
 	targets   map[*Target]struct{}     // that serve it: a controller attaches only through one; told when its hosts change
@@ -134,13 +135,24 @@ func (s *Subsystem) changeHosts(change func()) {
 
 // joined records that t serves s (t.mu held), which may be back after a
 // RemoveSubsystem.
-func (s *Subsystem) joined(t *Target) {
+func (s *Subsystem) joined(t *Target) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.retiring {
+		return fmt.Errorf("nvmeof: subsystem %q is being removed: add it once RemoveSubsystem has returned", s.NQN)
+	}
 	if s.targets == nil {
 		s.targets = map[*Target]struct{}{}
 	}
 	s.targets[t] = struct{}{}
+	return nil
+}
+
+// left undoes joined.
+func (s *Subsystem) left(t *Target) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.targets, t)
 }
 
 // servedBy returns the targets that serve s (mu held).

@@ -400,3 +400,47 @@ func TestClosePortWhileBackendHangs(t *testing.T) {
 	release()
 	<-wrote // its queue went with the port: success or a lost queue
 }
+
+// RemoveSubsystem and AddSubsystem of the same subsystem at once: the
+// add finds it served (an error: twice), being removed (an error: add it
+// once the removal has returned) or removed, never between, where the
+// target listed a subsystem that no longer had the target (and refused
+// every Connect to it), or the removal took the namespaces out of a
+// subsystem added again.
+func TestRemoveSubsystemRacingAdd(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	tg, err := NewTarget(TargetConfig{}, sub)
+	require.NoError(t, err)
+	t.Cleanup(func() { tg.Close() })
+	p, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{testNQN}})
+	require.NoError(t, err)
+	for i := range 200 {
+		_, err := sub.AddNamespace(NewMemBackend(1<<20), 512)
+		require.NoError(t, err)
+		removed := make(chan error, 1)
+		go func() { removed <- tg.RemoveSubsystem(ctx, testNQN) }()
+		for {
+			err := tg.AddSubsystem(sub)
+			if err == nil {
+				break
+			}
+			require.Regexp(t, `twice|being removed`, err.Error())
+		}
+		require.NoError(t, <-removed)
+		tg.mu.Lock()
+		served := tg.subs[testNQN] == sub
+		tg.mu.Unlock()
+		sub.mu.RLock()
+		_, joined := sub.targets[tg]
+		sub.mu.RUnlock()
+		nss := len(sub.namespaces())
+		require.True(t, served, "round %d: added", i)
+		require.True(t, joined, "round %d: the subsystem has the target that lists it", i)
+		require.Zero(t, nss, "round %d: added after the removal, without its namespaces", i)
+	}
+	c := connectHost(t, p.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	require.NoError(t, c.Close())
+}

@@ -143,8 +143,19 @@ func NewTarget(cfg TargetConfig, subsystems ...*Subsystem) (*Target, error) {
 		t.dev, t.ownDev = dev, true
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
+	var joined []*Subsystem
 	for _, s := range t.subs {
-		s.joined(t)
+		if err := s.joined(t); err != nil {
+			for _, j := range joined {
+				j.left(t)
+			}
+			t.cancel()
+			if t.ownDev {
+				t.dev.Close()
+			}
+			return nil, err
+		}
+		joined = append(joined, s)
 	}
 	return t, nil
 }
@@ -156,7 +167,9 @@ func (t *Target) logf(format string, args ...any) {
 }
 
 // AddSubsystem adds a subsystem to a running target. Discovery
-// controllers that enabled Discovery Log Page Change Notices are told.
+// controllers that enabled Discovery Log Page Change Notices are told. A
+// subsystem whose last target's RemoveSubsystem is still taking its
+// namespaces out cannot be added (to any target) until that has.
 func (t *Target) AddSubsystem(s *Subsystem) error {
 	t.mu.Lock()
 	if t.closed {
@@ -167,9 +180,12 @@ func (t *Target) AddSubsystem(s *Subsystem) error {
 		t.mu.Unlock()
 		return fmt.Errorf("nvmeof: subsystem %q twice", s.NQN)
 	}
+	if err := s.joined(t); err != nil {
+		t.mu.Unlock()
+		return err
+	}
 	t.subs[s.NQN] = s
 	t.genctr++
-	s.joined(t)
 	t.mu.Unlock()
 	t.discChanged(nil, s.NQN)
 	return nil
@@ -193,8 +209,8 @@ func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 	}
 	delete(t.subs, nqn)
 	t.genctr++
-	t.mu.Unlock()
-	t.discChanged(nil, nqn)
+	// Under t.mu too, so that an AddSubsystem of s cannot come between:
+	// it finds s either served or retiring.
 	s.mu.Lock()
 	delete(s.targets, t)
 	var ctrls []*controller
@@ -204,7 +220,10 @@ func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 		}
 	}
 	last := len(s.targets) == 0
+	s.retiring = last
 	s.mu.Unlock()
+	t.mu.Unlock()
+	t.discChanged(nil, nqn)
 	for _, c := range ctrls {
 		c.shutdown("its subsystem was removed")
 	}
@@ -217,6 +236,9 @@ func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 			out = append(out, n)
 		}
 	}
+	s.mu.Lock()
+	s.retiring = false // it may be added again, without its namespaces
+	s.mu.Unlock()
 	for _, ns := range out {
 		if err := ns.wait(ctx); err != nil {
 			return err
