@@ -28,18 +28,20 @@ import (
 // namespace with O_DIRECT for 15 s, at random offsets and sizes from one
 // sector (in the command capsule) to 2 MiB (more than MDTS: the block
 // layer splits them), from buffers that start mid-page (SGLs that do
-// not), over two I/O queues and a write queue; once as Linux connects by
-// default, and once with MPA CRCs (TargetConfig.AskCRC), which siw and we
-// check on every FPDU, and capsules of 16 KiB (writes in them from up to
-// four pages); and once with the host resetting the controller
-// every 3 s under the load (nvme reset: every queue torn down with
-// commands in flight, which the host sends again on the new ones), and
-// once with a reset while one write takes the Backend 9 s (stressSlow).
-// Every
-// sector read must be the one last written there, at the end every sector
-// is read back, and the SHA-256 of the whole device the guest reads must
-// be that of what the namespace holds here. No I/O error, error recovery
-// or queue ended early.
+// not), over two I/O queues and a write queue. Four variants:
+//   - as Linux connects by default, to a target with nvmet's MDTS of
+//     1 MiB (MaxTransfer);
+//   - with MPA CRCs (TargetConfig.AskCRC), which siw and we check on every
+//     FPDU, and capsules of 16 KiB (writes in them from up to four pages);
+//   - with the host resetting the controller every 3 s under the load
+//     (nvme reset: every queue torn down with commands in flight, which
+//     the host sends again on the new ones);
+//   - with a reset while one write takes the Backend 9 s (stressSlow).
+//
+// Every sector read must be the one last written there, at the end every
+// sector is read back, and the SHA-256 of the whole device the guest
+// reads must be that of what the namespace holds here. No I/O error,
+// error recovery or queue ended early.
 func TestNVMeKernelHostStress(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "blkstress")
 	build := exec.Command("go", "build", "-o", bin, "./blkstress")
@@ -91,6 +93,9 @@ func nvmeKernelHostStress(t *testing.T, bin string, mode int) {
 	_, err = sub.AddNamespace(mem, 512)
 	require.NoError(t, err)
 	cfg := nvmeof.TargetConfig{}
+	if mode == stressPlain {
+		cfg.MaxTransfer = 1 << 20 // nvmet-rdma's MDTS
+	}
 	if mode == stressCRC {
 		// With CRCs, and larger capsules: Linux's host sends writes up to
 		// 16 KiB in them, from up to four pages (its inline segments).
@@ -121,6 +126,11 @@ dmesg | grep -iE 'nvme|error' | tail -20`, ports[0], nvmeNQN, resetLoop, nvmeNQN
 	maxKB, err := strconv.Atoi(guestValue(t, vm, "MAX_KB", step))
 	require.NoError(t, err)
 	require.Less(t, maxKB, 2<<10, "I/Os of 2 MiB are split: the test covers the split")
+	if mode == stressPlain {
+		require.Greater(t, maxKB, 128, "the host takes MaxTransfer 1 MiB (up to its own limit)")
+	} else {
+		require.Equal(t, 128, maxKB, "MDTS 128 KiB")
+	}
 	// blkstress's own lines follow its exit status.
 	require.Equal(t, "BLKSTRESS rc=0", guestLine(t, vm, "BLKSTRESS rc=", 2*step))
 	counts := guestLine(t, vm, "STRESS writes=", step)

@@ -33,6 +33,11 @@ type HostConfig struct {
 	// instead of by the target's RDMA Read (default 4096; the controller's
 	// IOCCSZ bounds it too; negative: never).
 	MaxInCapsule int
+	// MaxTransfer is the largest data transfer of one command: a power of
+	// two from 8 KiB to 1 MiB (default 128 KiB), bounded by the
+	// controller's MDTS too. Each I/O queue slot holds a registered buffer
+	// this large (QueueDepth of them a queue).
+	MaxTransfer int
 	// Device is the verbs device; nil opens one that Close closes.
 	Device *verbs.Device
 	// ConnConfig is each queue's iWARP configuration (its PrivateData is
@@ -152,6 +157,12 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg HostConfig) 
 	if cfg.KATO < 0 {
 		cfg.KATO = 0
 	}
+	if cfg.MaxTransfer == 0 {
+		cfg.MaxTransfer = maxTransfer
+	}
+	if cfg.MaxTransfer < 8192 || cfg.MaxTransfer > maxMaxTransfer || cfg.MaxTransfer&(cfg.MaxTransfer-1) != 0 {
+		return nil, fmt.Errorf("nvmeof: MaxTransfer %d: want a power of two in 8 KiB .. 1 MiB", cfg.MaxTransfer)
+	}
 	if cfg.MaxInCapsule == 0 {
 		cfg.MaxInCapsule = defaultHostInCap
 	}
@@ -207,7 +218,7 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 	if c.Info.CntlID != c.ID {
 		return fmt.Errorf("nvmeof: Identify says controller %d, Connect said %d", c.Info.CntlID, c.ID)
 	}
-	c.maxData = maxTransfer
+	c.maxData = c.cfg.MaxTransfer
 	// MDTS 20 and above are larger than we ever transfer (and a shift of
 	// 51 or more would overflow).
 	if m := c.Info.MDTS; m != 0 && m < 20 && 4096<<m < c.maxData {

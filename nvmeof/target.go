@@ -28,8 +28,10 @@ type TargetConfig struct {
 	// carry (IOCCSZ; default 4096, at least 1024 for the I/O queues'
 	// Connect data). Larger writes are RDMA-Read from the host.
 	InCapsuleData int
-	// MaxTransfer is the largest data transfer of one command (MDTS;
-	// default and maximum 128 KiB, a power of two of at least 8 KiB).
+	// MaxTransfer is the largest data transfer of one command (MDTS): a
+	// power of two from 8 KiB to 1 MiB (nvmet-rdma's), default 128 KiB.
+	// Above 128 KiB a queue's buffers for the largest commands take up to
+	// 16 MiB, and more such commands wait for one.
 	MaxTransfer int
 	// AdvertiseAddr, "host:port", is what the discovery log names as the
 	// subsystems' address; default the address the discovery connection
@@ -64,7 +66,8 @@ const (
 	defaultMaxQueueSize = 128
 	adminQueueSize      = 32
 	defaultInCapsule    = 4096
-	maxTransfer         = 128 << 10
+	maxTransfer         = 128 << 10 // the default MaxTransfer, of targets and hosts
+	maxMaxTransfer      = 1 << 20
 	maxQueueSizeLimit   = 1024
 )
 
@@ -123,8 +126,8 @@ func NewTarget(cfg TargetConfig, subsystems ...*Subsystem) (*Target, error) {
 	}
 	// MDTS counts 4 KiB pages as a power of two, and 0 means no limit: one
 	// page cannot be said.
-	if cfg.MaxTransfer < 8192 || cfg.MaxTransfer > maxTransfer || cfg.MaxTransfer&(cfg.MaxTransfer-1) != 0 {
-		return nil, fmt.Errorf("nvmeof: MaxTransfer %d: want a power of two in 8 KiB .. 128 KiB", cfg.MaxTransfer)
+	if cfg.MaxTransfer < 8192 || cfg.MaxTransfer > maxMaxTransfer || cfg.MaxTransfer&(cfg.MaxTransfer-1) != 0 {
+		return nil, fmt.Errorf("nvmeof: MaxTransfer %d: want a power of two in 8 KiB .. 1 MiB", cfg.MaxTransfer)
 	}
 	cfg.ConnConfig = crcConn(cfg.ConnConfig, cfg.AskCRC)
 	t := &Target{cfg: cfg, dev: cfg.Device, start: time.Now(), seq: targetSeq.Add(1), subs: map[string]*Subsystem{},

@@ -44,8 +44,8 @@ type tqueue struct {
 	slots    []tslot
 	free     []int
 	bufs     []*verbs.MR // data buffers, registered on demand
-	freeBufs [2][]int    // by size class: small (smallBuf octets), large (maxData)
-	nbufs    [2]int
+	freeBufs [3][]int    // by size class (tqueue.class): small, mid, large
+	nbufs    [3]int
 	waitBuf  []int // slots waiting for a buffer, in arrival order
 	curRecv  int   // receive buffer of the command being dispatched, -1 once reposted
 	wcs      []verbs.WC
@@ -86,7 +86,10 @@ type tslot struct {
 // for a buffer to come back.
 const (
 	maxSmallBufs = 512 // beyond the slots
-	maxLargeBufs = 16
+	maxMidBufs   = 16  // beyond the slots
+	// Buffers above midBuf (MaxTransfer above 128 KiB) are bounded by
+	// their octets: 16 of 1 MiB a queue.
+	maxLargeOctets = 16 << 20
 )
 
 // connectWait is how long a queue's connection may stay without a
@@ -544,15 +547,23 @@ func (q *tqueue) transfer(idx, dir, need int) bool {
 }
 
 // smallBuf is the size of the small data buffers, for 4 KiB I/O and the
-// admin commands' data.
-const smallBuf = 8 << 10
+// admin commands' data; midBuf that of the mid ones (or MaxTransfer if
+// less), for the rest up to 128 KiB, so that a MaxTransfer of 1 MiB does
+// not give every 16 KiB command a buffer of 1 MiB.
+const (
+	smallBuf = 8 << 10
+	midBuf   = 128 << 10
+)
 
 // class returns the size class of an n-octet buffer, and its size.
 func (q *tqueue) class(n int) (int, int) {
-	if n <= smallBuf {
+	switch {
+	case n <= smallBuf:
 		return 0, smallBuf
+	case n <= midBuf || q.maxData <= midBuf:
+		return 1, min(q.maxData, midBuf)
 	}
-	return 1, q.maxData
+	return 2, q.maxData
 }
 
 // putBuf returns buffer i to its pool, and resumes a command that waits
@@ -591,7 +602,7 @@ func (q *tqueue) slotMR(idx, n int) (mr *verbs.MR, wait bool) {
 		q.freeBufs[c] = q.freeBufs[c][:k-1]
 		return q.bufs[s.buf], false
 	}
-	limit := [2]int{len(q.slots) + maxSmallBufs, len(q.slots) + maxLargeBufs}[c]
+	limit := [3]int{len(q.slots) + maxSmallBufs, len(q.slots) + maxMidBufs, max(2, maxLargeOctets/q.maxData)}[c]
 	if testBufLimit > 0 {
 		limit = testBufLimit
 	}

@@ -68,6 +68,8 @@ Options for both:
     --advertise HOST:PORT the address the discovery log names (default: the one
                           the discovery connection came to)
     --io-queues N, --queue-size N  per controller (default 8), per queue (128)
+    --max-transfer SIZE   largest transfer of one command (MDTS): 8KiB .. 1MiB,
+                          a power of two (default 128KiB; nvmet's is 1MiB)
     --crc                 ask hosts for MPA CRCs, FPDUs of at most 1440 octets
   Logs to stderr; SIGINT or SIGTERM disconnects the hosts and exits.
 
@@ -114,6 +116,7 @@ func serve(args []string) error {
 	ioq := fs.Int("io-queues", 0, "")
 	qsize := fs.Int("queue-size", 0, "")
 	crc := fs.Bool("crc", false, "")
+	mdts := fs.String("max-transfer", "", "")
 	var hosts multi
 	fs.Var(&hosts, "allow-host", "")
 	if err := fs.Parse(args); err != nil {
@@ -123,6 +126,13 @@ func serve(args []string) error {
 		return err
 	}
 	tcfg := nvmeof.TargetConfig{AdvertiseAddr: *advertise, MaxIOQueues: *ioq, MaxQueueSize: *qsize, AskCRC: *crc, Logf: log.Printf}
+	if *mdts != "" {
+		n, err := parseSize(*mdts)
+		if err != nil {
+			return fmt.Errorf("--max-transfer: %w", err)
+		}
+		tcfg.MaxTransfer = int(n)
+	}
 	if *config != "" {
 		var clash []string
 		fs.Visit(func(f *flag.Flag) {

@@ -67,7 +67,8 @@ func TestServeBenchAndInterrupt(t *testing.T) {
 	port := freePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	var out lockedBuf
-	srv := exec.Command(bin, "--listen", addr, "--file", file, "--nqn", "nqn.2024-01.io.goiwarp:cmdtest", "--block-size", "4096")
+	srv := exec.Command(bin, "--listen", addr, "--file", file, "--nqn", "nqn.2024-01.io.goiwarp:cmdtest", "--block-size", "4096",
+		"--max-transfer", "1MiB")
 	srv.Stdout, srv.Stderr = &out, &out
 	require.NoError(t, srv.Start())
 	defer srv.Process.Kill()
@@ -92,6 +93,7 @@ func TestServeBenchAndInterrupt(t *testing.T) {
 	c, err := nvmeof.Connect(ctx, "tcp", addr, "nqn.2024-01.io.goiwarp:cmdtest", nvmeof.HostConfig{})
 	require.NoError(t, err)
 	defer c.Close()
+	require.EqualValues(t, 8, c.Info.MDTS, "--max-transfer 1MiB: 2^8 pages")
 	ns, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	w := bytes.Repeat([]byte("iwarp-nvmet!"), 4096*16/12+1)[:4096*16]
@@ -128,6 +130,9 @@ func TestUsage(t *testing.T) {
 	out, err = exec.Command(bin, "--listen", "127.0.0.1:0", "--ram", "12 parsecs").CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(out), "bad size")
+	out, err = exec.Command(bin, "--listen", "127.0.0.1:0", "--ram", "1MiB", "--max-transfer", "2MiB").CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "MaxTransfer 2097152: want a power of two in 8 KiB .. 1 MiB")
 }
 
 func TestParseSize(t *testing.T) {

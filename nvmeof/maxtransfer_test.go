@@ -1,0 +1,89 @@
+package nvmeof
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/goiwarp/iwarp/internal/blkstress"
+	"github.com/stretchr/testify/require"
+)
+
+// hostDev is blkstress's Device over a HostNamespace.
+type hostDev struct {
+	ctx context.Context
+	ns  *HostNamespace
+}
+
+func (d hostDev) Size() int64                              { return d.ns.Size() }
+func (d hostDev) ReadAt(p []byte, off int64) (int, error)  { return d.ns.ReadAtContext(d.ctx, p, off) }
+func (d hostDev) WriteAt(p []byte, off int64) (int, error) { return d.ns.WriteAtContext(d.ctx, p, off) }
+func (d hostDev) Zero(off, n int64) error                  { return d.ns.WriteZeroes(d.ctx, off, n) }
+func (d hostDev) Flush() error                             { return d.ns.Flush(d.ctx) }
+func (d hostDev) Alloc(n int) []byte                       { return make([]byte, n) }
+
+// MaxTransfer up to 1 MiB (nvmet-rdma's MDTS) on both sides: commands of
+// 1 MiB move, mixed with small and mid-sized ones (the target's three
+// buffer sizes, the largest bounded to 16 a queue, so that commands wait
+// for one), every sector judged by blkstress; the smaller of the two
+// sides' limits is what moves; and the bounds are checked.
+func TestMaxTransfer(t *testing.T) {
+	var most atomic.Int64 // the largest Read or Write, in octets
+	hook := func(_ *Port, cmd Command) Status {
+		if op := cmd.Opcode(); op == IORead || op == IOWrite {
+			n := (int64(cmd.NLB()) + 1) * 512 // NLB is 0-based
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+		}
+		return StatusSuccess
+	}
+	testIOStatus.Store(&hook)
+	t.Cleanup(func() { testIOStatus.Store(nil) })
+
+	for _, c := range []struct {
+		name           string
+		target, host   int
+		want           int64
+		workers, depth int
+		bufLimit       int // testBufLimit
+	}{
+		{"1 MiB", 1 << 20, 1 << 20, 1 << 20, 8, 32, 0},
+		{"target 1 MiB, host default", 1 << 20, 0, 128 << 10, 4, 16, 0},
+		{"target default, host 1 MiB", 0, 1 << 20, 128 << 10, 4, 16, 0},
+		{"256 KiB", 256 << 10, 1 << 20, 256 << 10, 4, 16, 0},
+		// One buffer of each of the three sizes a queue: commands wait.
+		{"1 MiB, one buffer", 1 << 20, 1 << 20, 1 << 20, 8, 32, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			testBufLimit = c.bufLimit
+			t.Cleanup(func() { testBufLimit = 0 })
+			checkRoutines(t)
+			ctx := testCtx(t)
+			_, _, addr := newTestTarget(t, 16<<20, TargetConfig{MaxTransfer: c.target})
+			h := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2, QueueDepth: c.depth, MaxTransfer: c.host})
+			ns, err := h.Namespace(ctx, 1)
+			require.NoError(t, err)
+			most.Store(0)
+			counts, err := blkstress.Run(hostDev{ctx, ns}, blkstress.Config{Workers: c.workers, Time: time.Second,
+				Max: 2 << 20, Seed: uint64(time.Now().UnixNano())})
+			require.NoError(t, err)
+			t.Logf("%v", counts)
+			require.Positive(t, counts.Big, "I/Os over 1 MiB")
+			require.Equal(t, c.want, most.Load(), "the largest command")
+		})
+	}
+
+	sub, err := NewSubsystem(testNQN)
+	require.NoError(t, err)
+	for _, bad := range []int{4096, 3 << 18, 2 << 20} {
+		_, err = NewTarget(TargetConfig{MaxTransfer: bad}, sub)
+		require.ErrorContains(t, err, "want a power of two in 8 KiB .. 1 MiB")
+		_, err = Connect(testCtx(t), "tcp", "127.0.0.1:1", testNQN, HostConfig{MaxTransfer: bad})
+		require.ErrorContains(t, err, "want a power of two in 8 KiB .. 1 MiB")
+	}
+}
