@@ -473,3 +473,29 @@ func TestLimits(t *testing.T) {
 	require.Equal(t, 2, code)
 	require.Contains(t, errs, "in bandwidth tests")
 }
+
+// --report-both, with -b: after the table of both directions, perftest's
+// "Local results" and "Remote results" tables, one row a size each, whose
+// averages add up to the first table's; without -b, nothing more.
+func TestReportBoth(t *testing.T) {
+	leakCheck(t)
+	for _, test := range []string{"write_bw", "read_bw", "send_bw"} {
+		t.Run(test, func(t *testing.T) {
+			code, out, errs := run(t, test, "-b", "--report-both", "-n", "200", "-s", "4096", "--loopback")
+			require.Equal(t, 0, code, "stderr: %s", errs)
+			both := table(t, out)
+			li := strings.Index(out, "\n Local results: \n")
+			ri := strings.Index(out, "\n Remote results: \n")
+			require.Positive(t, li, "%s", out)
+			require.Greater(t, ri, li, "%s", out)
+			local, remote := table(t, out[li:]), table(t, out[ri:])
+			require.Len(t, local, 1)
+			require.Len(t, remote, 1)
+			require.Equal(t, both[0][0], local[0][0], "size")
+			require.InDelta(t, both[0][3], local[0][3]+remote[0][3], 0.02*both[0][3]+0.02, "the two directions' averages add up")
+		})
+	}
+	code, out, errs := run(t, "write_bw", "--report-both", "-n", "50", "--loopback")
+	require.Equal(t, 0, code, "stderr: %s", errs)
+	require.NotContains(t, out, "Local results")
+}

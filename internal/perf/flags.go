@@ -63,6 +63,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	intVar(&p.RxDepth, "r", "rx-depth", DefRxSend)
 	intVar(&p.Port, "p", "port", DefPort)
 	boolVar(&p.Bidir, "b", "bidirectional")
+	boolVar(&p.ReportBoth, "", "report-both")
 	intVar(&p.Inline, "I", "inline_size", -1)
 	intVar(&p.Outs, "o", "outs", DefOuts)
 	intVar(&p.CQMod, "Q", "cq-mod", DefCQMod)
@@ -441,6 +442,7 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -r, --rx-depth=N      receive queue depth for send tests (default 512) (SYMMETRIC)
   -p, --port=N          TCP port to listen on or connect to (default 18515)
   -b, --bidirectional   measure both directions at once (SYMMETRIC)
+      --report-both     with -b, BW tests: also a table of this side's and one of the peer's results
   -I, --inline_size=N   largest message sent inline (default 220 write_lat, 236 send_lat, 0 otherwise)
   -A, --atomic_type=T   CMP_AND_SWAP or FETCH_AND_ADD (default), atomic tests (SYMMETRIC)
   -o, --outs=N          outstanding RDMA Reads and atomics: the QP's IRD and ORD (default 128 for

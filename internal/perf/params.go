@@ -208,9 +208,12 @@ type Params struct {
 	CQMod    int  // signal every CQMod-th send WR
 	Gbits    bool // --report_gbits
 	NoPeak   bool // -N: no BW peak
-	Output   Output
-	JSON     bool
-	JSONFile string
+	// ReportBoth: with -b, also a table of each side's own direction
+	// (perftest's --report-both).
+	ReportBoth bool
+	Output     Output
+	JSON       bool
+	JSONFile   string
 
 	// iWARP knobs.
 	MPARev  uint8

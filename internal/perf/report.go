@@ -267,6 +267,22 @@ func (pr *printer) header() {
 	}
 }
 
+// reportBoth prints, after a bidirectional test's table, perftest's
+// --report-both tables: this side's results, then the peer's.
+func (pr *printer) reportBoth(both [][2]Report) error {
+	for i, title := range []string{"Local", "Remote"} {
+		pr.printf("\n %s results: \n", title)
+		pr.header()
+		for _, rs := range both {
+			if err := pr.row(rs[i]); err != nil {
+				return err
+			}
+		}
+		pr.printf("%s", resultLine)
+	}
+	return nil
+}
+
 // row prints one result row (or the --output number) and writes the JSON
 // file if asked.
 func (pr *printer) row(r Report) error {

@@ -315,6 +315,7 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 	}
 	sender, receiver := roles(p, client)
 	var rows []Report
+	var both [][2]Report // --report-both: each size's own and the peer's
 	var early, mid []verbs.QPStats
 	var cost cpuCost // the last size's, for the CPU line
 	conns := make([]tcpInfoer, 0, 1+len(e.qps))
@@ -369,6 +370,9 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 			mid = e.qpStats() // and again: the peer's work is done
 		}
 		r := pick(p, client, mine, peer)
+		if p.ReportBoth && p.Bidir && r.Kind == kindBW {
+			both = append(both, [2]Report{mine, peer})
+		}
 		if r.Kind == kindBW {
 			// Until the peer's report: a receiver of Writes or a responder
 			// to Reads does its work while it waits for it, not in runBW.
@@ -384,6 +388,11 @@ func runTest(ctx context.Context, p *Params, pr *printer, dev *verbs.Device, x E
 		rows = append(rows, r)
 	}
 	pr.printf("%s", resultLine)
+	if len(both) > 0 && pr.full() {
+		if err := pr.reportBoth(both); err != nil {
+			return rows, &localError{err}
+		}
+	}
 	// The FPDU counters once the connections have ended: the receiver of
 	// Writes and the responder to Reads count until the peer's FIN, for
 	// their work goes on after their own loop has returned.
