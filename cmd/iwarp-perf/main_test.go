@@ -499,3 +499,26 @@ func TestReportBoth(t *testing.T) {
 	require.Equal(t, 0, code, "stderr: %s", errs)
 	require.NotContains(t, out, "Local results")
 }
+
+// --latency_gap: each side spins that long before each post, and, as in
+// perftest (which times from one post to the next), the latency reported
+// includes it; only the RDMA latency tests take it.
+func TestLatencyGap(t *testing.T) {
+	leakCheck(t)
+	for _, test := range []string{"write_lat", "send_lat", "read_lat"} {
+		t.Run(test, func(t *testing.T) {
+			code, out, errs := run(t, test, "-n", "100", "--latency_gap", "1000", "--loopback")
+			require.Equal(t, 0, code, "stderr: %s", errs)
+			rows := table(t, out)
+			require.GreaterOrEqual(t, rows[0][4], 1000.0, "t_typical with a gap of 1000 µs:\n%s", out)
+		})
+	}
+	for _, args := range [][]string{{"write_bw", "--latency_gap", "10"}, {"tcp_lat", "--latency_gap", "10"}} {
+		code, _, errs := run(t, append(args, "--loopback")...)
+		require.NotEqual(t, 0, code)
+		require.Contains(t, errs, "latency gap feature is only for the RDMA latency tests")
+	}
+	code, _, errs := run(t, "write_lat", "--latency_gap", "-1", "--loopback")
+	require.NotEqual(t, 0, code)
+	require.Contains(t, errs, "--latency_gap -1: not negative")
+}

@@ -64,6 +64,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	intVar(&p.Port, "p", "port", DefPort)
 	boolVar(&p.Bidir, "b", "bidirectional")
 	boolVar(&p.ReportBoth, "", "report-both")
+	intVar(&p.LatencyGap, "", "latency_gap", 0)
 	intVar(&p.Inline, "I", "inline_size", -1)
 	intVar(&p.Outs, "o", "outs", DefOuts)
 	intVar(&p.CQMod, "Q", "cq-mod", DefCQMod)
@@ -460,6 +461,8 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -e, --events          wait for completions by blocking on the CQ, never spinning on it
                         (not in write_lat, which waits on memory)
   -H, --report-histogram  latency tests: also print every sample, sorted
+      --latency_gap=US  latency tests: spin US microseconds before each post (as perftest,
+                        the latency reported includes the gaps)
   -U, --report-unsorted   latency tests: also print every sample in order
   -V, --version         print the version
   -w, --limit_bw=F, -y, --limit_msgrate=F  BW tests: exit 1 ("Error: BW result is below bw

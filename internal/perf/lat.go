@@ -64,6 +64,7 @@ type latLoop struct {
 	dur     bool
 	prog    *progress
 	tposted []int64
+	gap     int64 // --latency_gap, in nanoseconds
 
 	tSample, tEnd int64
 	sampled       uint64
@@ -103,7 +104,7 @@ func (e *endpoint) runLat(ctx context.Context, size int, client, first bool, pro
 		l.spin = latSpinLoopback
 	}
 	s := &latLoop{latRun: l, v: v, size: size, n: uint64(p.Iters), mod: uint64(p.CQMod), first: first,
-		handler: !p.LatPoll && !p.Events, dur: p.Duration > 0, prog: prog}
+		handler: !p.LatPoll && !p.Events, dur: p.Duration > 0, prog: prog, gap: int64(p.LatencyGap) * 1000}
 	if s.dur {
 		s.n = math.MaxUint64
 	} else {
@@ -253,6 +254,11 @@ func (s *latLoop) step() (done, moved bool, err error) {
 // next readies WR scnt+1: its time, its ID, whether it is signaled, and for
 // a Write the value the peer polls for.
 func (s *latLoop) next() {
+	if s.gap > 0 {
+		// perftest spins, as a sleep would wake late by more than the gap.
+		for end := s.now() + s.gap; s.now() < end; {
+		}
+	}
 	t := s.now()
 	s.tNow = t
 	if !s.dur {

@@ -211,6 +211,10 @@ type Params struct {
 	// ReportBoth: with -b, also a table of each side's own direction
 	// (perftest's --report-both).
 	ReportBoth bool
+	// LatencyGap is perftest's --latency_gap: microseconds spun before
+	// each post of a latency test; as perftest's, the latency reported
+	// (from one post's time to the next) includes them.
+	LatencyGap int
 	Output     Output
 	JSON       bool
 	JSONFile   string
@@ -404,6 +408,12 @@ func (p *Params) finish() error {
 			p.Duration = DefInfinitePeriod
 		}
 		p.NoPeak = true
+	}
+	switch {
+	case p.LatencyGap < 0:
+		return fmt.Errorf("--latency_gap %d: not negative", p.LatencyGap)
+	case p.LatencyGap > 0 && (!lat || t.TCP()):
+		return fmt.Errorf("latency gap feature is only for the RDMA latency tests")
 	}
 	if p.PostList > 1 {
 		// perftest's rules for post lists.
