@@ -1,28 +1,12 @@
 package nvmeof
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/goiwarp/iwarp/internal/blkstress"
 	"github.com/stretchr/testify/require"
 )
-
-// mpathDev is blkstress's Device over a MultipathNamespace.
-type mpathDev struct {
-	ctx context.Context
-	ns  *MultipathNamespace
-}
-
-func (d mpathDev) Size() int64                             { return d.ns.Size() }
-func (d mpathDev) ReadAt(p []byte, off int64) (int, error) { return d.ns.ReadAtContext(d.ctx, p, off) }
-func (d mpathDev) WriteAt(p []byte, off int64) (int, error) {
-	return d.ns.WriteAtContext(d.ctx, p, off)
-}
-func (d mpathDev) Zero(off, n int64) error { return d.ns.WriteZeroes(d.ctx, off, n) }
-func (d mpathDev) Flush() error            { return d.ns.Flush(d.ctx) }
-func (d mpathDev) Alloc(n int) []byte      { return make([]byte, n) }
 
 // Multipath under the sector-by-sector judge (internal/blkstress) while
 // its paths are cut, one at a time, every 300 ms: every command goes
@@ -77,7 +61,7 @@ func TestMultipathStress(t *testing.T) {
 			cuts++
 		}
 	}()
-	counts, err := blkstress.Run(mpathDev{ctx, n}, blkstress.Config{Workers: 8, Time: 3 * time.Second, Max: 512 << 10, Seed: uint64(time.Now().UnixNano())})
+	counts, err := blkstress.Run(hostDev{ctx, n}, blkstress.Config{Workers: 8, Time: 3 * time.Second, Max: 512 << 10, Seed: uint64(time.Now().UnixNano())})
 	close(stop)
 	cuts := <-cut
 	t.Logf("%v; %d paths cut", counts, cuts)
@@ -92,7 +76,7 @@ func TestMultipathStress(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, connects, uint64(2+4), "the cut paths connected again")
 	// What the target holds is what the host reads.
-	want, err := blkstress.Sum(mpathDev{ctx, n})
+	want, err := blkstress.Sum(hostDev{ctx, n})
 	require.NoError(t, err)
 	got, err := blkstress.Sum(memDev{mem})
 	require.NoError(t, err)

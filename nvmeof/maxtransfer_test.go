@@ -10,10 +10,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// hostDev is blkstress's Device over a HostNamespace.
+// blockNS is what HostNamespace and MultipathNamespace both offer.
+type blockNS interface {
+	Size() int64
+	ReadAtContext(ctx context.Context, p []byte, off int64) (int, error)
+	WriteAtContext(ctx context.Context, p []byte, off int64) (int, error)
+	WriteZeroes(ctx context.Context, off, length int64) error
+	Flush(ctx context.Context) error
+}
+
+// hostDev is blkstress's Device over a host's namespace.
 type hostDev struct {
 	ctx context.Context
-	ns  *HostNamespace
+	ns  blockNS
 }
 
 func (d hostDev) Size() int64                              { return d.ns.Size() }

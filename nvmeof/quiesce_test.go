@@ -18,12 +18,15 @@ type gateWriteBackend struct {
 	once, openOnce   sync.Once
 }
 
-// newGateWriteBackend returns a gateWriteBackend of 1 MiB that a failed
-// test opens when it ends (a cleanup registered after its target's).
-func newGateWriteBackend(t *testing.T, off int64) *gateWriteBackend {
-	b := &gateWriteBackend{MemBackend: NewMemBackend(1 << 20), off: off,
+// gatedTarget returns a target over a gateWriteBackend of 1 MiB that
+// holds the first write at off, and opens it when the test ends (before
+// the target closes).
+func gatedTarget(t *testing.T, off int64) (*gateWriteBackend, *Target, string) {
+	be := &gateWriteBackend{MemBackend: NewMemBackend(1 << 20), off: off,
 		entered: make(chan struct{}, 1), release: make(chan struct{})}
-	return b
+	tg, _, addr := newBackendTarget(t, be, TargetConfig{})
+	t.Cleanup(be.open)
+	return be, tg, addr
 }
 
 func (b *gateWriteBackend) open() { b.openOnce.Do(func() { close(b.release) }) }
@@ -54,6 +57,27 @@ func abortHost(t *testing.T, tg *Target, c *Controller) {
 	t.Cleanup(func() { c.Close() })
 }
 
+// quiesceHost is the host of the quiesce tests, the same for each of its
+// controllers.
+var quiesceHost = HostConfig{IOQueues: 1, HostID: [16]byte{0xc0, 0xff, 0xee},
+	HostNQN: "nqn.2014-08.org.nvmexpress:uuid:c0ffee00-0000-4000-8000-000000000000"}
+
+// cutWhileWriting has c write at off, which be holds in the Backend, and
+// then drops c's connections (abortHost).
+func cutWhileWriting(t *testing.T, tg *Target, be *gateWriteBackend, c *Controller, off int64) {
+	t.Helper()
+	ns, err := c.Namespace(testCtx(t), 1)
+	require.NoError(t, err)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := ns.WriteAt(bytes.Repeat([]byte{1}, 4096), off)
+		wrote <- err
+	}()
+	<-be.entered
+	abortHost(t, tg, c)
+	require.Error(t, <-wrote, "the host's write failed with its connection")
+}
+
 // A host that drops its connections while a write of its is still in the
 // Backend, and connects again, gets its new controller only once that
 // write has landed: otherwise the write, sent again on the new controller
@@ -64,22 +88,9 @@ func abortHost(t *testing.T, tg *Target, c *Controller) {
 func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
-	be := newGateWriteBackend(t, 4096)
-	tg, _, addr := newBackendTarget(t, be, TargetConfig{})
-	t.Cleanup(be.open)
-	cfg := HostConfig{IOQueues: 1, HostID: [16]byte{0xc0, 0xff, 0xee}, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:c0ffee00-0000-4000-8000-000000000000"}
-	a := connectHost(t, addr, testNQN, cfg)
-	na, err := a.Namespace(ctx, 1)
-	require.NoError(t, err)
-	old := bytes.Repeat([]byte{1}, 4096)
-	wrote := make(chan error, 1)
-	go func() {
-		_, err := na.WriteAt(old, 4096)
-		wrote <- err
-	}()
-	<-be.entered
-	abortHost(t, tg, a)
-	require.Error(t, <-wrote, "the host's write failed with its connection")
+	be, tg, addr := gatedTarget(t, 4096)
+	cfg := quiesceHost
+	cutWhileWriting(t, tg, be, connectHost(t, addr, testNQN, cfg), 4096)
 
 	type result struct {
 		c   *Controller
@@ -117,19 +128,8 @@ func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 	// A Backend slower than quiesceWait: Controller Busy, no DNR.
 	defer func(w time.Duration) { quiesceWait = w }(quiesceWait)
 	quiesceWait = 200 * time.Millisecond
-	be2 := newGateWriteBackend(t, 8192)
-	tg2, _, addr2 := newBackendTarget(t, be2, TargetConfig{})
-	t.Cleanup(be2.open)
-	c := connectHost(t, addr2, testNQN, cfg)
-	nc, err := c.Namespace(ctx, 1)
-	require.NoError(t, err)
-	go func() {
-		_, err := nc.WriteAt(old, 8192)
-		wrote <- err
-	}()
-	<-be2.entered
-	abortHost(t, tg2, c)
-	<-wrote
+	be2, tg2, addr2 := gatedTarget(t, 8192)
+	cutWhileWriting(t, tg2, be2, connectHost(t, addr2, testNQN, cfg), 8192)
 	_, err = Connect(ctx, "tcp", addr2, testNQN, cfg)
 	requireStatus(t, err, StatusConnectCtrlBusy)
 	// Another host connects meanwhile.
@@ -152,26 +152,12 @@ func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 func TestOtherPathWaitsForEndedControllersWrites(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
-	be := newGateWriteBackend(t, 4096)
-	tg, _, addr := newBackendTarget(t, be, TargetConfig{})
-	t.Cleanup(be.open)
-	cfg := HostConfig{IOQueues: 1, HostID: [16]byte{0xc0, 0xff, 0xee},
-		HostNQN: "nqn.2014-08.org.nvmexpress:uuid:c0ffee00-0000-4000-8000-000000000000"}
-	a := connectHost(t, addr, testNQN, cfg)
-	b := connectHost(t, addr, testNQN, cfg)
-	na, err := a.Namespace(ctx, 1)
-	require.NoError(t, err)
+	be, tg, addr := gatedTarget(t, 4096)
+	a := connectHost(t, addr, testNQN, quiesceHost)
+	b := connectHost(t, addr, testNQN, quiesceHost)
 	nb, err := b.Namespace(ctx, 1)
 	require.NoError(t, err)
-	old := bytes.Repeat([]byte{1}, 4096)
-	wrote := make(chan error, 1)
-	go func() {
-		_, err := na.WriteAt(old, 4096)
-		wrote <- err
-	}()
-	<-be.entered
-	abortHost(t, tg, a)
-	require.Error(t, <-wrote)
+	cutWhileWriting(t, tg, be, a, 4096)
 
 	// Reads on the other path go on meanwhile.
 	got := make([]byte, 512)
