@@ -291,7 +291,7 @@ func (q *tqueue) connect(r *request) (uint64, Status) {
 			return invalidParam(true, connOffCntlID)
 		}
 		if sub != nil {
-			if err := awaitQuiet(sub, cd.HostNQN, cd.HostID, nil); err != nil {
+			if err := awaitQuiet(t.done(), sub, cd.HostNQN, cd.HostID, nil); err != nil {
 				q.logf("host %s: %v: Controller Busy", cd.HostNQN, err)
 				return 0, StatusConnectCtrlBusy // no DNR: a reconnecting host tries again
 			}
@@ -366,7 +366,7 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 	old := c.cc
 	c.cc = v
 	var drop []*tqueue
-	resetMasks := false
+	resetMasks, reset := false, false
 	switch {
 	case v&CCEnable != 0 && old&CCEnable == 0:
 		// Entry sizes 64 and 16, the NVM (or no I/O) command set, 4 KiB
@@ -378,11 +378,15 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 			c.csts = CSTSReady
 		}
 	case v&CCEnable == 0 && old&CCEnable != 0:
-		// A reset: the I/O queues go, CSTS.RDY clears, and the held
-		// AERs are aborted with every other outstanding command (the
-		// host reposts its own; one answered later would carry a CID the
-		// host may have reused).
-		c.csts &^= CSTSReady | CSTSFatal
+		// A reset: the I/O queues go, CSTS.RDY clears once their
+		// commands have left the Backends (below: a write the host sends
+		// again after the reset must not be overtaken by its old copy,
+		// as quiesce.go keeps for a new controller), and the held AERs
+		// are aborted with every other outstanding command (the host
+		// reposts its own; one answered later would carry a CID the host
+		// may have reused).
+		c.csts &^= CSTSFatal
+		reset = true
 		for _, q := range c.ioq {
 			drop = append(drop, q)
 		}
@@ -421,6 +425,14 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 	}
 	for _, d := range drop {
 		d.end()
+	}
+	if reset {
+		c.awaitQueuesEnded(drop)
+		c.mu.Lock()
+		if c.cc&CCEnable == 0 {
+			c.csts &^= CSTSReady
+		}
+		c.mu.Unlock()
 	}
 	if shn {
 		// Shutdown processing commits the volatile write cache: a host

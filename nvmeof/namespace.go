@@ -22,7 +22,7 @@ type Namespace struct {
 	anaGrp    atomic.Uint32 // ANA group (ana.go)
 	resv      *resv         // reservations (resv.go), nil if not enabled
 	wp        atomic.Bool   // write protected (writeprotect.go)
-	wpGate    sync.RWMutex  // held for reading by a running write, which protecting waits out
+	writing   atomic.Int64  // writes running (past the protection check), which protecting waits out
 	refs      atomic.Int64  // commands using Backend (Subsystem.use), which RemoveNamespace waits out
 	removed   atomic.Bool   // RemoveNamespace has taken it out
 	drained   chan struct{} // closed once removed and refs is 0

@@ -22,6 +22,14 @@ import (
 // data waits too, on any controller of the host, for the host's ended
 // controllers (at most quiesceWait, then it runs: only the stale copy's
 // order is at stake, not the command's own data).
+//
+// A reset in place (CC.EN 1 → 0 on the same admin queue) clears CSTS.RDY
+// only once the dropped I/O queues' commands have left the Backends, for
+// the same reason. What the target cannot wait for is a controller it
+// does not know has ended: a path cut without a FIN lives on until its
+// keep-alive timeout, and a write the host sends down another path before
+// then is not held back (NVMe 2.1's Command Quiesce Time, on the host's
+// side, covers that case).
 
 // quiesceWait bounds how long a Connect waits for the host's ended
 // controllers (a variable for tests).
@@ -90,8 +98,9 @@ func (c *controller) quietCh() chan struct{} {
 var errNotQuiet = errors.New("a command of the host's ended controller is still running")
 
 // awaitQuiet waits until host's ended controllers on sub, but self, have
-// no command in a Backend, for at most quiesceWait.
-func awaitQuiet(sub *Subsystem, hostNQN string, hostID [16]byte, self *controller) error {
+// no command in a Backend, for at most quiesceWait, or until done closes
+// (the target closing).
+func awaitQuiet(done <-chan struct{}, sub *Subsystem, hostNQN string, hostID [16]byte, self *controller) error {
 	var ended []*controller
 	sub.mu.RLock()
 	for c := range sub.ending {
@@ -110,6 +119,8 @@ func awaitQuiet(sub *Subsystem, hostNQN string, hostID [16]byte, self *controlle
 		case <-c.quietCh():
 		case <-timer.C:
 			return errNotQuiet
+		case <-done:
+			return errNotQuiet
 		}
 	}
 	return nil
@@ -121,7 +132,31 @@ func (c *controller) awaitQuietWrite() {
 	if c.sub == nil || c.sub.endingN.Load() == 0 {
 		return
 	}
-	if err := awaitQuiet(c.sub, c.hostNQN, c.hostID, c); err != nil {
+	if err := awaitQuiet(c.t.done(), c.sub, c.hostNQN, c.hostID, c); err != nil {
 		c.t.logf("nvmeof: controller %d: %v after %v: running a write anyway", c.id, err, quiesceWait)
 	}
+}
+
+// awaitQueuesEnded waits, for at most quiesceWait, until the I/O queues a
+// reset dropped have ended: their commands have left the Backends.
+func (c *controller) awaitQueuesEnded(qs []*tqueue) {
+	timer := time.NewTimer(quiesceWait)
+	defer timer.Stop()
+	for _, q := range qs {
+		select {
+		case <-q.ended:
+		case <-timer.C:
+			c.t.logf("nvmeof: controller %d: reset: a command still in a Backend after %v", c.id, quiesceWait)
+			return
+		}
+	}
+}
+
+// done is closed when the target closes (nil for a Target not made by
+// NewTarget: tests).
+func (t *Target) done() <-chan struct{} {
+	if t.ctx == nil {
+		return nil
+	}
+	return t.ctx.Done()
 }

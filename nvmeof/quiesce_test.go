@@ -182,3 +182,72 @@ func TestOtherPathWaitsForEndedControllersWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, newer, got, "the last write stays")
 }
+
+// A host that resets its controller in place (CC.EN 1 → 0 on the same
+// admin queue) while a write of its is in the Backend sees CSTS.RDY clear
+// only once the write has left it: after RDY it may connect I/O queues
+// again and send the write anew.
+func TestResetInPlaceWaitsForBackend(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	be, _, addr := gatedTarget(t, 4096)
+	c := connectHost(t, addr, testNQN, quiesceHost)
+	ns, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := ns.WriteAt(bytes.Repeat([]byte{1}, 4096), 4096)
+		wrote <- err
+	}()
+	<-be.entered
+	cc, err := c.propertyGet(ctx, PropCC, 4)
+	require.NoError(t, err)
+	reset := make(chan error, 1)
+	go func() { reset <- c.propertySet(ctx, PropCC, uint32(cc)&^CCEnable) }()
+	select {
+	case err := <-reset:
+		be.open()
+		t.Fatalf("CC.EN 0 answered (%v) while an I/O queue's write was in the Backend", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	be.open()
+	require.NoError(t, <-reset)
+	csts, err := c.propertyGet(ctx, PropCSTS, 4)
+	require.NoError(t, err)
+	require.Zero(t, csts&CSTSReady, "RDY clear once the write has landed")
+	<-wrote
+}
+
+// A write stuck in the Backend does not hang Set Features 84h: after
+// quiesceWait the namespace stays as it was and the host gets Command
+// Interrupted (no DNR), and meanwhile other writes go on.
+func TestWriteProtectWithHungWrite(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	defer func(w time.Duration) { quiesceWait = w }(quiesceWait)
+	quiesceWait = 200 * time.Millisecond
+	be, tg, addr := gatedTarget(t, 4096)
+	c := connectHost(t, addr, testNQN, quiesceHost)
+	ns, err := c.Namespace(ctx, 1)
+	require.NoError(t, err)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := ns.WriteAt(bytes.Repeat([]byte{1}, 4096), 4096)
+		wrote <- err
+	}()
+	<-be.entered
+	requireStatus(t, ns.SetWriteProtect(ctx, true), StatusCommandInterrupted)
+	sub := tg.subs[testNQN]
+	require.False(t, sub.namespace(1).WriteProtected(), "left as it was")
+	// Another host's write (its own queue: the stuck write holds its
+	// queue's goroutine), while the first is still stuck.
+	other := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	on, err := other.Namespace(ctx, 1)
+	require.NoError(t, err)
+	_, err = on.WriteAt(bytes.Repeat([]byte{2}, 4096), 8192)
+	require.NoError(t, err, "another write, while the first is still stuck")
+	be.open()
+	require.NoError(t, <-wrote)
+	require.NoError(t, ns.SetWriteProtect(ctx, true), "protected once nothing hangs")
+	require.NoError(t, ns.SetWriteProtect(ctx, false))
+}

@@ -38,6 +38,7 @@ const (
 	StatusKATOExpired          Status = 0x19
 	StatusKATOInvalid          Status = 0x1a
 	StatusNSWriteProtected     Status = 0x20
+	StatusCommandInterrupted   Status = 0x21
 	StatusLBARange             Status = 0x80 // LBA Out of Range
 	StatusCapacityExceeded     Status = 0x81
 	StatusNSNotReady           Status = 0x82
@@ -88,6 +89,7 @@ var statusNames = map[Status]string{
 	StatusKATOExpired:          "Keep Alive Timer Expired",
 	StatusKATOInvalid:          "Keep Alive Timeout Invalid",
 	StatusNSWriteProtected:     "Namespace is Write Protected",
+	StatusCommandInterrupted:   "Command Interrupted",
 	StatusLBARange:             "LBA Out of Range",
 	StatusCapacityExceeded:     "Capacity Exceeded",
 	StatusNSNotReady:           "Namespace Not Ready",

@@ -1,5 +1,7 @@
 package nvmeof
 
+import "time"
+
 // Namespace write protection (NVMe base 2.0 section 8.x, feature 84h), as
 // Linux's nvmet offers it: a host sets a namespace write protected or not
 // (the states "until power cycle" and "permanent" are not offered: NWPC
@@ -12,7 +14,10 @@ package nvmeof
 // Protected carries DNR: sending the write again cannot help. A write
 // whose data was moving when protection was set is refused when it runs,
 // and Set Features waits for those already running (nvmet does not: it
-// checks before the data moves), so that none lands after it returns.
+// checks before the data moves), so that none lands after it returns; if
+// one is still running after 5 s (a Backend that hangs), the namespace is
+// left as it was and Set Features fails with Command Interrupted, which a
+// host may try again.
 
 // FeatWriteProtect is the Namespace Write Protection Config feature.
 const FeatWriteProtect = 0x84
@@ -56,8 +61,12 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 	case wpOn:
 		c.sub.wpMu.Lock()
 		was := ns.wp.Swap(true)
-		ns.wpGate.Lock() // the writes already running end first
-		ns.wpGate.Unlock()
+		if !ns.awaitWrites(quiesceWait) { // the writes already running end first
+			ns.wp.Store(was)
+			c.sub.wpMu.Unlock()
+			c.t.logf("nvmeof: namespace %d: a write still running after %v: not protected", nsid, quiesceWait)
+			return 0, StatusCommandInterrupted // no DNR: the host may try again
+		}
 		if st := c.flush(ns, " for write protection"); !st.OK() {
 			ns.wp.Store(was) // a namespace protected before stays so
 			c.sub.wpMu.Unlock()
@@ -70,12 +79,26 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 		// 2 (until power cycle) and 3 (permanent) are not offered.
 		return 0, StatusInvalidField | DNR
 	}
+	c.sub.mu.RLock()
 	ctrls := c.sub.controllers()
+	c.sub.mu.RUnlock()
 	c.sub.wpMu.Unlock()
 	for _, o := range ctrls {
 		o.nsChanged(nsid)
 	}
 	return 0, StatusSuccess
+}
+
+// awaitWrites waits until no write runs on the namespace, for at most d;
+// false if one still does. Only protecting waits, so a poll does.
+func (ns *Namespace) awaitWrites(d time.Duration) bool {
+	for end := time.Now().Add(d); ns.writing.Load() > 0; {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
 }
 
 // getWriteProtect serves Get Features 84h.

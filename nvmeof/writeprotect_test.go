@@ -211,3 +211,37 @@ func TestWriteProtectWaitsForRunningWrite(t *testing.T) {
 	_, err = n.WriteAt(p, 8192)
 	requireStatus(t, err, StatusNSWriteProtected|DNR)
 }
+
+// Set Features 84h while other hosts connect and disconnect: the notice
+// goes to the controllers of the moment (it listed them without the
+// subsystem's lock: the race detector, and Go's map checks, caught it).
+func TestWriteProtectWhileHostsComeAndGo(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
+	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	na, err := a.Namespace(ctx, 1)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		for range 10 {
+			c, err := Connect(ctx, "tcp", addr, testNQN, HostConfig{IOQueues: 1})
+			if err != nil {
+				done <- err
+				return
+			}
+			c.Close()
+		}
+		done <- nil
+	}()
+	for on := true; ; on = !on {
+		require.NoError(t, na.SetWriteProtect(ctx, on))
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			require.NoError(t, na.SetWriteProtect(ctx, false))
+			return
+		default:
+		}
+	}
+}
