@@ -427,7 +427,7 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 		d.end()
 	}
 	if reset {
-		c.awaitQueuesEnded(drop)
+		c.awaitIdle()
 		c.mu.Lock()
 		if c.cc&CCEnable == 0 {
 			c.csts &^= CSTSReady

@@ -137,18 +137,17 @@ func (c *controller) awaitQuietWrite() {
 	}
 }
 
-// awaitQueuesEnded waits, for at most quiesceWait, until the I/O queues a
-// reset dropped have ended: their commands have left the Backends.
-func (c *controller) awaitQueuesEnded(qs []*tqueue) {
-	timer := time.NewTimer(quiesceWait)
-	defer timer.Stop()
-	for _, q := range qs {
-		select {
-		case <-q.ended:
-		case <-timer.C:
+// awaitIdle waits, for at most quiesceWait, until no command of the
+// controller's I/O queues is in a Backend: after a reset in place, those
+// of the queues it dropped and of any that ended before it. None starts
+// meanwhile (CC.EN is 0), so a poll does.
+func (c *controller) awaitIdle() {
+	for end := time.Now().Add(quiesceWait); c.inflight.Load() > 0; {
+		if time.Now().After(end) {
 			c.t.logf("nvmeof: controller %d: reset: a command still in a Backend after %v", c.id, quiesceWait)
 			return
 		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
