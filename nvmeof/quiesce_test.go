@@ -62,9 +62,9 @@ func abortHost(t *testing.T, tg *Target, c *Controller) {
 var quiesceHost = HostConfig{IOQueues: 1, HostID: [16]byte{0xc0, 0xff, 0xee},
 	HostNQN: "nqn.2014-08.org.nvmexpress:uuid:c0ffee00-0000-4000-8000-000000000000"}
 
-// cutWhileWriting has c write at off, which be holds in the Backend, and
-// then drops c's connections (abortHost).
-func cutWhileWriting(t *testing.T, tg *Target, be *gateWriteBackend, c *Controller, off int64) {
+// stuckWrite has c write 4 KiB at off, and returns once be holds the
+// write in the Backend: its namespace, and the write's result to come.
+func stuckWrite(t *testing.T, be *gateWriteBackend, c *Controller, off int64) (*HostNamespace, <-chan error) {
 	t.Helper()
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
@@ -74,6 +74,14 @@ func cutWhileWriting(t *testing.T, tg *Target, be *gateWriteBackend, c *Controll
 		wrote <- err
 	}()
 	<-be.entered
+	return ns, wrote
+}
+
+// cutWhileWriting has c write at off, which be holds in the Backend, and
+// then drops c's connections (abortHost).
+func cutWhileWriting(t *testing.T, tg *Target, be *gateWriteBackend, c *Controller, off int64) {
+	t.Helper()
+	_, wrote := stuckWrite(t, be, c, off)
 	abortHost(t, tg, c)
 	require.Error(t, <-wrote, "the host's write failed with its connection")
 }
@@ -192,14 +200,7 @@ func TestResetInPlaceWaitsForBackend(t *testing.T) {
 	ctx := testCtx(t)
 	be, _, addr := gatedTarget(t, 4096)
 	c := connectHost(t, addr, testNQN, quiesceHost)
-	ns, err := c.Namespace(ctx, 1)
-	require.NoError(t, err)
-	wrote := make(chan error, 1)
-	go func() {
-		_, err := ns.WriteAt(bytes.Repeat([]byte{1}, 4096), 4096)
-		wrote <- err
-	}()
-	<-be.entered
+	_, wrote := stuckWrite(t, be, c, 4096)
 	cc, err := c.propertyGet(ctx, PropCC, 4)
 	require.NoError(t, err)
 	reset := make(chan error, 1)
@@ -228,14 +229,7 @@ func TestWriteProtectWithHungWrite(t *testing.T) {
 	quiesceWait = 200 * time.Millisecond
 	be, tg, addr := gatedTarget(t, 4096)
 	c := connectHost(t, addr, testNQN, quiesceHost)
-	ns, err := c.Namespace(ctx, 1)
-	require.NoError(t, err)
-	wrote := make(chan error, 1)
-	go func() {
-		_, err := ns.WriteAt(bytes.Repeat([]byte{1}, 4096), 4096)
-		wrote <- err
-	}()
-	<-be.entered
+	ns, wrote := stuckWrite(t, be, c, 4096)
 	requireStatus(t, ns.SetWriteProtect(ctx, true), StatusCommandInterrupted)
 	sub := tg.subs[testNQN]
 	require.False(t, sub.namespace(1).WriteProtected(), "left as it was")
