@@ -2,6 +2,7 @@ package nvmeof
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,8 +33,14 @@ import (
 // side, covers that case).
 
 // quiesceWait bounds how long a Connect waits for the host's ended
-// controllers (a variable for tests).
-var quiesceWait = 5 * time.Second
+// controllers, and the other waits here (nanoseconds; tests change it
+// while targets run, hence atomic).
+var quiesceWait atomic.Int64
+
+func init() { quiesceWait.Store(int64(5 * time.Second)) }
+
+// quiesceTimeout returns quiesceWait.
+func quiesceTimeout() time.Duration { return time.Duration(quiesceWait.Load()) }
 
 // enter counts a command of an I/O queue into the Backend; false: the
 // controller has ended, and the command must not run.
@@ -112,7 +119,7 @@ func awaitQuiet(done <-chan struct{}, sub *Subsystem, hostNQN string, hostID [16
 	if len(ended) == 0 {
 		return nil
 	}
-	timer := time.NewTimer(quiesceWait)
+	timer := time.NewTimer(quiesceTimeout())
 	defer timer.Stop()
 	for _, c := range ended {
 		select {
@@ -133,7 +140,7 @@ func (c *controller) awaitQuietWrite() {
 		return
 	}
 	if err := awaitQuiet(c.t.done(), c.sub, c.hostNQN, c.hostID, c); err != nil {
-		c.t.logf("nvmeof: controller %d: %v after %v: running a write anyway", c.id, err, quiesceWait)
+		c.t.logf("nvmeof: controller %d: %v after %v: running a write anyway", c.id, err, quiesceTimeout())
 	}
 }
 
@@ -142,9 +149,9 @@ func (c *controller) awaitQuietWrite() {
 // of the queues it dropped and of any that ended before it. None starts
 // meanwhile (CC.EN is 0), so a poll does.
 func (c *controller) awaitIdle() {
-	for end := time.Now().Add(quiesceWait); c.inflight.Load() > 0; {
+	for end := time.Now().Add(quiesceTimeout()); c.inflight.Load() > 0; {
 		if time.Now().After(end) {
-			c.t.logf("nvmeof: controller %d: reset: a command still in a Backend after %v", c.id, quiesceWait)
+			c.t.logf("nvmeof: controller %d: reset: a command still in a Backend after %v", c.id, quiesceTimeout())
 			return
 		}
 		time.Sleep(time.Millisecond)

@@ -134,8 +134,7 @@ func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 	require.Equal(t, newer, got, "the newer write stays")
 
 	// A Backend slower than quiesceWait: Controller Busy, no DNR.
-	defer func(w time.Duration) { quiesceWait = w }(quiesceWait)
-	quiesceWait = 200 * time.Millisecond
+	shortQuiesce(t)
 	be2, tg2, addr2 := gatedTarget(t, 8192)
 	cutWhileWriting(t, tg2, be2, connectHost(t, addr2, testNQN, cfg), 8192)
 	_, err = Connect(ctx, "tcp", addr2, testNQN, cfg)
@@ -225,8 +224,7 @@ func TestResetInPlaceWaitsForBackend(t *testing.T) {
 func TestWriteProtectWithHungWrite(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
-	defer func(w time.Duration) { quiesceWait = w }(quiesceWait)
-	quiesceWait = 200 * time.Millisecond
+	shortQuiesce(t)
 	be, tg, addr := gatedTarget(t, 4096)
 	c := connectHost(t, addr, testNQN, quiesceHost)
 	ns, wrote := stuckWrite(t, be, c, 4096)
@@ -244,4 +242,10 @@ func TestWriteProtectWithHungWrite(t *testing.T) {
 	require.NoError(t, <-wrote)
 	require.NoError(t, ns.SetWriteProtect(ctx, true), "protected once nothing hangs")
 	require.NoError(t, ns.SetWriteProtect(ctx, false))
+}
+
+// shortQuiesce makes quiesceWait 200 ms until the test ends.
+func shortQuiesce(t *testing.T) {
+	old := quiesceWait.Swap(int64(200 * time.Millisecond))
+	t.Cleanup(func() { quiesceWait.Store(old) })
 }

@@ -61,10 +61,10 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 	case wpOn:
 		c.sub.wpMu.Lock()
 		was := ns.wp.Swap(true)
-		if !ns.awaitWrites(quiesceWait) { // the writes already running end first
+		if !ns.awaitWrites(quiesceTimeout()) { // the writes already running end first
 			ns.wp.Store(was)
 			c.sub.wpMu.Unlock()
-			c.t.logf("nvmeof: namespace %d: a write still running after %v: not protected", nsid, quiesceWait)
+			c.t.logf("nvmeof: namespace %d: a write still running after %v: not protected", nsid, quiesceTimeout())
 			return 0, StatusCommandInterrupted // no DNR: the host may try again
 		}
 		if st := c.flush(ns, " for write protection"); !st.OK() {
