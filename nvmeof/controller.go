@@ -63,13 +63,6 @@ func (c *controller) discovery() bool { return c.sub == nil }
 
 func (c *controller) touch() { c.lastSeen.Store(int64(time.Since(c.t.start))) }
 
-// gone reports whether the controller has ended (shutdown).
-func (c *controller) gone() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.dead
-}
-
 func (c *controller) ready() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

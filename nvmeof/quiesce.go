@@ -149,13 +149,22 @@ func (c *controller) awaitQuietWrite() {
 // of the queues it dropped and of any that ended before it. None starts
 // meanwhile (CC.EN is 0), so a poll does.
 func (c *controller) awaitIdle() {
-	for end := time.Now().Add(quiesceTimeout()); c.inflight.Load() > 0; {
+	if !awaitZero(&c.inflight) {
+		c.t.logf("nvmeof: controller %d: reset: a command still in a Backend after %v", c.id, quiesceTimeout())
+	}
+}
+
+// awaitZero waits until n is 0, for at most quiesceWait; false if it is
+// not. Its callers wait for commands that no longer start, and seldom (a
+// reset, protecting a namespace), so a poll does.
+func awaitZero(n *atomic.Int64) bool {
+	for end := time.Now().Add(quiesceTimeout()); n.Load() > 0; {
 		if time.Now().After(end) {
-			c.t.logf("nvmeof: controller %d: reset: a command still in a Backend after %v", c.id, quiesceTimeout())
-			return
+			return false
 		}
 		time.Sleep(time.Millisecond)
 	}
+	return true
 }
 
 // done is closed when the target closes (nil for a Target not made by

@@ -109,15 +109,7 @@ func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 		c, err := Connect(ctx, "tcp", addr, testNQN, cfg)
 		again <- result{c, err}
 	}()
-	select {
-	case r := <-again:
-		if r.c != nil {
-			r.c.Close()
-		}
-		be.open()
-		t.Fatalf("the host connected again (%v) while its old controller's write was in the Backend", r.err)
-	case <-time.After(300 * time.Millisecond):
-	}
+	stillWaiting(t, again, be.open, "the host connected again")
 	be.open()
 	r := <-again
 	require.NoError(t, r.err, "connected once the old write landed")
@@ -176,12 +168,7 @@ func TestOtherPathWaitsForEndedControllersWrites(t *testing.T) {
 		_, err := nb.WriteAt(newer, 4096)
 		done <- err
 	}()
-	select {
-	case err := <-done:
-		be.open()
-		t.Fatalf("a write on the other path ran (%v) while the ended path's write was in the Backend", err)
-	case <-time.After(300 * time.Millisecond):
-	}
+	stillWaiting(t, done, be.open, "a write on the other path ran")
 	be.open()
 	require.NoError(t, <-done)
 	got = make([]byte, 4096)
@@ -204,12 +191,7 @@ func TestResetInPlaceWaitsForBackend(t *testing.T) {
 	require.NoError(t, err)
 	reset := make(chan error, 1)
 	go func() { reset <- c.propertySet(ctx, PropCC, uint32(cc)&^CCEnable) }()
-	select {
-	case err := <-reset:
-		be.open()
-		t.Fatalf("CC.EN 0 answered (%v) while an I/O queue's write was in the Backend", err)
-	case <-time.After(300 * time.Millisecond):
-	}
+	stillWaiting(t, reset, be.open, "CC.EN 0 answered")
 	be.open()
 	require.NoError(t, <-reset)
 	csts, err := c.propertyGet(ctx, PropCSTS, 4)
@@ -248,4 +230,16 @@ func TestWriteProtectWithHungWrite(t *testing.T) {
 func shortQuiesce(t *testing.T) {
 	old := quiesceWait.Swap(int64(200 * time.Millisecond))
 	t.Cleanup(func() { quiesceWait.Store(old) })
+}
+
+// stillWaiting fails the test if ch yields within 300 ms: what must wait
+// for a write held in the Backend, which unblock lets go on failing.
+func stillWaiting[T any](t *testing.T, ch <-chan T, unblock func(), what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		unblock()
+		t.Fatalf("%s (%v) while a write was still in the Backend", what, v)
+	case <-time.After(300 * time.Millisecond):
+	}
 }

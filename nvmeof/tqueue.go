@@ -478,7 +478,7 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 	if f := cmd.Flags(); f&3 != 0 || f&0xc0 != FlagSGL {
 		return q.respond(idx, 0, StatusInvalidField|DNR, nil)
 	}
-	if q.qid != 0 && q.ctrl != nil && q.ctrl.gone() {
+	if q.qid != 0 && q.ctrl != nil && q.ctrl.ended.Load() {
 		// Its controller ended and this queue is ending (tqueue.end):
 		// the host learns it from the connection, not from a status
 		// that would fail the command where another path could take it.

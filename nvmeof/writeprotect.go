@@ -1,7 +1,5 @@
 package nvmeof
 
-import "time"
-
 // Namespace write protection (NVMe base 2.0 section 8.x, feature 84h), as
 // Linux's nvmet offers it: a host sets a namespace write protected or not
 // (the states "until power cycle" and "permanent" are not offered: NWPC
@@ -61,7 +59,7 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 	case wpOn:
 		c.sub.wpMu.Lock()
 		was := ns.wp.Swap(true)
-		if !ns.awaitWrites(quiesceTimeout()) { // the writes already running end first
+		if !awaitZero(&ns.writing) { // the writes already running end first
 			ns.wp.Store(was)
 			c.sub.wpMu.Unlock()
 			c.t.logf("nvmeof: namespace %d: a write still running after %v: not protected", nsid, quiesceTimeout())
@@ -87,18 +85,6 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 		o.nsChanged(nsid)
 	}
 	return 0, StatusSuccess
-}
-
-// awaitWrites waits until no write runs on the namespace, for at most d;
-// false if one still does. Only protecting waits, so a poll does.
-func (ns *Namespace) awaitWrites(d time.Duration) bool {
-	for end := time.Now().Add(d); ns.writing.Load() > 0; {
-		if time.Now().After(end) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
 }
 
 // getWriteProtect serves Get Features 84h.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -193,12 +192,7 @@ func TestWriteProtectWaitsForRunningWrite(t *testing.T) {
 	be.onFlush.Store(&atFlush)
 	protected := make(chan error, 1)
 	go func() { protected <- n.SetWriteProtect(ctx, true) }()
-	select {
-	case err := <-protected:
-		close(be.release)
-		t.Fatalf("Set Features returned (%v) while a write was still running", err)
-	case <-time.After(300 * time.Millisecond):
-	}
+	stillWaiting(t, protected, func() { close(be.release) }, "Set Features returned")
 	require.True(t, sub.namespace(1).WriteProtected(), "protected at once: new writes are refused")
 	close(be.release)
 	require.NoError(t, <-wrote, "the write admitted before protection completes")
