@@ -59,6 +59,8 @@ var ptCases = []ptCase{
 	{"write_bw", "-n 200 -s 4096 -q 2", false},
 	{"send_bw", "-n 300 -s 1024 -q 2", false},
 	{"write_bw", "-n 200 -s 4096", true},
+	// perftest's -z: with -R, which implies it, the same exchange.
+	{"send_lat", "-n 200 -s 64 -z", false},
 	// -a: every size from 2 to 2^23; write_bw and read_bw report once at
 	// the end, the others every size.
 	{"write_bw", "-a -n 5", false},

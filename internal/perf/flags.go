@@ -87,6 +87,8 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	boolVar(&p.Loopback, "", "loopback")
 	boolVar(&p.UseSRQ, "", "use_srq")
 	boolVar(&p.Perftest, "R", "rdma_cm")
+	var commCM bool
+	boolVar(&commCM, "z", "comm_rdma_cm")
 	var fpduDelay int
 	intVar(&fpduDelay, "", "fpdu-delay", 0)
 	var latWait string
@@ -154,7 +156,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	}
 	short := map[string]string{"A": "atomic_type", "s": "size", "a": "all", "n": "iters", "D": "duration", "q": "qp", "t": "tx-depth",
 		"r": "rx-depth", "p": "port", "b": "bidirectional", "I": "inline_size", "o": "outs", "Q": "cq-mod",
-		"R": "rdma_cm", "e": "events", "l": "post_list", "H": "report-histogram", "report-histogrm": "report-histogram",
+		"R": "rdma_cm", "z": "comm_rdma_cm", "e": "events", "l": "post_list", "H": "report-histogram", "report-histogrm": "report-histogram",
 		"U": "report-unsorted"}
 	fs.Visit(func(f *flag.Flag) {
 		name := f.Name
@@ -163,6 +165,13 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 		}
 		p.set[name] = true
 	})
+	// perftest's -z exchanges the parameters over rdma_cm and, without
+	// -R, connects the test QPs by hand (ibv_modify_qp with the peer's QPN
+	// and PSN), which iWARP has no way to do: an iWARP QP connects only
+	// through rdma_cm. -R implies -z in perftest, so -R -z is -R.
+	if commCM && !p.Perftest {
+		return nil, false, usagef("-z (--comm_rdma_cm) without -R connects the test's QPs without rdma_cm, which iWARP cannot: use -R, whose exchange is over rdma_cm already")
+	}
 	if p.isSet("out_json_file") {
 		p.JSON = true
 	}
@@ -475,6 +484,9 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --loopback        run server and client in this process over 127.0.0.1
       --use_srq         send tests: the receives of all QPs come from one shared receive queue
   -R, --rdma_cm         speak perftest's -R exchange (wire-compatible with ib_TEST -R)
+  -z, --comm_rdma_cm    with -R, which implies it: taken (perftest's exchange over
+                        rdma_cm); without -R refused, as iWARP QPs connect only
+                        through rdma_cm
   -d, -i, -x, -m, -F    perftest's device, port, GID index, MTU and CPU frequency check:
                         taken and ignored (the stack runs over TCP, its FPDUs sized by
                         TCP's MSS: see --fpdu); -c takes RC only; so are the fabric's

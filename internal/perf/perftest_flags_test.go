@@ -66,6 +66,8 @@ func TestPerftestMoreFlags(t *testing.T) {
 		"write_bw --run_infinitely -n 50":      "no -a or -n",
 		"send_bw --run_infinitely -R":          "write_bw and read_bw, one direction",
 		"read_bw --run_infinitely -R -b":       "write_bw and read_bw, one direction",
+		"write_bw -z":                          "use -R",
+		"send_lat --comm_rdma_cm server":       "use -R",
 	} {
 		_, _, err := Parse(strings.Fields(args))
 		require.ErrorContains(t, err, want, args)

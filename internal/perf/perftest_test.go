@@ -227,6 +227,11 @@ func TestPerftestDefaults(t *testing.T) {
 	require.Equal(t, 1, p2.Outs, "perftest's out_reads for tests without Reads")
 	require.Equal(t, perftestFPDUDelay, connConfig(p, true).FirstFPDUDelay)
 	require.Zero(t, connConfig(p, false).FirstFPDUDelay)
+	// -z with -R is -R: perftest's -R implies it.
+	pz, _, err := Parse([]string{"read_bw", "-R", "-z", "server"})
+	require.NoError(t, err)
+	pz.set, p.set = nil, nil
+	require.Equal(t, p, pz)
 
 	p, _, err = Parse([]string{"read_bw", "-R", "--crc", "on", "-o", "8", "--fpdu-delay", "0", "server"})
 	require.NoError(t, err)
