@@ -13,6 +13,14 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // CRC32c returns the CRC32c (Castagnoli) of b.
 func CRC32c(b []byte) uint32 { return crc32cUpdate(0, b) }
 
+// CopyCRC32c copies from src into dst as the builtin copy does and returns
+// the number of octets copied and their CRC32c: what a Reader does with each
+// payload it places. Where the CPU allows it reads src once for both.
+func CopyCRC32c(dst, src []byte) (n int, crc uint32) {
+	n = min(len(dst), len(src))
+	return n, crc32cCopy(0, dst, src[:n])
+}
+
 // crc32cPrefixGo is crc32cPrefix in Go: crc32cUpdate of the 16 octets w0
 // and w1 hold little-endian, by slicing-by-8 from registers. Through
 // hash/crc32 the octets would have to be in memory, and a stack array handed

@@ -10,6 +10,41 @@ import (
 
 func stdCRC32c(c uint32, p []byte) uint32 { return crc32.Update(c, castagnoli, p) }
 
+// CopyCRC32c copies what the builtin copy would and returns the CRC32c of
+// that, at every length around the kernels' thresholds and both ways short.
+func TestCopyCRC32c(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	src := make([]byte, 5000)
+	for i := range src {
+		src[i] = byte(r.Uint32())
+	}
+	for _, l := range []int{0, 1, 31, 63, 64, 255, 256, 257, 1428, 4095, 4096, 4097, 5000} {
+		for _, dl := range []int{l, l + 7, l / 2} {
+			s := src[len(src)-l:]
+			dst := make([]byte, dl+8)
+			for i := range dst {
+				dst[i] = 0xee
+			}
+			n, crc := CopyCRC32c(dst[:dl], s)
+			want := min(l, dl)
+			if n != want {
+				t.Fatalf("len %d into %d: copied %d, want %d", l, dl, n, want)
+			}
+			if crc != crc32.Checksum(s[:n], castagnoli) {
+				t.Fatalf("len %d into %d: CRC %#08x, want %#08x", l, dl, crc, crc32.Checksum(s[:n], castagnoli))
+			}
+			if !bytes.Equal(dst[:n], s[:n]) {
+				t.Fatalf("len %d into %d: copied octets differ", l, dl)
+			}
+			for i := n; i < len(dst); i++ {
+				if dst[i] != 0xee {
+					t.Fatalf("len %d into %d: octet %d beyond the copy written", l, dl, i)
+				}
+			}
+		}
+	}
+}
+
 // The RFC 3720 B.4 vectors through crc32cUpdate, at every alignment and
 // continued from every split point.
 func TestCRC32cUpdateVectors(t *testing.T) {

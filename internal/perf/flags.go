@@ -86,6 +86,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	fs.StringVar(&p.Profile, "profile", "", "")
 	boolVar(&p.Loopback, "", "loopback")
 	boolVar(&p.UseSRQ, "", "use_srq")
+	boolVar(&p.Floor, "", "floor")
 	boolVar(&p.Perftest, "R", "rdma_cm")
 	var commCM bool
 	boolVar(&commCM, "z", "comm_rdma_cm")
@@ -483,6 +484,11 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --out_json_file=F write the JSON to F (implies --out_json)
       --loopback        run server and client in this process over 127.0.0.1
       --use_srq         send tests: the receives of all QPs come from one shared receive queue
+      --floor           tcp_bw: each side also does the work per octet that MPA over a
+                        socket cannot avoid (the sender the CRC32c of every FPDU's
+                        payload, the receiver the copy of each out of its read buffer,
+                        with its CRC32c; the copy alone with --crc=off): the least a
+                        user-space iWARP stack can cost over TCP
   -R, --rdma_cm         speak perftest's -R exchange (wire-compatible with ib_TEST -R)
   -z, --comm_rdma_cm    with -R, which implies it: taken (perftest's exchange over
                         rdma_cm); without -R refused, as iWARP QPs connect only

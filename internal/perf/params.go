@@ -249,6 +249,10 @@ type Params struct {
 	// limits, for scripts. 0: none.
 	LimitBW, LimitMsgRate float64
 
+	// Floor (--floor, tcp_bw only) adds to each side of tcp_bw the work
+	// per octet that MPA over a socket cannot avoid (tcp_floor.go).
+	Floor bool
+
 	Profile  string
 	Loopback bool
 	// UseSRQ (--use_srq): the send tests' receives come from one shared
@@ -408,6 +412,9 @@ func (p *Params) finish() error {
 			p.Duration = DefInfinitePeriod
 		}
 		p.NoPeak = true
+	}
+	if p.Floor && t != TCPBW {
+		return fmt.Errorf("--floor is for tcp_bw")
 	}
 	switch {
 	case p.LatencyGap < 0:
@@ -618,6 +625,7 @@ type symmetric struct {
 	Bidir    bool   `json:"bidir,omitempty"`
 	Atomic   string `json:"atomic,omitempty"`
 	Infinite bool   `json:"run_infinitely,omitempty"`
+	Floor    string `json:"floor,omitempty"` // tcp_bw --floor: "crc" or "copy" (with --crc=off)
 }
 
 func (p *Params) symmetric() symmetric {
@@ -631,6 +639,12 @@ func (p *Params) symmetric() symmetric {
 	}
 	if p.Test.verb() == verbAtomic {
 		s.Atomic = p.Atomic.String()
+	}
+	if p.Floor {
+		s.Floor = "copy"
+		if p.floorCRC() {
+			s.Floor = "crc"
+		}
 	}
 	return s
 }
@@ -654,6 +668,7 @@ func (s symmetric) mismatch(peer symmetric) string {
 	add("bidirectional (-b)", s.Bidir, peer.Bidir)
 	add("atomic type (-A)", s.Atomic, peer.Atomic)
 	add("run infinitely (--run_infinitely)", s.Infinite, peer.Infinite)
+	add("MPA floor (--floor, --crc)", s.Floor, peer.Floor)
 	return strings.Join(d, "; ")
 }
 

@@ -441,6 +441,13 @@ func (s *tcpSide) runSizes(ctx context.Context, cancel context.CancelCauseFunc, 
 		pr.printf("                    (bidirectional)\n")
 	}
 	pr.printf(" Number of conns : %d\t\tTransport type : TCP\n", p.QPs)
+	if p.Floor {
+		what := "CRC32c of each FPDU payload (EMSS - 20 octets) on both sides, the receiver's copy"
+		if !p.floorCRC() {
+			what = "the receiver's copy of each FPDU payload (EMSS - 20 octets), no CRC"
+		}
+		pr.printf(" MPA floor       : %s\n", what)
+	}
 	pr.printf(" Control         : %v -> %v\n", s.ctl.conn.LocalAddr(), s.ctl.conn.RemoteAddr())
 	pr.printf("%s", resultLine)
 	if p.Duration > 0 && p.Test.BW() && p.isSet("duration") {

@@ -288,6 +288,10 @@ func (s *tcpSide) runTCPBW(ctx context.Context, conns []*net.TCPConn, size int, 
 				defer wg.Done()
 				w := &ws[i]
 				buf := make([]byte, size)
+				var fl *floor
+				if p.Floor {
+					fl = newFloor(p, c, size)
+				}
 				if peak {
 					w.tposted = make([]int64, 0, p.Iters)
 					w.comps = make([]completion, 0, p.Iters)
@@ -300,6 +304,9 @@ func (s *tcpSide) runTCPBW(ctx context.Context, conns []*net.TCPConn, size int, 
 					}
 					if peak {
 						w.tposted = append(w.tposted, t)
+					}
+					if fl != nil {
+						fl.sent(buf)
 					}
 					if _, err := c.Write(buf); err != nil {
 						w.err = err
@@ -324,8 +331,15 @@ func (s *tcpSide) runTCPBW(ctx context.Context, conns []*net.TCPConn, size int, 
 			go func() {
 				defer wg.Done()
 				buf := make([]byte, max(size, 256<<10))
+				var fl *floor
+				if p.Floor {
+					fl = newFloor(p, c, size)
+				}
 				for {
-					_, err := c.Read(buf)
+					n, err := c.Read(buf)
+					if fl != nil {
+						fl.received(buf[:n])
+					}
 					if err == io.EOF {
 						return
 					}

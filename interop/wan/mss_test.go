@@ -53,7 +53,10 @@ func TestMSS1448(t *testing.T) {
 // against two of tcp_lat's round trips, since a Read is a request and a
 // response). It prints the table with medians and ratios, with the CPU
 // rows also split into user and system time: the kernel's part is TCP's
-// own work, so what the stack adds shows in user space.
+// own work, so what the stack adds shows in user space. tcp_bw --floor
+// (tcp_floor) runs alongside: TCP plus the copy and CRC per octet that any
+// MPA over a socket must make, so that the CPU rows can also be read against
+// that floor, which no user-space stack over sockets goes below.
 //
 //	sudo go test -tags netns -run '^$' -bench MSS1448 -benchtime 1x ./interop/wan/
 //
@@ -84,7 +87,19 @@ func BenchmarkMSS1448(b *testing.B) {
 	dur := strconv.Itoa(envInt("MSS_SECONDS", 3))
 	iters := strconv.Itoa(envInt("MSS_LAT_ITERS", 20000)) // latency: a median needs iterations, not a duration
 	extra := strings.Fields(os.Getenv("MSS_ARGS"))
-	bwTests := []string{"tcp_bw", "write_bw", "read_bw", "send_bw"}
+	// tcp_floor is tcp_bw --floor: TCP plus the copy and CRC per octet
+	// that MPA over a socket cannot avoid (internal/perf/tcp_floor.go),
+	// with the RDMA tests' --crc.
+	bwTests := []string{"tcp_bw", "tcp_floor", "write_bw", "read_bw", "send_bw"}
+	floorArgs := []string{"--floor"}
+	for i, a := range extra {
+		switch {
+		case strings.HasPrefix(a, "--crc="):
+			floorArgs = append(floorArgs, a)
+		case a == "--crc" && i+1 < len(extra):
+			floorArgs = append(floorArgs, a, extra[i+1])
+		}
+	}
 	latTests := []string{"tcp_lat", "write_lat", "send_lat", "read_lat"}
 	// Keyed by test, or test+" base" for the base binary's.
 	vals := map[string][]float64{}
@@ -92,7 +107,11 @@ func BenchmarkMSS1448(b *testing.B) {
 	rtx := map[string]int{}
 	run := func(round int, test string, args ...string) {
 		order := bins
-		if test == "tcp_bw" || test == "tcp_lat" {
+		name := test
+		if test == "tcp_floor" {
+			name, args = "tcp_bw", append(args, floorArgs...)
+		}
+		if name == "tcp_bw" || name == "tcp_lat" {
 			order = bins[:1] // plain TCP is the same code in either binary
 		} else {
 			args = append(args, extra...)
@@ -106,7 +125,7 @@ func BenchmarkMSS1448(b *testing.B) {
 			if bin != bins[0] {
 				key += " base"
 			}
-			cli, srv := perfOnBoth(b, n, bin, test, args...)
+			cli, srv := perfOnBoth(b, n, bin, name, args...)
 			if strings.HasSuffix(test, "_lat") {
 				vals[key] = append(vals[key], latOf(b, cli))
 				continue
@@ -172,6 +191,17 @@ func BenchmarkMSS1448(b *testing.B) {
 			c := median(cpu[test])
 			b.ReportMetric(c/tc, test+"-cpu/tcp")
 			row("CPU per GiB, both sides, "+test, "s", 3, c, med(cpu, test+" base"), tc)
+		}
+		// Against the floor: what the stack costs beyond the copy and CRC
+		// per octet that any MPA over a socket must make.
+		if fc := med(cpu, "tcp_floor"); fc > 0 {
+			for _, test := range bwTests[2:] {
+				if len(cpu[test]) > 0 {
+					c := median(cpu[test])
+					b.ReportMetric(c/fc, test+"-cpu/floor")
+					row("CPU per GiB, "+test+" / floor's", "s", 3, c, med(cpu, test+" base"), fc)
+				}
+			}
 		}
 		// Where the difference is: the kernel's part (sys) is TCP's own
 		// work, user space is what the stack adds (framing, CRC, copies).
