@@ -51,11 +51,13 @@ type controller struct {
 	dead       bool
 	shstDone   time.Time // testShutdownLag: when CSTS.SHST turns done
 
-	// Commands in a Backend, and the end that new hosts' controllers
+	// Commands in a Backend, those of them that may change what the host
+	// reads (all but Reads), and the end that the host's new controllers
 	// wait out (quiesce.go).
 	inflight  atomic.Int64
+	changing  atomic.Int64
 	ended     atomic.Bool
-	quiet     chan struct{} // closed once ended with none in a Backend
+	quiet     chan struct{} // closed once ended with no changing command in a Backend
 	quietOnce sync.Once
 }
 

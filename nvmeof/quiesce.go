@@ -12,7 +12,8 @@ import (
 // queue's goroutine sees the end only when the Backend returns), and would
 // then land after the new copy and after whatever the host wrote next. So
 // a host's new controller on a subsystem waits, in its Connect, until the
-// host's ended controllers there have no command in a Backend: the rule
+// host's ended controllers there have no command but Reads in a Backend (a
+// stale Read changes nothing, and its data goes nowhere): the rule
 // NVMe 2.1's Command Quiesce Time asks hosts to keep, kept here because
 // Linux's host (6.1) does not. A Backend that takes longer than
 // quiesceWait gets the Connect Controller Busy, without DNR, which a
@@ -42,26 +43,37 @@ func init() { quiesceWait.Store(int64(5 * time.Second)) }
 // quiesceTimeout returns quiesceWait.
 func quiesceTimeout() time.Duration { return time.Duration(quiesceWait.Load()) }
 
-// enter counts a command of an I/O queue into the Backend; false: the
-// controller has ended, and the command must not run.
-func (c *controller) enter() bool {
+// changes reports whether an I/O command may change what the host reads:
+// every command but a Read, which a stale copy may finish at any time.
+func changes(op uint8) bool { return op != IORead }
+
+// enter counts a command of an I/O queue into the Backend, and into the
+// commands that change data if change; false: the controller has ended,
+// and the command must not run.
+func (c *controller) enter(change bool) bool {
 	c.inflight.Add(1)
+	if change {
+		c.changing.Add(1)
+	}
 	if c.ended.Load() {
-		c.leave()
+		c.leave(change)
 		return false
 	}
 	return true
 }
 
-// leave counts a command out of the Backend.
-func (c *controller) leave() {
-	if c.inflight.Add(-1) == 0 && c.ended.Load() {
+// leave counts a command out of the Backend. Ended, the controller is
+// quiet once the last command that changes data has left.
+func (c *controller) leave(change bool) {
+	if change && c.changing.Add(-1) == 0 && c.ended.Load() {
 		c.quiesced()
 	}
+	c.inflight.Add(-1)
 }
 
 // endQuiesce marks the controller ended (shutdown): from now on no command
-// enters a Backend, and quiet closes once the last one has left.
+// enters a Backend, and quiet closes once the last that changes data has
+// left.
 func (c *controller) endQuiesce() {
 	if c.sub != nil {
 		c.sub.mu.Lock()
@@ -73,7 +85,7 @@ func (c *controller) endQuiesce() {
 		c.sub.mu.Unlock()
 	}
 	c.ended.Store(true)
-	if c.inflight.Load() == 0 {
+	if c.changing.Load() == 0 {
 		c.quiesced()
 	}
 }
@@ -101,12 +113,13 @@ func (c *controller) quietCh() chan struct{} {
 	return c.quiet
 }
 
-// errNotQuiet: a host's ended controller still has a command in a Backend.
+// errNotQuiet: a host's ended controller still has a command that changes
+// data in a Backend.
 var errNotQuiet = errors.New("a command of the host's ended controller is still running")
 
 // awaitQuiet waits until host's ended controllers on sub, but self, have
-// no command in a Backend, for at most quiesceWait, or until done closes
-// (the target closing).
+// no command that changes data in a Backend, for at most quiesceWait, or
+// until done closes (the target closing).
 func awaitQuiet(done <-chan struct{}, sub *Subsystem, hostNQN string, hostID [16]byte, self *controller) error {
 	var ended []*controller
 	sub.mu.RLock()
@@ -134,7 +147,7 @@ func awaitQuiet(done <-chan struct{}, sub *Subsystem, hostNQN string, hostID [16
 }
 
 // awaitQuietWrite holds a command that changes data while the host has
-// ended controllers with commands in a Backend.
+// ended controllers with such commands in a Backend.
 func (c *controller) awaitQuietWrite() {
 	if c.sub == nil || c.sub.endingN.Load() == 0 {
 		return

@@ -9,11 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// gateWriteBackend holds the first write at off until release is closed,
-// once it has said so on entered.
+// gateWriteBackend holds the first write at off (with reads, the first
+// read) until release is closed, once it has said so on entered.
 type gateWriteBackend struct {
 	*MemBackend
 	off              int64
+	reads            bool
 	entered, release chan struct{}
 	once, openOnce   sync.Once
 }
@@ -31,16 +32,26 @@ func gatedTarget(t *testing.T, off int64) (*gateWriteBackend, *Target, string) {
 
 func (b *gateWriteBackend) open() { b.openOnce.Do(func() { close(b.release) }) }
 
-func (b *gateWriteBackend) WriteAt(p []byte, off int64) (int, error) {
+// gate holds the first call at b.off of the kind b gates.
+func (b *gateWriteBackend) gate(read bool, off int64) {
 	gated := false
-	if off == b.off {
+	if off == b.off && read == b.reads {
 		b.once.Do(func() { gated = true })
 	}
 	if gated {
 		b.entered <- struct{}{}
 		<-b.release
 	}
+}
+
+func (b *gateWriteBackend) WriteAt(p []byte, off int64) (int, error) {
+	b.gate(false, off)
 	return b.MemBackend.WriteAt(p, off)
+}
+
+func (b *gateWriteBackend) ReadAt(p []byte, off int64) (int, error) {
+	b.gate(true, off)
+	return b.MemBackend.ReadAt(p, off)
 }
 
 // abortHost drops every connection of c at once, as a host that resets
@@ -142,6 +153,64 @@ func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 		}
 		return err == nil
 	}, 5*time.Second, 50*time.Millisecond, "the host connects once the write has landed")
+}
+
+// A Read of an ended controller still in the Backend holds nothing back:
+// a stale Read changes no data, and its data goes nowhere. The host's
+// writes on its other path run, and it connects again, while the Read is
+// still there.
+func TestEndedControllersReadsHoldNothing(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	old := quiesceWait.Swap(int64(time.Minute)) // a wrongful wait would outlast the test's patience
+	t.Cleanup(func() { quiesceWait.Store(old) })
+	be := &gateWriteBackend{MemBackend: NewMemBackend(1 << 20), off: 4096, reads: true,
+		entered: make(chan struct{}, 1), release: make(chan struct{})}
+	tg, _, addr := newBackendTarget(t, be, TargetConfig{})
+	t.Cleanup(be.open)
+	a := connectHost(t, addr, testNQN, quiesceHost)
+	b := connectHost(t, addr, testNQN, quiesceHost)
+	nb, err := b.Namespace(ctx, 1)
+	require.NoError(t, err)
+	na, err := a.Namespace(ctx, 1)
+	require.NoError(t, err)
+	read := make(chan error, 1)
+	go func() {
+		_, err := na.ReadAt(make([]byte, 4096), 4096)
+		read <- err
+	}()
+	<-be.entered
+	abortHost(t, tg, a)
+	require.Error(t, <-read, "the host's read failed with its connection")
+
+	newer := bytes.Repeat([]byte{2}, 4096)
+	done := make(chan error, 1)
+	go func() {
+		_, err := nb.WriteAt(newer, 4096)
+		if err == nil {
+			var c *Controller
+			if c, err = Connect(ctx, "tcp", addr, testNQN, quiesceHost); err == nil {
+				err = c.Close()
+			}
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write on the other path, or the host's new Connect, waited for the ended controller's Read")
+	}
+	select {
+	case <-be.release:
+		t.Fatal("the gate opened early: the test proves nothing")
+	default:
+	}
+	be.open()
+	got := make([]byte, 4096)
+	_, err = nb.ReadAt(got, 4096)
+	require.NoError(t, err)
+	require.Equal(t, newer, got)
 }
 
 // A host with two controllers (two paths) that loses one while a write

@@ -635,14 +635,15 @@ func (q *tqueue) exec(idx int, in []byte) bool {
 	r := request{q: q, idx: idx, cmd: Command(s.cmd[:]), data: s.data, in: in, ns: s.ns}
 	s.ns = nil
 	c := q.ctrl
-	if q.qid != 0 && c != nil && !c.enter() {
+	change := changes(r.cmd.Opcode())
+	if q.qid != 0 && c != nil && !c.enter(change) {
 		// As dispatch: the host learns of the end from the connection.
 		q.closeErr = errors.New("its controller has ended")
 		return false
 	}
 	res, st, out, held := q.handle(&r)
 	if q.qid != 0 && c != nil {
-		c.leave()
+		c.leave(change)
 	}
 	if held {
 		return q.releaseRecv()
