@@ -63,10 +63,10 @@
 // errors with the Invalid Parameter offset, and a host that overruns its
 // SQ. A broken connection ends its queue, and an admin queue's its
 // controller. A host's new controller on a subsystem waits, in its
-// Connect, until the commands of the host's ended controllers there have
-// left their Backends (quiesce.go), so that a write the host sends again
-// after a reset cannot be overtaken by its old copy; a write on another
-// path of the host's waits for them as well.
+// Connect, until the host's ended controllers there have no command but
+// Reads left in their Backends (quiesce.go), so that a write the host
+// sends again after a reset cannot be overtaken by its old copy; a write
+// on another path of the host's waits for them as well.
 //
 // # Host
 //
