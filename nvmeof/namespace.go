@@ -19,13 +19,14 @@ type Namespace struct {
 	NGUID     [16]byte
 	UUID      [16]byte
 
-	anaGrp    atomic.Uint32 // ANA group (ana.go)
-	resv      *resv         // reservations (resv.go), nil if not enabled
-	wp        atomic.Bool   // write protected (writeprotect.go)
-	writing   atomic.Int64  // writes running (past the protection check), which protecting waits out
-	refs      atomic.Int64  // commands using Backend (Subsystem.use), which RemoveNamespace waits out
-	removed   atomic.Bool   // RemoveNamespace has taken it out
-	drained   chan struct{} // closed once removed and refs is 0
+	anaGrp    atomic.Uint32                 // ANA group (ana.go)
+	resv      *resv                         // reservations (resv.go), nil if not enabled
+	wp        atomic.Bool                   // write protected (writeprotect.go)
+	writing   atomic.Int64                  // writes running (past the protection check), which protecting waits out
+	settling  atomic.Pointer[chan struct{}] // while protection is being turned on: closed once decided
+	refs      atomic.Int64                  // commands using Backend (Subsystem.use), which RemoveNamespace waits out
+	removed   atomic.Bool                   // RemoveNamespace has taken it out
+	drained   chan struct{}                 // closed once removed and refs is 0
 	drainOnce sync.Once
 }
 

@@ -92,13 +92,11 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 	if ns != nil && wpRefuses(cmd.Opcode()) {
 		c.awaitQuietWrite() // a stale copy on an ended path lands first (quiesce.go)
 		// Protecting the namespace waits for a running write to end, so
-		// that none lands after Set Features returns: counted before the
-		// check, as protecting sets the flag before it counts.
-		ns.writing.Add(1)
-		defer ns.writing.Add(-1)
-		if ns.wp.Load() {
+		// that none lands after Set Features returns.
+		if !ns.admitWrite() {
 			return 0, StatusNSWriteProtected | DNR, nil // protected while its data moved
 		}
+		defer ns.writing.Add(-1)
 	}
 	switch op := cmd.Opcode(); {
 	case ns == nil || ns.resv == nil:

@@ -501,7 +501,7 @@ func (c *controller) access(p *Port, ns *Namespace, op uint8) Status {
 	if st := c.anaStatus(p, ns); !st.OK() {
 		return st
 	}
-	if ns.wp.Load() && wpRefuses(op) {
+	if ns.wp.Load() && wpRefuses(op) { // while protection is being decided, the write waits in admitWrite
 		return StatusNSWriteProtected | DNR
 	}
 	if ns.resv != nil && !ns.resv.allows(c.hostID, op) {

@@ -15,7 +15,9 @@ package nvmeof
 // checks before the data moves), so that none lands after it returns; if
 // one is still running after 5 s (a Backend that hangs), the namespace is
 // left as it was and Set Features fails with Command Interrupted, which a
-// host may try again.
+// host may try again. A write that comes while protection is being turned
+// on waits until it is decided, and is refused only if it was: a
+// protection that fails refuses nothing.
 
 // FeatWriteProtect is the Namespace Write Protection Config feature.
 const FeatWriteProtect = 0x84
@@ -35,6 +37,29 @@ const (
 // protected (Set Features 84h): writes, Write Zeroes and Dataset
 // Management fail with Namespace is Write Protected.
 func (ns *Namespace) WriteProtected() bool { return ns.wp.Load() }
+
+// admitWrite counts a write of ns into those running, which protecting
+// waits out, unless ns is write protected (false). A write that comes
+// while protection is being turned on waits until that is decided. Each
+// true must be matched by ns.writing.Add(-1).
+func (ns *Namespace) admitWrite() bool {
+	for {
+		// Counted before the checks, as protecting marks itself settling
+		// before it waits for the count.
+		ns.writing.Add(1)
+		if !ns.wp.Load() && ns.settling.Load() == nil {
+			return true
+		}
+		ns.writing.Add(-1)
+		if ch := ns.settling.Load(); ch != nil {
+			<-*ch
+			continue
+		}
+		if ns.wp.Load() {
+			return false
+		}
+	}
+}
 
 // wpRefuses reports whether op may not run on a write-protected
 // namespace: anything that changes its data. Reads, flushes and the
@@ -58,18 +83,28 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 	switch v {
 	case wpOn:
 		c.sub.wpMu.Lock()
-		was := ns.wp.Swap(true)
+		// Writes that come meanwhile wait for the outcome (admitWrite);
+		// the state reported (Identify, Get Features) is the old one
+		// until then.
+		ch := make(chan struct{})
+		ns.settling.Store(&ch)
+		settle := func() {
+			ns.settling.Store(nil)
+			close(ch)
+		}
 		if !awaitZero(&ns.writing) { // the writes already running end first
-			ns.wp.Store(was)
+			settle()
 			c.sub.wpMu.Unlock()
 			c.t.logf("nvmeof: namespace %d: a write still running after %v: not protected", nsid, quiesceTimeout())
 			return 0, StatusCommandInterrupted // no DNR: the host may try again
 		}
 		if st := c.flush(ns, " for write protection"); !st.OK() {
-			ns.wp.Store(was) // a namespace protected before stays so
+			settle() // a namespace protected before stays so
 			c.sub.wpMu.Unlock()
 			return 0, st
 		}
+		ns.wp.Store(true)
+		settle()
 	case wpNone:
 		c.sub.wpMu.Lock()
 		ns.wp.Store(false)

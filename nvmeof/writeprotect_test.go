@@ -2,8 +2,10 @@ package nvmeof
 
 import (
 	"bytes"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -42,8 +44,8 @@ func TestWriteProtect(t *testing.T) {
 	be.failFlush.Store(false)
 
 	be.flushes.Store(0)
-	var protectedAtFlush atomic.Bool
-	atFlush := func() { protectedAtFlush.Store(sub.namespace(1).WriteProtected()) }
+	var protectedAtFlush atomic.Bool // writes held for the outcome
+	atFlush := func() { protectedAtFlush.Store(sub.namespace(1).settling.Load() != nil) }
 	be.onFlush.Store(&atFlush)
 	require.NoError(t, na.SetWriteProtect(ctx, true))
 	be.onFlush.Store(nil)
@@ -193,8 +195,11 @@ func TestWriteProtectWaitsForRunningWrite(t *testing.T) {
 	protected := make(chan error, 1)
 	go func() { protected <- n.SetWriteProtect(ctx, true) }()
 	stillWaiting(t, protected, func() { close(be.release) }, "Set Features returned")
-	require.True(t, sub.namespace(1).WriteProtected(), "protected at once: new writes are refused")
+	ns := sub.namespace(1)
+	settling, reported := ns.settling.Load() != nil, ns.WriteProtected()
 	close(be.release)
+	require.True(t, settling, "being decided: new writes wait for the outcome")
+	require.False(t, reported, "reported as before until decided")
 	require.NoError(t, <-wrote, "the write admitted before protection completes")
 	require.NoError(t, <-protected)
 	require.True(t, landedAtFlush.Load(), "the running write landed before the flush")
@@ -238,4 +243,96 @@ func TestWriteProtectWhileHostsComeAndGo(t *testing.T) {
 		default:
 		}
 	}
+}
+
+// A write that comes while protection is being turned on waits for the
+// outcome: refused if the namespace ends up protected, written if turning
+// protection on fails (its flush, or a write that hangs). It was refused,
+// with DNR, either way: a failed protection made a host's write fail for
+// good on a namespace that was never protected.
+func TestWriteProtectThatFailsRefusesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fail bool
+	}{{"flush fails", true}, {"protected", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkRoutines(t)
+			ctx := testCtx(t)
+			be := &fuaBackend{MemBackend: NewMemBackend(1 << 20)}
+			_, sub, addr := newBackendTarget(t, be, TargetConfig{})
+			a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+			b := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:0b000000-0000-4000-8000-00000000000b"})
+			na, err := a.Namespace(ctx, 1)
+			require.NoError(t, err)
+			nb, err := b.Namespace(ctx, 1)
+			require.NoError(t, err)
+			entered, release := make(chan struct{}, 1), make(chan struct{})
+			var once sync.Once
+			open := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(open)
+			atFlush := func() { // the protection's flush, and the controllers' at shutdown
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+				<-release
+			}
+			be.onFlush.Store(&atFlush)
+			be.failFlush.Store(tc.fail)
+			protected := make(chan error, 1)
+			go func() { protected <- na.SetWriteProtect(ctx, true) }()
+			<-entered // protection is being decided: its flush runs
+
+			p := bytes.Repeat([]byte{9}, 4096)
+			wrote := make(chan error, 1)
+			go func() {
+				_, err := nb.WriteAt(p, 8192)
+				wrote <- err
+			}()
+			stillWaiting(t, wrote, open, "the other host's write was answered")
+			require.False(t, sub.namespace(1).WriteProtected(), "reported as before until decided")
+			open()
+			got := make([]byte, 4096)
+			if tc.fail {
+				requireStatus(t, <-protected, 0x280|DNR)
+				require.NoError(t, <-wrote, "written: the namespace was not protected")
+				_, err = nb.ReadAt(got, 8192)
+				require.NoError(t, err)
+				require.Equal(t, p, got)
+				return
+			}
+			require.NoError(t, <-protected)
+			requireStatus(t, <-wrote, StatusNSWriteProtected|DNR)
+			_, err = nb.ReadAt(got, 8192)
+			require.NoError(t, err)
+			require.Equal(t, make([]byte, 4096), got, "nothing written")
+		})
+	}
+}
+
+// The same when protection fails because a running write hangs past
+// quiesceWait: a write that came meanwhile is written.
+func TestWriteProtectTimeoutRefusesNothing(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	old := quiesceWait.Swap(int64(time.Second))
+	t.Cleanup(func() { quiesceWait.Store(old) })
+	be, _, addr := gatedTarget(t, 4096)
+	c := connectHost(t, addr, testNQN, quiesceHost)
+	ns, stuck := stuckWrite(t, be, c, 4096)
+	other := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	on, err := other.Namespace(ctx, 1)
+	require.NoError(t, err)
+	protected := make(chan error, 1)
+	go func() { protected <- ns.SetWriteProtect(ctx, true) }()
+	p := bytes.Repeat([]byte{3}, 4096)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := on.WriteAt(p, 8192)
+		wrote <- err
+	}()
+	requireStatus(t, <-protected, StatusCommandInterrupted)
+	require.NoError(t, <-wrote, "written: the namespace was not protected")
+	be.open()
+	require.NoError(t, <-stuck)
 }
