@@ -58,6 +58,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	boolVar(&p.All, "a", "all")
 	intVar(&p.Iters, "n", "iters", DefIters)
 	intVar(&dur, "D", "duration", 0)
+	intVar(&p.Margin, "f", "margin", -1)
 	intVar(&p.QPs, "q", "qp", 1)
 	intVar(&p.TxDepth, "t", "tx-depth", DefTxBW)
 	intVar(&p.RxDepth, "r", "rx-depth", DefRxSend)
@@ -155,7 +156,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	if version {
 		return nil, false, errVersion
 	}
-	short := map[string]string{"A": "atomic_type", "s": "size", "a": "all", "n": "iters", "D": "duration", "q": "qp", "t": "tx-depth",
+	short := map[string]string{"A": "atomic_type", "s": "size", "a": "all", "n": "iters", "D": "duration", "f": "margin", "q": "qp", "t": "tx-depth",
 		"r": "rx-depth", "p": "port", "b": "bidirectional", "I": "inline_size", "o": "outs", "Q": "cq-mod",
 		"R": "rdma_cm", "z": "comm_rdma_cm", "e": "events", "l": "post_list", "H": "report-histogram", "report-histogrm": "report-histogram",
 		"U": "report-unsorted"}
@@ -448,6 +449,8 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -a, --all             run sizes 2 .. 2^23 (SYMMETRIC)
   -n, --iters=N         iterations (default 5000 write_bw, 1000 others) (SYMMETRIC)
   -D, --duration=SEC    run for SEC seconds instead of -n (SYMMETRIC)
+  -f, --margin=SEC      with -D, measure only after SEC seconds and until SEC before the
+                        end (default a quarter of -D) (SYMMETRIC)
   -q, --qp=N            number of QPs (connections for tcp_*) (SYMMETRIC)
   -t, --tx-depth=N      send queue depth (default 128 BW, 1 LAT)
   -r, --rx-depth=N      receive queue depth for send tests (default 512) (SYMMETRIC)

@@ -3,6 +3,7 @@ package perf
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -197,17 +198,21 @@ type Params struct {
 	All      bool          // symmetric; -a: sizes 2 .. 2^23
 	Iters    int           // symmetric in iteration mode
 	Duration time.Duration // symmetric; 0: iteration mode
-	QPs      int           // symmetric
-	TxDepth  int
-	RxDepth  int // symmetric for send tests
-	Port     int
-	Bidir    bool // symmetric
-	Inline   int  // max inline data; -1: the test's default
-	Outs     int  // outstanding RDMA Reads and atomics (IRD/ORD)
-	Atomic   AtomicOp
-	CQMod    int  // signal every CQMod-th send WR
-	Gbits    bool // --report_gbits
-	NoPeak   bool // -N: no BW peak
+	// Margin (-f, --margin) is cut from each end of a -D run before it is
+	// measured, in seconds; -1: a quarter of -D, perftest's default.
+	// Symmetric when given.
+	Margin  int
+	QPs     int // symmetric
+	TxDepth int
+	RxDepth int // symmetric for send tests
+	Port    int
+	Bidir   bool // symmetric
+	Inline  int  // max inline data; -1: the test's default
+	Outs    int  // outstanding RDMA Reads and atomics (IRD/ORD)
+	Atomic  AtomicOp
+	CQMod   int  // signal every CQMod-th send WR
+	Gbits   bool // --report_gbits
+	NoPeak  bool // -N: no BW peak
 	// ReportBoth: with -b, also a table of each side's own direction
 	// (perftest's --report-both).
 	ReportBoth bool
@@ -353,6 +358,9 @@ func (p *Params) Client() bool { return p.Server != "" }
 // margin is perftest's warm-up and cool-down in duration mode (-f; by
 // default a quarter of the duration, in whole seconds).
 func (p *Params) margin() time.Duration {
+	if p.Margin >= 0 {
+		return time.Duration(p.Margin) * time.Second
+	}
 	return time.Duration(int64(p.Duration/time.Second)/4) * time.Second
 }
 
@@ -466,6 +474,10 @@ func (p *Params) finish() error {
 		return fmt.Errorf("-n and -D exclude each other")
 	case p.Duration > 0 && p.All:
 		return fmt.Errorf("duration mode doesn't support running on all sizes (-a)")
+	case p.Margin < -1:
+		return fmt.Errorf("margin (-f) %d: not negative", p.Margin)
+	case p.Duration > 0 && p.Margin >= 0 && int64(p.Duration/time.Second) <= 2*int64(p.Margin):
+		return fmt.Errorf("please check that DURATION > 2*MARGIN (-D %d, -f %d)", int64(p.Duration/time.Second), p.Margin)
 	case p.QPs < 1 || p.QPs > MaxQPs:
 		return fmt.Errorf("number of QPs %d out of range 1..%d", p.QPs, MaxQPs)
 	case lat && p.QPs != 1:
@@ -625,7 +637,8 @@ type symmetric struct {
 	Bidir    bool   `json:"bidir,omitempty"`
 	Atomic   string `json:"atomic,omitempty"`
 	Infinite bool   `json:"run_infinitely,omitempty"`
-	Floor    string `json:"floor,omitempty"` // tcp_bw --floor: "crc" or "copy" (with --crc=off)
+	Floor    string `json:"floor,omitempty"`  // tcp_bw --floor: "crc" or "copy" (with --crc=off)
+	Margin   string `json:"margin,omitempty"` // -f given, in seconds; "" when not (older peers send none)
 }
 
 func (p *Params) symmetric() symmetric {
@@ -639,6 +652,9 @@ func (p *Params) symmetric() symmetric {
 	}
 	if p.Test.verb() == verbAtomic {
 		s.Atomic = p.Atomic.String()
+	}
+	if p.Margin >= 0 && p.Duration > 0 {
+		s.Margin = strconv.Itoa(p.Margin)
 	}
 	if p.Floor {
 		s.Floor = "copy"
@@ -669,6 +685,7 @@ func (s symmetric) mismatch(peer symmetric) string {
 	add("atomic type (-A)", s.Atomic, peer.Atomic)
 	add("run infinitely (--run_infinitely)", s.Infinite, peer.Infinite)
 	add("MPA floor (--floor, --crc)", s.Floor, peer.Floor)
+	add("margin (-f)", s.Margin, peer.Margin)
 	return strings.Join(d, "; ")
 }
 

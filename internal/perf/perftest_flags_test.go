@@ -3,6 +3,7 @@ package perf
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,4 +157,54 @@ func TestLatencySamples(t *testing.T) {
 	require.Equal(t, all[:len(sorted)], sorted, "the same samples, the largest two left out")
 	require.InDelta(t, sorted[0], rows[0].TMin, 1e-9)
 	require.Contains(t, blocks[2], resultLine+resultFmtLat, "the header again before the row")
+}
+
+// -f, --margin: perftest's warm-up and cool-down of a -D run, a quarter of
+// -D unless given; DURATION > 2*MARGIN; symmetric when given. A run
+// measures the window between the margins: its iterations over its
+// average bandwidth give the window back.
+func TestMargin(t *testing.T) {
+	p, _, err := Parse([]string{"write_bw", "-D", "8"})
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, p.margin(), "a quarter of -D")
+	p, _, err = Parse([]string{"write_bw", "-D", "8", "-f", "1"})
+	require.NoError(t, err)
+	require.Equal(t, time.Second, p.margin())
+	q, _, err := Parse([]string{"write_bw", "-D", "8", "--margin=0"})
+	require.NoError(t, err)
+	require.Zero(t, q.margin())
+	require.Contains(t, p.symmetric().mismatch(q.symmetric()), "margin (-f) mismatch: local=1, remote=0")
+	d, _, err := Parse([]string{"write_bw", "-D", "8"})
+	require.NoError(t, err)
+	require.Contains(t, p.symmetric().mismatch(d.symmetric()), "margin (-f) mismatch: local=1, remote=")
+	require.Empty(t, d.symmetric().mismatch(d.symmetric()))
+	for args, want := range map[string]string{
+		"write_bw -D 2 -f 1": "DURATION > 2*MARGIN",
+		"write_bw -D 4 -f 2": "DURATION > 2*MARGIN",
+		"write_bw -f -2":     "not negative",
+	} {
+		_, _, err := Parse(strings.Fields(args))
+		require.ErrorContains(t, err, want, args)
+	}
+
+	for _, tc := range []struct {
+		args   []string
+		window float64
+	}{
+		{[]string{"write_bw", "-D", "3", "-f", "1"}, 1},
+		{[]string{"tcp_bw", "-D", "3", "-f", "1"}, 1},
+		{[]string{"write_bw", "-D", "3"}, 3}, // a quarter of 3 s is 0 in whole seconds, as perftest's
+	} {
+		var out, errb bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		code := MainContext(ctx, append(tc.args, "--loopback", "-s", "4096"), &out, &errb)
+		cancel()
+		require.Equal(t, 0, code, "%v: %s", tc.args, errb.String())
+		m := regexp.MustCompile(`(?m)^\s*4096\s+(\d+)\s+[\d.]+\s+([\d.]+)`).FindStringSubmatch(out.String())
+		require.NotNil(t, m, "%v: no row in\n%s", tc.args, out.String())
+		iters, _ := strconv.ParseFloat(m[1], 64)
+		avg, _ := strconv.ParseFloat(m[2], 64)
+		require.Positive(t, avg)
+		require.InDelta(t, tc.window, iters*4096/(1<<20)/avg, 0.05*tc.window, "%v: the measured window", tc.args)
+	}
 }
