@@ -88,6 +88,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	boolVar(&p.Loopback, "", "loopback")
 	boolVar(&p.UseSRQ, "", "use_srq")
 	boolVar(&p.Floor, "", "floor")
+	boolVar(&p.IPv6, "", "ipv6-addr")
 	boolVar(&p.Perftest, "R", "rdma_cm")
 	var commCM bool
 	boolVar(&commCM, "z", "comm_rdma_cm")
@@ -127,6 +128,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	}
 	var ignoredB bool
 	boolVar(&ignoredB, "F", "CPU-freq")
+	boolVar(&ignoredB, "", "ipv6") // an IPv6 GID: the fabric's addressing
 	// perftest prints CPU use with --cpu_util; iwarp-perf always does.
 	boolVar(&ignoredB, "", "cpu_util")
 	var conn string
@@ -486,6 +488,7 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --out_json        also write the results as JSON to perftest_out.json
       --out_json_file=F write the JSON to F (implies --out_json)
       --loopback        run server and client in this process over 127.0.0.1
+      --ipv6-addr       reach the server by its IPv6 address (--loopback: over ::1)
       --use_srq         send tests: the receives of all QPs come from one shared receive queue
       --floor           tcp_bw: each side also does the work per octet that MPA over a
                         socket cannot avoid (the sender the CRC32c of every FPDU's
@@ -499,7 +502,7 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
   -d, -i, -x, -m, -F    perftest's device, port, GID index, MTU and CPU frequency check:
                         taken and ignored (the stack runs over TCP, its FPDUs sized by
                         TCP's MSS: see --fpdu); -c takes RC only; so are the fabric's
-                        -S, -T, -u, --tclass, --hop_limit, --retry_count, --flow_label,
+                        -S, -T, -u, --tclass, --hop_limit, --retry_count, --flow_label, --ipv6,
                         and --cpu_util (the CPU line is always printed)
   Short options may be joined as getopt's: -n100, -ab.
       --lat-wait=handler|poll  latency tests: take each step on the QP's receive

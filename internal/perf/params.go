@@ -258,6 +258,10 @@ type Params struct {
 	// per octet that MPA over a socket cannot avoid (tcp_floor.go).
 	Floor bool
 
+	// IPv6 (--ipv6-addr, perftest's) reaches the server by its IPv6
+	// address, and --loopback runs over ::1.
+	IPv6 bool
+
 	Profile  string
 	Loopback bool
 	// UseSRQ (--use_srq): the send tests' receives come from one shared

@@ -3,6 +3,7 @@ package perf
 import (
 	"bytes"
 	"context"
+	"io"
 	"regexp"
 	"slices"
 	"strconv"
@@ -207,4 +208,28 @@ func TestMargin(t *testing.T) {
 		require.Positive(t, avg)
 		require.InDelta(t, tc.window, iters*4096/(1<<20)/avg, 0.05*tc.window, "%v: the measured window", tc.args)
 	}
+}
+
+// --ipv6-addr (perftest's): the client reaches the server by its IPv6
+// address; with --loopback both sides run over ::1. --ipv6 (an IPv6 GID)
+// is taken and ignored.
+func TestIPv6Addr(t *testing.T) {
+	for _, test := range []string{"write_bw", "send_lat", "tcp_bw"} {
+		var out, errb bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		code := MainContext(ctx, []string{test, "--loopback", "--ipv6-addr", "--ipv6", "-n", "20"}, &out, &errb)
+		cancel()
+		require.Equal(t, 0, code, "%s: %s", test, errb.String())
+		require.Regexp(t, `\[::1\]:\d+ -> \[::1\]:\d+`, out.String(), test)
+	}
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.Equal(t, 0, MainContext(ctx, []string{"write_bw", "--loopback", "-n", "20"}, &out, &errb), errb.String())
+	require.Regexp(t, `127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+`, out.String(), "IPv4 unless asked")
+	// An IPv4 address has no IPv6 one (a literal: no resolver asked).
+	p, _, err := Parse([]string{"write_bw", "--ipv6-addr", "-n", "5", "127.0.0.1"})
+	require.NoError(t, err)
+	_, err = Run(ctx, p, io.Discard)
+	require.ErrorContains(t, err, "--ipv6-addr")
 }

@@ -332,8 +332,8 @@ func (e *endpoint) tcpStats(snaps ...[]verbs.QPStats) []string {
 		for k := len(snaps) - 1; k >= 0 && st.TCPErr != nil; k-- {
 			st.TCP, st.TCPErr = snaps[k][i].TCP, snaps[k][i].TCPErr
 		}
-		out = append(out, fmt.Sprintf(" iWARP qp %d: FPDUs sent %d received %d, stream octets sent %d",
-			q.i, st.FPDUsSent, st.FPDUsReceived, st.OctetsSent))
+		out = append(out, fmt.Sprintf(" iWARP qp %d: FPDUs sent %d received %d, stream octets sent %d, %v -> %v",
+			q.i, st.FPDUsSent, st.FPDUsReceived, st.OctetsSent, q.qp.LocalAddr(), q.qp.RemoteAddr()))
 		if st.TCPErr != nil {
 			out = append(out, fmt.Sprintf(" TCP qp %d: %v", q.i, st.TCPErr))
 			continue

@@ -87,7 +87,16 @@ func Run(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
 		return runLoopback(ctx, p, w)
 	}
 	if p.Client() {
-		return runClient(ctx, p, w, net.JoinHostPort(p.Server, strconv.Itoa(p.Port)))
+		host := p.Server
+		if p.IPv6 {
+			// perftest's --ipv6-addr: the server's IPv6 address.
+			a, err := net.DefaultResolver.LookupIP(ctx, "ip6", host)
+			if err != nil {
+				return nil, fmt.Errorf("--ipv6-addr: %w", err)
+			}
+			host = a[0].String()
+		}
+		return runClient(ctx, p, w, net.JoinHostPort(host, strconv.Itoa(p.Port)))
 	}
 	pr := &printer{w: w, p: p}
 	if p.Test.TCP() {
@@ -123,14 +132,18 @@ func (pr *printer) waiting() {
 }
 
 // runLoopback runs the server in a goroutine and the client here, over
-// 127.0.0.1 (an ephemeral port unless -p is given). Only the client
-// prints.
+// 127.0.0.1 (::1 with --ipv6-addr; an ephemeral port unless -p is given).
+// Only the client prints.
 func runLoopback(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
 	port := 0
 	if p.isSet("port") {
 		port = p.Port
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	host := "127.0.0.1"
+	if p.IPv6 {
+		host = "::1"
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	sp := *p
 	sp.Output, sp.JSON = OutputFull, false
 	spr := &printer{w: io.Discard, p: &sp}
