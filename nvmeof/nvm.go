@@ -93,8 +93,8 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		c.awaitQuietWrite() // a stale copy on an ended path lands first (quiesce.go)
 		// Protecting the namespace waits for a running write to end, so
 		// that none lands after Set Features returns.
-		if !ns.admitWrite() {
-			return 0, StatusNSWriteProtected | DNR, nil // protected while its data moved
+		if st := ns.admitWrite(c.t.done()); !st.OK() {
+			return 0, st, nil // protected while its data moved, or being protected for too long
 		}
 		defer ns.writing.Add(-1)
 	}

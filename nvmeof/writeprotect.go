@@ -1,5 +1,7 @@
 package nvmeof
 
+import "time"
+
 // Namespace write protection (NVMe base 2.0 section 8.x, feature 84h), as
 // Linux's nvmet offers it: a host sets a namespace write protected or not
 // (the states "until power cycle" and "permanent" are not offered: NWPC
@@ -39,24 +41,45 @@ const (
 func (ns *Namespace) WriteProtected() bool { return ns.wp.Load() }
 
 // admitWrite counts a write of ns into those running, which protecting
-// waits out, unless ns is write protected (false). A write that comes
-// while protection is being turned on waits until that is decided. Each
-// true must be matched by ns.writing.Add(-1).
-func (ns *Namespace) admitWrite() bool {
+// waits out, and returns StatusSuccess; or refuses it: the namespace is
+// write protected. A write that comes while protection is being turned on
+// waits until that is decided, for at most quiesceWait (a flush that
+// hangs) or until done closes; then it is refused without DNR, so that the
+// host tries again. StatusSuccess must be matched by ns.writing.Add(-1).
+func (ns *Namespace) admitWrite(done <-chan struct{}) Status {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
-		// Counted before the checks, as protecting marks itself settling
-		// before it waits for the count.
+		// Counted before the checks, and settling read before wp, against
+		// setWriteProtect's order (settling set, the count awaited, wp
+		// set, settling cleared): a write that reads settling before it is
+		// set was counted before protecting awaited the count; one that
+		// reads it cleared reads wp as protecting left it.
 		ns.writing.Add(1)
-		if !ns.wp.Load() && ns.settling.Load() == nil {
-			return true
+		ch := ns.settling.Load()
+		if ch == nil && !ns.wp.Load() {
+			return StatusSuccess
 		}
 		ns.writing.Add(-1)
-		if ch := ns.settling.Load(); ch != nil {
-			<-*ch
-			continue
+		if ch == nil {
+			if ns.wp.Load() {
+				return StatusNSWriteProtected | DNR
+			}
+			continue // unprotected since
 		}
-		if ns.wp.Load() {
-			return false
+		if timer == nil {
+			timer = time.NewTimer(quiesceTimeout())
+		}
+		select {
+		case <-*ch:
+		case <-timer.C:
+			return StatusCommandInterrupted
+		case <-done:
+			return StatusCommandInterrupted
 		}
 	}
 }

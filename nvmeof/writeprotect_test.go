@@ -336,3 +336,40 @@ func TestWriteProtectTimeoutRefusesNothing(t *testing.T) {
 	be.open()
 	require.NoError(t, <-stuck)
 }
+
+// A write that waits for a protection whose flush hangs gives up after
+// quiesceWait with Command Interrupted, without DNR (the host tries
+// again), instead of hanging with the flush.
+func TestWriteProtectFlushHangs(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	shortQuiesce(t)
+	be := &fuaBackend{MemBackend: NewMemBackend(1 << 20)}
+	_, sub, addr := newBackendTarget(t, be, TargetConfig{})
+	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	na, err := a.Namespace(ctx, 1)
+	require.NoError(t, err)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	atFlush := func() {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+	}
+	be.onFlush.Store(&atFlush)
+	protected := make(chan error, 1)
+	go func() { protected <- na.SetWriteProtect(ctx, true) }()
+	<-entered
+	_, err = na.WriteAt(bytes.Repeat([]byte{4}, 4096), 0)
+	requireStatus(t, err, StatusCommandInterrupted)
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	require.Zero(t, se.Status&DNR, "no DNR: the host may try again")
+	open()
+	require.NoError(t, <-protected)
+	require.True(t, sub.namespace(1).WriteProtected())
+}
