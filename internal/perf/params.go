@@ -642,7 +642,7 @@ type symmetric struct {
 	Atomic   string `json:"atomic,omitempty"`
 	Infinite bool   `json:"run_infinitely,omitempty"`
 	Floor    string `json:"floor,omitempty"`  // tcp_bw --floor: "crc" or "copy" (with --crc=off)
-	Margin   string `json:"margin,omitempty"` // -f given, in seconds; "" when not (older peers send none)
+	Margin   string `json:"margin,omitempty"` // -f, in seconds, when not the default
 }
 
 func (p *Params) symmetric() symmetric {
@@ -657,8 +657,11 @@ func (p *Params) symmetric() symmetric {
 	if p.Test.verb() == verbAtomic {
 		s.Atomic = p.Atomic.String()
 	}
-	if p.Margin >= 0 && p.Duration > 0 {
-		s.Margin = strconv.Itoa(p.Margin)
+	// The margin when it is not the default, so that a peer that gives
+	// the default with -f, or no -f (an older iwarp-perf, which cannot
+	// check it), compares equal.
+	if m, def := p.margin(), (&Params{Duration: p.Duration, Margin: -1}).margin(); p.Duration > 0 && m != def {
+		s.Margin = strconv.Itoa(int(m / time.Second))
 	}
 	if p.Floor {
 		s.Floor = "copy"

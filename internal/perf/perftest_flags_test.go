@@ -179,6 +179,9 @@ func TestMargin(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, p.symmetric().mismatch(d.symmetric()), "margin (-f) mismatch: local=1, remote=")
 	require.Empty(t, d.symmetric().mismatch(d.symmetric()))
+	e, _, err := Parse([]string{"write_bw", "-D", "8", "-f", "2"})
+	require.NoError(t, err)
+	require.Empty(t, e.symmetric().mismatch(d.symmetric()), "-f 2 is -D 8's default: a peer without -f (or older) agrees")
 	for args, want := range map[string]string{
 		"write_bw -D 2 -f 1": "DURATION > 2*MARGIN",
 		"write_bw -D 4 -f 2": "DURATION > 2*MARGIN",
@@ -227,6 +230,15 @@ func TestIPv6Addr(t *testing.T) {
 	defer cancel()
 	require.Equal(t, 0, MainContext(ctx, []string{"write_bw", "--loopback", "-n", "20"}, &out, &errb), errb.String())
 	require.Regexp(t, `127\.0\.0\.1:\d+ -> 127\.0\.0\.1:\d+`, out.String(), "IPv4 unless asked")
+	for host, want := range map[string]string{"::1": "::1", "fe80::1%lo": "fe80::1%lo", "127.0.0.1": "", "::ffff:127.0.0.1": ""} {
+		got, err := ipv6Of(ctx, host) // literals: no resolver asked
+		if want == "" {
+			require.ErrorContains(t, err, "not an IPv6 address", host)
+			continue
+		}
+		require.NoError(t, err, host)
+		require.Equal(t, want, got, "the zone kept")
+	}
 	// An IPv4 address has no IPv6 one (a literal: no resolver asked).
 	p, _, err := Parse([]string{"write_bw", "--ipv6-addr", "-n", "5", "127.0.0.1"})
 	require.NoError(t, err)

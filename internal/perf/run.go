@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -89,12 +90,13 @@ func Run(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
 	if p.Client() {
 		host := p.Server
 		if p.IPv6 {
-			// perftest's --ipv6-addr: the server's IPv6 address.
-			a, err := net.DefaultResolver.LookupIP(ctx, "ip6", host)
+			// perftest's --ipv6-addr: the server's IPv6 address (with
+			// its zone: a link-local address needs one).
+			h, err := ipv6Of(ctx, host)
 			if err != nil {
 				return nil, fmt.Errorf("--ipv6-addr: %w", err)
 			}
-			host = a[0].String()
+			host = h
 		}
 		return runClient(ctx, p, w, net.JoinHostPort(host, strconv.Itoa(p.Port)))
 	}
@@ -119,6 +121,27 @@ func Run(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
 	defer ln.Close()
 	pr.waiting()
 	return serveRDMA(ctx, p, pr, dev, ln, true)
+}
+
+// ipv6Of returns the first IPv6 address of host, a name or a literal
+// (kept as given, zone and all).
+func ipv6Of(ctx context.Context, host string) (string, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		if !a.Is6() || a.Is4In6() {
+			return "", fmt.Errorf("%s is not an IPv6 address", host)
+		}
+		return host, nil
+	}
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return "", err
+	}
+	for _, a := range addrs {
+		if a.IP.To4() == nil {
+			return a.String(), nil
+		}
+	}
+	return "", fmt.Errorf("%s has no IPv6 address", host)
 }
 
 // waiting is perftest's server greeting, and how we serve.

@@ -34,7 +34,7 @@ type floor struct {
 	piece int    // an FPDU's payload on this connection
 	sum   uint32 // the CRCs folded together, so that they are taken
 	dst   []byte // the receiver's placement target, one message long
-	pos   int
+	pos   int    // where the stream is in the message
 }
 
 // newFloor sizes the pieces from c's effective MSS, as MPA sizes FPDUs;
@@ -61,15 +61,17 @@ func (f *floor) sent(b []byte) {
 }
 
 // received is the receiver's part for the octets of one read: each piece
-// (a read may end one and start the next) copied into dst, cycling over
-// it, with its CRC.
+// copied into dst, which stands for the message, with its CRC. Pieces lie
+// where a message's FPDUs do (every piece octets from its start, the last
+// shorter); a read that ends inside one splits it in two, as a reader
+// whose buffer ends inside an FPDU takes its CRC in two steps.
 func (f *floor) received(b []byte) {
 	floorOctets.Add(int64(len(b)))
 	for len(b) > 0 {
 		if f.pos == len(f.dst) {
 			f.pos = 0
 		}
-		n := min(f.piece, len(b), len(f.dst)-f.pos)
+		n := min(f.piece-f.pos%f.piece, len(b), len(f.dst)-f.pos)
 		d := f.dst[f.pos : f.pos+n]
 		if f.crc {
 			_, c := mpa.CopyCRC32c(d, b[:n])

@@ -37,6 +37,19 @@ func TestFloorWork(t *testing.T) {
 	require.Equal(t, castagnoliOf(msg), f.sum)
 	require.Equal(t, msg, f.dst)
 
+	// Pieces lie where the message's FPDUs do, whatever the reads: five
+	// messages in one read are five pairs of pieces (1428 and 1072
+	// octets), and an odd number of equal CRCs folds to one.
+	f = &floor{crc: true, piece: 1428, dst: make([]byte, len(msg))}
+	f.received(bytes.Repeat(msg, 5))
+	require.Equal(t, castagnoliOf(msg[:1428])^castagnoliOf(msg[1428:]), f.sum)
+	// A read that ends inside a piece splits it; the next piece starts
+	// where the FPDU boundary is, not where the read ended.
+	f = &floor{crc: true, piece: 1428, dst: make([]byte, len(msg))}
+	f.received(msg[:1000])
+	f.received(msg[1000:])
+	require.Equal(t, castagnoliOf(msg[:1000])^castagnoliOf(msg[1000:1428])^castagnoliOf(msg[1428:]), f.sum)
+
 	// Reads of any size: every message lands where it belongs.
 	for _, crc := range []bool{true, false} {
 		f = &floor{crc: crc, piece: 1428, dst: make([]byte, len(msg))}
