@@ -493,8 +493,8 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --floor           tcp_bw: each side also does the work per octet that MPA over a
                         socket cannot avoid (the sender the CRC32c of every FPDU's
                         payload, the receiver the copy of each out of its read buffer,
-                        with its CRC32c; the copy alone with --crc=off): the least a
-                        user-space iWARP stack can cost over TCP
+                        with its CRC32c; the copy alone with --crc=off): the least
+                        user time a user-space iWARP stack can spend over TCP
   -R, --rdma_cm         speak perftest's -R exchange (wire-compatible with ib_TEST -R)
   -z, --comm_rdma_cm    with -R, which implies it: taken (perftest's exchange over
                         rdma_cm); without -R refused, as iWARP QPs connect only

@@ -56,7 +56,8 @@ func TestMSS1448(t *testing.T) {
 // own work, so what the stack adds shows in user space. tcp_bw --floor
 // (tcp_floor) runs alongside: TCP plus the copy and CRC per octet that any
 // MPA over a socket must make, so that the CPU rows can also be read against
-// that floor, which no user-space stack over sockets goes below.
+// that floor, whose user time no user-space stack over sockets goes below
+// (its system time is tcp_bw's, which larger writes can undercut).
 //
 //	sudo go test -tags netns -run '^$' -bench MSS1448 -benchtime 1x ./interop/wan/
 //
