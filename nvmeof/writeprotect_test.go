@@ -245,6 +245,25 @@ func TestWriteProtectWhileHostsComeAndGo(t *testing.T) {
 	}
 }
 
+// holdFlushes holds be's flushes (the protection's, and the controllers'
+// at shutdown) until open is called, or the test ends; entered says that
+// the first has begun.
+func holdFlushes(t *testing.T, be *fuaBackend) (entered <-chan struct{}, open func()) {
+	in, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	atFlush := func() {
+		select {
+		case in <- struct{}{}:
+		default:
+		}
+		<-release
+	}
+	be.onFlush.Store(&atFlush)
+	return in, open
+}
+
 // A write that comes while protection is being turned on waits for the
 // outcome: refused if the namespace ends up protected, written if turning
 // protection on fails (its flush, or a write that hangs). It was refused,
@@ -266,18 +285,7 @@ func TestWriteProtectThatFailsRefusesNothing(t *testing.T) {
 			require.NoError(t, err)
 			nb, err := b.Namespace(ctx, 1)
 			require.NoError(t, err)
-			entered, release := make(chan struct{}, 1), make(chan struct{})
-			var once sync.Once
-			open := func() { once.Do(func() { close(release) }) }
-			t.Cleanup(open)
-			atFlush := func() { // the protection's flush, and the controllers' at shutdown
-				select {
-				case entered <- struct{}{}:
-				default:
-				}
-				<-release
-			}
-			be.onFlush.Store(&atFlush)
+			entered, open := holdFlushes(t, be)
 			be.failFlush.Store(tc.fail)
 			protected := make(chan error, 1)
 			go func() { protected <- na.SetWriteProtect(ctx, true) }()
@@ -349,18 +357,7 @@ func TestWriteProtectFlushHangs(t *testing.T) {
 	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
 	na, err := a.Namespace(ctx, 1)
 	require.NoError(t, err)
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	var once sync.Once
-	open := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(open)
-	atFlush := func() {
-		select {
-		case entered <- struct{}{}:
-		default:
-		}
-		<-release
-	}
-	be.onFlush.Store(&atFlush)
+	entered, open := holdFlushes(t, be)
 	protected := make(chan error, 1)
 	go func() { protected <- na.SetWriteProtect(ctx, true) }()
 	<-entered
