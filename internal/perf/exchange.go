@@ -222,7 +222,7 @@ func AcceptExchange(ctx context.Context, src RequestSource, dev *verbs.Device, p
 	if err := req.Accept(ctx, ctl.qp, []byte(okReply)); err != nil {
 		req.Reject(nil) // what Accept refused before answering (a no-op after)
 		ctl.close()
-		return nil, &ClientError{Addr: req.RemoteAddr(), Err: fmt.Errorf("accepting: %w", err)}
+		return nil, &ClientError{Addr: req.RemoteAddr(), Err: fmt.Errorf("control QP: accepting: %w", err)}
 	}
 	return x, nil
 }

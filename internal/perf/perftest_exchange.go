@@ -130,7 +130,7 @@ func acceptPerftest(ctx context.Context, req *verbs.ConnRequest, ln RequestSourc
 	if err := req.Accept(ctx, ctl.qp, nil); err != nil {
 		req.Reject(nil) // what Accept refused before answering (a no-op after)
 		ctl.close()
-		return nil, fmt.Errorf("accepting: %w", err)
+		return nil, fmt.Errorf("control QP: accepting: %w", err)
 	}
 	return startPerftest(ctx, ctl, false, dev, "", verbs.ConnConfig{}, ln, p, false)
 }
