@@ -1,0 +1,99 @@
+//go:build interop
+
+package interop
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// siwCRCError is one "siw: crc error. in: X, own Y" of the guest's log:
+// the CRC siw read from an FPDU's trailer and the one it took itself.
+type siwCRCError struct{ in, own uint32 }
+
+// parseSiwCRCErrors reads the guest's "in:own" pairs.
+func parseSiwCRCErrors(t *testing.T, s string) []siwCRCError {
+	var errs []siwCRCError
+	for _, f := range strings.Fields(s) {
+		in, own, ok := strings.Cut(f, ":")
+		a, err1 := strconv.ParseUint(in, 16, 32)
+		b, err2 := strconv.ParseUint(own, 16, 32)
+		require.True(t, ok && err1 == nil && err2 == nil, "siw's CRC error %q", f)
+		errs = append(errs, siwCRCError{uint32(a), uint32(b)})
+	}
+	return errs
+}
+
+// judgeOurStreams is the judge of a capture (complete unless dropped > 0)
+// of the connections a guest's siw opened to our target on port: our
+// side of each, walked from the MPA Reply to its end (mpawalk_test.go),
+// must be FPDUs back to back, each with its CRC right. Each CRC error siw
+// logged must then be siw's own: its split-trailer copy
+// (siwSplitCopy) of one of our FPDUs, which the capture shows right. It
+// returns whether every error was so explained (true with none).
+func judgeOurStreams(t *testing.T, pcap string, dropped, port int, siwErrs []siwCRCError) bool {
+	t.Helper()
+	if dropped > 0 {
+		if len(siwErrs) > 0 {
+			t.Errorf("siw reported %d CRC errors and tcpdump dropped %d packets: no telling whose they are", len(siwErrs), dropped)
+			return false
+		}
+		t.Logf("tcpdump dropped %d packets: our FPDUs not walked", dropped)
+		return true
+	}
+	flows, err := readFlows(pcap)
+	require.NoError(t, err)
+	type conn struct {
+		name string
+		resp []byte
+		w    mpaWalk
+	}
+	var conns []conn
+	total := 0
+	for k, ours := range flows {
+		if int(k.src.Port()) != port {
+			continue
+		}
+		peer := flows[flowKey{k.dst, k.src}]
+		name := fmt.Sprintf("connection from %v", k.dst)
+		if !assert.NotNil(t, peer, "%s: the peer's side not captured", name) {
+			continue
+		}
+		for _, fl := range []*tcpFlow{ours, peer} {
+			assert.True(t, fl.syn, "%s: the SYN not captured", name)
+			assert.Zero(t, fl.holes+fl.cut, "%s: octets missing from the capture, packets cut", name)
+			assert.Zero(t, fl.differ, "%s: octets TCP sent twice, different", name)
+		}
+		pw, w := walkConn(peer.data, ours.data)
+		t.Logf("%s: ours: %v; siw's: %v", name, w, pw)
+		assert.NoError(t, w.err, "%s: our side is not MPA as RFC 5044 frames it", name)
+		assert.Zero(t, w.badCRC, "%s: FPDUs of ours with a wrong CRC", name)
+		assert.True(t, w.crcFlag, "%s: CRCs on", name)
+		total += w.fpdus
+		conns = append(conns, conn{name, ours.data, w})
+	}
+	require.NotEmpty(t, conns, "connections captured")
+	t.Logf("our side of %d connections: %d FPDUs walked", len(conns), total)
+	explained := !t.Failed()
+	for _, e := range siwErrs {
+		found := false
+		for _, c := range conns {
+			if k, a := explainSiwCRC(c.resp, c.w.start, e.in, e.own); k >= 0 {
+				t.Logf("siw's CRC error (in %08x, own %08x) is its own: %s, our FPDU %d, whose CRC is right, "+
+					"read as siw_get_trailer reads a trailer split after %d octets", e.in, e.own, c.name, k, a)
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("siw's CRC error (in %08x, own %08x): no FPDU of ours gives it split", e.in, e.own)
+			explained = false
+		}
+	}
+	return explained
+}
