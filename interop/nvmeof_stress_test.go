@@ -134,7 +134,7 @@ $NVME disconnect -n %s; echo "DISCONNECT rc=$?"
 echo "IO_ERRORS $(dmesg | grep -ciE 'I/O error|critical medium|buffer I/O')"
 echo "ERROR_RECOVERIES $(dmesg | grep -c 'starting error recovery')"
 echo "SIW_CRC_ERRORS $(dmesg | grep -c 'siw: crc error')"
-echo "SIW_CRC_LOG $(dmesg | sed -n 's/.*siw: crc error\. in: \([0-9a-f]*\), own \([0-9a-f]*\).*/\1:\2/p' | tr '\n' ' ')."
+echo "SIW_CRC_LOG `+siwCRCLog+`"
 dmesg | grep -iE 'nvme|error' | tail -20`, ports[0], nvmeNQN, resetLoop, nvmeNQN)
 	vm := nvmeVMShare(t, vmShare{files: map[string]string{"blkstress": bin}}, script)
 	const step = 3 * time.Minute
@@ -161,13 +161,13 @@ dmesg | grep -iE 'nvme|error' | tail -20`, ports[0], nvmeNQN, resetLoop, nvmeNQN
 	assert.Equal(t, "0", guestValue(t, vm, "IO_ERRORS", step), "block-layer I/O errors (dmesg)")
 	recoveries := guestValue(t, vm, "ERROR_RECOVERIES", step)
 	crcErrors := guestValue(t, vm, "SIW_CRC_ERRORS", step)
-	siwErrs := parseSiwCRCErrors(t, strings.TrimSuffix(guestValue(t, vm, "SIW_CRC_LOG", step), "."))
-	require.Equal(t, crcErrors, strconv.Itoa(len(siwErrs)), "siw's CRC errors, counted and read")
+	siwErrs := guestSiwCRCErrors(t, vm, crcErrors, step)
 	_, err = vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
 	siwsOwn := false // CRC errors, each siw's misreading of a right FPDU of ours
 	if mode == stressCRC {
-		siwsOwn = judgeOurStreams(t, pcap, stopCapture(), ports[0], siwErrs) && len(siwErrs) > 0
+		explained, _ := judgeOurStreams(t, pcap, stopCapture(), ports[0], siwErrs)
+		siwsOwn = explained && len(siwErrs) > 0
 	}
 	if siwsOwn {
 		t.Logf("siw's %d CRC errors are its own (above): its error recoveries (%s) and the queues they ended not counted", len(siwErrs), recoveries)

@@ -199,6 +199,9 @@ func TestNVMeKernelHost(t *testing.T) { nvmeKernelHost(t, false) }
 // carried the 16 MiB), all of them on FPDUs whose trailer QEMU's user
 // network split across two of the guest's receive buffers: siw's
 // siw_get_trailer assembles a split trailer wrongly (nvmeof.CRCMaxFPDU).
+// It still can with the cap, rarely: a CRC error siw logs passes only if
+// our side's capture shows it to be that misreading of a right FPDU of
+// ours (judgeOurStreams).
 func TestNVMeKernelHostCRC(t *testing.T) { nvmeKernelHost(t, true) }
 
 // memSubsystem is nvmeNQN with one 64 MiB namespace in memory.
@@ -257,6 +260,7 @@ $NVME flush /dev/nvme0n1 -n 1; echo "FLUSH rc=$?"
 $NVME id-ctrl /dev/nvme0 | grep -E '^(mn|mdts|cntlid|ver|kas|sgls|subnqn|ioccsz|oncs|vwc) '
 $NVME disconnect -n %s; echo "DISCONNECT rc=$?"
 echo "SIW_CRC_ERRORS $(dmesg | grep -c 'siw: crc error')"
+echo "SIW_CRC_LOG `+siwCRCLog+`"
 echo "ERROR_RECOVERIES $(dmesg | grep -c 'starting error recovery')"
 dmesg | grep -iE 'nvme|siw: crc' | tail -20`, hp, nvmeNQN, nvmeNQN, nvmeNQN, nvmeNQN)
 	vm := nvmeVM(t, script)
@@ -272,15 +276,25 @@ dmesg | grep -iE 'nvme|siw: crc' | tail -20`, hp, nvmeNQN, nvmeNQN, nvmeNQN, nvm
 	require.Equal(t, "FLUSH rc=0", guestLine(t, vm, "FLUSH rc=", step))
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
 	siwCRCErrors := guestValue(t, vm, "SIW_CRC_ERRORS", step)
+	siwErrs := guestSiwCRCErrors(t, vm, siwCRCErrors, step)
 	recoveries := guestValue(t, vm, "ERROR_RECOVERIES", step)
 	_, err := vm.Wait(vmCtx(t, vm, step))
 	require.NoError(t, err)
 	if crc {
-		assert.Equal(t, "0", siwCRCErrors, "siw's CRC errors (dmesg)")
-		assert.Equal(t, "0", recoveries, "the host's error recoveries (dmesg)")
-		assert.Zero(t, logs.count(`connection ended`), "queues that ended early")
-		stop()
-		nvmeJudgeCRC(t, pcap)
+		// As in TestNVMeKernelHostStress: a CRC error siw makes itself,
+		// by misreading a split trailer of a right FPDU, is siw's.
+		explained, walked := judgeOurStreams(t, pcap, stop(), hp, siwErrs)
+		if explained && len(siwErrs) > 0 {
+			t.Logf("siw's %d CRC errors are its own (above): its error recoveries (%s) and the queues they ended not counted", len(siwErrs), recoveries)
+		} else {
+			assert.Equal(t, "0", siwCRCErrors, "siw's CRC errors (dmesg)")
+			assert.Equal(t, "0", recoveries, "the host's error recoveries (dmesg)")
+			assert.Zero(t, logs.count(`connection ended`), "queues that ended early")
+		}
+		v := nvmeJudgeCRC(t, pcap)
+		if walked > 0 {
+			assert.Equal(t, v.FPDUs, walked, "FPDUs both ways: Wireshark's count, and the walk's")
+		}
 	}
 	// What the namespace holds here is the guest's pattern.
 	requireHolds(t, mem, 4<<20, 16<<20, pattern, "the namespace's octets 4 MiB .. 20 MiB")
@@ -668,7 +682,7 @@ dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, gp, gp)
 // nvmeJudgeCRC has Wireshark judge an NVMe session's capture with CRCs on:
 // every MPA start-up answered, every FPDU's CRC checked and good, no
 // Terminate, nothing malformed.
-func nvmeJudgeCRC(t *testing.T, pcap string) {
+func nvmeJudgeCRC(t *testing.T, pcap string) verdict {
 	t.Helper()
 	v := judge(t, pcap)
 	t.Logf("Wireshark: %d start-up frames, %d FPDUs, CRCs %d good / %d bad, %d Terminates, %d malformed",
@@ -679,4 +693,5 @@ func nvmeJudgeCRC(t *testing.T, pcap string) {
 	assert.Zero(t, v.BadCRC, "bad CRCs")
 	assert.Zero(t, v.Terminates, "Terminates")
 	assert.Zero(t, v.Malformed, "malformed frames; expert info:\n%s", v.Expert)
+	return v
 }

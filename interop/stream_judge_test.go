@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,16 +18,24 @@ import (
 // the CRC siw read from an FPDU's trailer and the one it took itself.
 type siwCRCError struct{ in, own uint32 }
 
-// parseSiwCRCErrors reads the guest's "in:own" pairs.
-func parseSiwCRCErrors(t *testing.T, s string) []siwCRCError {
+// siwCRCLog is the shell that prints siw's CRC errors from the guest's
+// dmesg as "in:own" pairs, for guestSiwCRCErrors (a guest script's
+// "SIW_CRC_LOG" line).
+const siwCRCLog = `$(dmesg | sed -n 's/.*siw: crc error\. in: \([0-9a-f]*\), own \([0-9a-f]*\).*/\1:\2/p' | tr '\n' ' ').`
+
+// guestSiwCRCErrors reads the guest's SIW_CRC_LOG line; count is its
+// SIW_CRC_ERRORS.
+func guestSiwCRCErrors(t *testing.T, vm *siw.VM, count string, timeout time.Duration) []siwCRCError {
+	t.Helper()
 	var errs []siwCRCError
-	for _, f := range strings.Fields(s) {
+	for _, f := range strings.Fields(strings.TrimSuffix(guestValue(t, vm, "SIW_CRC_LOG", timeout), ".")) {
 		in, own, ok := strings.Cut(f, ":")
 		a, err1 := strconv.ParseUint(in, 16, 32)
 		b, err2 := strconv.ParseUint(own, 16, 32)
 		require.True(t, ok && err1 == nil && err2 == nil, "siw's CRC error %q", f)
 		errs = append(errs, siwCRCError{uint32(a), uint32(b)})
 	}
+	require.Equal(t, count, strconv.Itoa(len(errs)), "siw's CRC errors, counted and read")
 	return errs
 }
 
@@ -35,16 +45,17 @@ func parseSiwCRCErrors(t *testing.T, s string) []siwCRCError {
 // must be FPDUs back to back, each with its CRC right. Each CRC error siw
 // logged must then be siw's own: its split-trailer copy
 // (siwSplitCopy) of one of our FPDUs, which the capture shows right. It
-// returns whether every error was so explained (true with none).
-func judgeOurStreams(t *testing.T, pcap string, dropped, port int, siwErrs []siwCRCError) bool {
+// returns whether every error was so explained (true with none), and the
+// FPDUs walked both ways (0 when the capture is incomplete).
+func judgeOurStreams(t *testing.T, pcap string, dropped, port int, siwErrs []siwCRCError) (explained bool, fpdus int) {
 	t.Helper()
 	if dropped > 0 {
 		if len(siwErrs) > 0 {
 			t.Errorf("siw reported %d CRC errors and tcpdump dropped %d packets: no telling whose they are", len(siwErrs), dropped)
-			return false
+			return false, 0
 		}
 		t.Logf("tcpdump dropped %d packets: our FPDUs not walked", dropped)
-		return true
+		return true, 0
 	}
 	flows, err := readFlows(pcap)
 	require.NoError(t, err)
@@ -75,11 +86,12 @@ func judgeOurStreams(t *testing.T, pcap string, dropped, port int, siwErrs []siw
 		assert.Zero(t, w.badCRC, "%s: FPDUs of ours with a wrong CRC", name)
 		assert.True(t, w.crcFlag, "%s: CRCs on", name)
 		total += w.fpdus
+		fpdus += w.fpdus + pw.fpdus
 		conns = append(conns, conn{name, ours.data, w})
 	}
 	require.NotEmpty(t, conns, "connections captured")
 	t.Logf("our side of %d connections: %d FPDUs walked", len(conns), total)
-	explained := !t.Failed()
+	explained = !t.Failed()
 	for _, e := range siwErrs {
 		found := false
 		for _, c := range conns {
@@ -95,5 +107,5 @@ func judgeOurStreams(t *testing.T, pcap string, dropped, port int, siwErrs []siw
 			explained = false
 		}
 	}
-	return explained
+	return explained, fpdus
 }
