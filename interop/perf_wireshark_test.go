@@ -81,6 +81,19 @@ func TestWiresharkJudgesIwarpPerf(t *testing.T) {
 					if mk == "both" || mk == "none" {
 						require.Zero(t, r.unjudgedDirs, "both directions judged")
 					}
+					if mk == "none" {
+						// The octets Wireshark lost its place in, judged by
+						// our own walk of the whole streams.
+						conns, fpdus, problems := walkCapture(t, pcap)
+						t.Logf("walk: %d connections, %d FPDUs", conns, fpdus)
+						require.Empty(t, problems, "the walk's verdict")
+						require.Equal(t, r.conns, conns, "connections walked")
+						if r.unjudgedOctets == 0 {
+							require.Equal(t, r.judged, fpdus, "FPDUs: Wireshark's, and the walk's")
+						} else {
+							require.Greater(t, fpdus, r.judged, "FPDUs: the walk's, beyond Wireshark's")
+						}
+					}
 				})
 			}
 		}

@@ -3,6 +3,7 @@
 package interop
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -108,4 +109,40 @@ func judgeOurStreams(t *testing.T, pcap string, dropped, port int, siwErrs []siw
 		}
 	}
 	return explained, fpdus
+}
+
+// walkCapture walks every MPA connection of a complete capture without
+// markers, both ways, as judgeOurStreams walks our side: it returns the
+// connections and FPDUs walked and what is wrong (nothing, for a capture
+// of two conforming stacks).
+func walkCapture(t *testing.T, pcap string) (conns, fpdus int, problems []string) {
+	t.Helper()
+	flows, err := readFlows(pcap)
+	require.NoError(t, err)
+	for k, init := range flows {
+		if !bytes.HasPrefix(init.data, []byte("MPA ID Req Frame")) {
+			continue
+		}
+		resp := flows[flowKey{k.dst, k.src}]
+		name := fmt.Sprintf("%v -> %v", k.src, k.dst)
+		if resp == nil {
+			problems = append(problems, name+": the responder's side not captured")
+			continue
+		}
+		for _, fl := range []*tcpFlow{init, resp} {
+			if !fl.syn || fl.holes+fl.cut+fl.differ > 0 {
+				problems = append(problems, fmt.Sprintf("%s: SYN %v, %d octets missing, %d packets cut, %d octets resent different",
+					name, fl.syn, fl.holes, fl.cut, fl.differ))
+			}
+		}
+		iw, rw := walkConn(init.data, resp.data)
+		conns++
+		for _, w := range []mpaWalk{iw, rw} {
+			if w.err != nil || w.badCRC > 0 || w.tail > 0 {
+				problems = append(problems, fmt.Sprintf("%s: %v", name, w))
+			}
+			fpdus += w.fpdus
+		}
+	}
+	return conns, fpdus, problems
 }
