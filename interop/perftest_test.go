@@ -58,6 +58,11 @@ var ptCases = []ptCase{
 	{"send_lat", "-n 200 -s 64", false},
 	{"write_bw", "-n 200 -s 4096 -q 2", false},
 	{"send_bw", "-n 300 -s 1024 -q 2", false},
+	// perftest's --use-srq: the receiver's QPs draw on one shared receive queue.
+	{"send_bw", "-n 300 -s 1024 -q 2 --use-srq", false},
+	// --perform_warm_up: tx-depth WRs per QP before the clock starts.
+	{"write_bw", "-n 200 -s 4096 --perform_warm_up", false},
+	{"read_bw", "-n 200 -s 4096 -q 2 --perform_warm_up", false},
 	{"write_bw", "-n 200 -s 4096", true},
 	// perftest's -z: with -R, which implies it, the same exchange.
 	{"send_lat", "-n 200 -s 64 -z", false},

@@ -19,7 +19,7 @@ const (
 
 // checkAtomics reads each QP's target word back with a fetch-and-add of 0
 // and compares it with what the run's atomics must have left there: one
-// per WR for fetch-and-add, still 0 for compare-and-swap. A test whose
+// per WR for fetch-and-add (--perform_warm_up's too), still 0 for compare-and-swap. A test whose
 // atomics were timed but did not happen fails here.
 func (e *endpoint) checkAtomics(ctx context.Context) error {
 	for _, q := range e.qps {
@@ -48,7 +48,7 @@ func (e *endpoint) checkAtomics(ctx context.Context) error {
 			got := binary.NativeEndian.Uint64(q.local[:8])
 			want := uint64(0)
 			if e.p.Atomic == FetchAndAdd {
-				want = q.scnt * atomicAdd
+				want = (q.warmed + q.scnt) * atomicAdd
 			}
 			if got != want {
 				return fmt.Errorf("QP %d: the target word reads %d after %d %v, want %d", q.i, got, q.scnt, e.p.Atomic, want)

@@ -159,6 +159,7 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 		q.endDone = q.endPosted
 		q.endSeen = !receiver
 		q.rcnt, q.credSent, q.credDue, q.credHigh = 0, 0, 0, 0
+		q.warmed = 0
 		if !sender {
 			q.limit = 0
 			continue
@@ -178,6 +179,11 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 		}
 	}
 
+	if sender && p.WarmUp && !send {
+		if err := r.warmUp(ctx); err != nil {
+			return Report{}, err
+		}
+	}
 	r.base = time.Now()
 	waitCtx := ctx // blocking waits end at the stop time too
 	if r.inf {

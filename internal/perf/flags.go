@@ -86,8 +86,10 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	boolVar(&p.SegmentPerFPDU, "", "fpdu-per-segment")
 	fs.StringVar(&p.Profile, "profile", "", "")
 	boolVar(&p.Loopback, "", "loopback")
-	boolVar(&p.UseSRQ, "", "use_srq")
+	boolVar(&p.UseSRQ, "", "use-srq")
+	fs.Var((*boolValue)(&p.UseSRQ), "use_srq", "") // iwarp-perf's first spelling
 	boolVar(&p.Floor, "", "floor")
+	boolVar(&p.WarmUp, "", "perform_warm_up")
 	boolVar(&p.IPv6, "", "ipv6-addr")
 	boolVar(&p.Perftest, "R", "rdma_cm")
 	var commCM bool
@@ -161,7 +163,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	short := map[string]string{"A": "atomic_type", "s": "size", "a": "all", "n": "iters", "D": "duration", "f": "margin", "q": "qp", "t": "tx-depth",
 		"r": "rx-depth", "p": "port", "b": "bidirectional", "I": "inline_size", "o": "outs", "Q": "cq-mod",
 		"R": "rdma_cm", "z": "comm_rdma_cm", "e": "events", "l": "post_list", "H": "report-histogram", "report-histogrm": "report-histogram",
-		"U": "report-unsorted"}
+		"U": "report-unsorted", "use_srq": "use-srq"}
 	fs.Visit(func(f *flag.Flag) {
 		name := f.Name
 		if l, ok := short[name]; ok {
@@ -489,7 +491,10 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --out_json_file=F write the JSON to F (implies --out_json)
       --loopback        run server and client in this process over 127.0.0.1
       --ipv6-addr       reach the server by its IPv6 address (--loopback: over ::1)
-      --use_srq         send tests: the receives of all QPs come from one shared receive queue
+      --perform_warm_up write/read/atomic BW: tx-depth WRs on each QP, completed, before
+                        the clock starts (other tests: ignored, as perftest)
+      --use-srq         send tests: the receives of all QPs come from one shared receive queue
+                        (also --use_srq)
       --floor           tcp_bw: each side also does the work per octet that MPA over a
                         socket cannot avoid (the sender the CRC32c of every FPDU's
                         payload, the receiver the copy of each out of its read buffer,

@@ -264,7 +264,12 @@ type Params struct {
 
 	Profile  string
 	Loopback bool
-	// UseSRQ (--use_srq): the send tests' receives come from one shared
+	// WarmUp (--perform_warm_up): the Write, Read and atomic bandwidth
+	// tests' senders post tx-depth WRs on each QP, and wait for them,
+	// before the clock starts (warmup.go); the other tests ignore it, as
+	// perftest's.
+	WarmUp bool
+	// UseSRQ (--use-srq): the send tests' receives come from one shared
 	// receive queue for all the QPs of a side, as perftest's.
 	UseSRQ bool
 	Server string // the server to connect to; "" listens
@@ -522,7 +527,7 @@ func (p *Params) finish() error {
 		}
 	}
 	if p.UseSRQ && t.verb() != verbSend {
-		return fmt.Errorf("--use_srq is for the send tests")
+		return fmt.Errorf("--use-srq is for the send tests")
 	}
 	if t.verb() == verbSend && p.RxDepth%2 == 1 && !p.All {
 		p.RxDepth++ // perftest: "WA for a bug when rx_depth is odd in SEND", but for -a

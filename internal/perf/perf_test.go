@@ -5,6 +5,8 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -299,13 +301,14 @@ func endpointPair(ctx context.Context, t *testing.T, p *Params) (cli, srv *endpo
 	return cli, srv
 }
 
-// --use_srq: send tests run with one shared receive queue per side, many
-// QPs drawing on it; other tests refuse it.
+// --use-srq (perftest's spelling; --use_srq too): send tests run with one
+// shared receive queue per side, many QPs drawing on it; other tests
+// refuse it.
 func TestUseSRQ(t *testing.T) {
 	for _, args := range [][]string{
-		{"send_bw", "--loopback", "--use_srq", "-q", "4", "-n", "500", "-s", "4096"},
+		{"send_bw", "--loopback", "--use-srq", "-q", "4", "-n", "500", "-s", "4096"},
 		{"send_bw", "--loopback", "--use_srq", "-q", "2", "-n", "300", "-b"},
-		{"send_lat", "--loopback", "--use_srq", "-n", "300"},
+		{"send_lat", "--loopback", "--use-srq", "-n", "300"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			var out, errb bytes.Buffer
@@ -316,7 +319,48 @@ func TestUseSRQ(t *testing.T) {
 			require.Contains(t, out.String(), "Using SRQ      : ON")
 		})
 	}
-	_, _, err := Parse([]string{"write_bw", "--use_srq"})
 	var ue *UsageError
-	require.ErrorAs(t, err, &ue)
+	for _, flag := range []string{"--use-srq", "--use_srq"} {
+		_, _, err := Parse([]string{"write_bw", flag})
+		require.ErrorAs(t, err, &ue, flag)
+	}
+}
+
+// --perform_warm_up: the sender's QPs each carry tx-depth more WRs than
+// the run's iterations (one FPDU each at 64 octets), the run's report is
+// unchanged, and fetch-and-add's target word counts them (checkAtomics).
+// The send tests ignore it, as perftest's.
+func TestPerformWarmUp(t *testing.T) {
+	sent := regexp.MustCompile(`iWARP qp (\d+): FPDUs sent (\d+)`)
+	run := func(args ...string) (string, map[string]int) {
+		var out, errb bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		require.Equal(t, 0, MainContext(ctx, args, &out, &errb), "%v: stderr: %s", args, errb.String())
+		fpdus := map[string]int{}
+		for _, m := range sent.FindAllStringSubmatch(out.String(), -1) {
+			n, _ := strconv.Atoi(m[2])
+			fpdus[m[1]] = n
+		}
+		return out.String(), fpdus
+	}
+	for _, test := range []string{"write_bw", "read_bw", "atomic_bw"} {
+		t.Run(test, func(t *testing.T) {
+			args := []string{test, "--loopback", "-n", "100", "-s", "64", "-t", "16", "-q", "2"}
+			if test == "atomic_bw" {
+				args = []string{test, "--loopback", "-n", "100", "-t", "16"} // one QP, 8 octets
+			}
+			_, cold := run(args...)
+			out, warm := run(append(args, "--perform_warm_up")...)
+			require.NotEmpty(t, cold)
+			require.Equal(t, len(cold), len(warm))
+			for qp, n := range cold {
+				require.Equal(t, n+16, warm[qp], "QP %s: FPDUs sent, warm against cold", qp)
+			}
+			require.Regexp(t, `(?m)^ (64 +200|8 +100) `, out, "the run's iterations, without the warm-up's")
+		})
+	}
+	_, cold := run("send_bw", "--loopback", "-n", "100", "-s", "64")
+	_, warm := run("send_bw", "--loopback", "-n", "100", "-s", "64", "--perform_warm_up")
+	require.Equal(t, cold, warm, "send_bw: FPDUs sent")
 }

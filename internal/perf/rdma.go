@@ -45,7 +45,7 @@ type endpoint struct {
 	dev    *verbs.Device
 	pd     *verbs.PD
 	cq     *verbs.CQ
-	srq    *verbs.SRQ           // --use_srq
+	srq    *verbs.SRQ           // --use-srq
 	srqMR  *verbs.MR            // the SRQ's receive slots
 	byQP   map[*verbs.QP]*qpEnd // with an SRQ: whose receive completed
 	qps    []*qpEnd
@@ -75,6 +75,7 @@ type qpEnd struct {
 
 	// Per run, for the sender: WRs posted, completed, and to post.
 	scnt, ccnt, limit uint64
+	warmed            uint64 // --perform_warm_up's WRs before the run
 	batch             []verbs.SendWR
 	sge               verbs.SGE
 
@@ -136,7 +137,7 @@ func newEndpoint(dev *verbs.Device, p *Params) (*endpoint, error) {
 		// one buffer at once.
 		slots := max(p.QPs*rq, 1)
 		if need := int64(slots) * int64(e.half); need+p.regionBytes(p.cycle) > p.maxRegion() {
-			return nil, fmt.Errorf("--use_srq: %d receive slots of %s would take %s, more than --max-region %s",
+			return nil, fmt.Errorf("--use-srq: %d receive slots of %s would take %s, more than --max-region %s",
 				slots, fmtSize(int64(e.half)), fmtSize(need), fmtSize(p.maxRegion()))
 		}
 		if e.srq, err = e.pd.CreateSRQ(slots, 1); err != nil {
@@ -241,7 +242,7 @@ func (e *endpoint) qpOf(wc *verbs.WC) *qpEnd {
 }
 
 // postRecv posts receives for q: on its own receive queue, or on the
-// endpoint's SRQ (--use_srq), where any of the QPs may take them.
+// endpoint's SRQ (--use-srq), where any of the QPs may take them.
 func (e *endpoint) postRecv(q *qpEnd, wrs ...verbs.RecvWR) (int, error) {
 	if e.srq != nil {
 		return e.srq.PostRecv(wrs...)
