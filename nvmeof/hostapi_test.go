@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -296,4 +298,41 @@ func TestHostDeallocateHuge(t *testing.T) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	require.Equal(t, [][2]int64{{512, max * 512}, {512 + max*512, 2 * 512}}, b.zeros)
+}
+
+// A host's ConnConfig.TCP.LocalAddr is the source of every queue, as
+// nvme-cli's --host-traddr: the target sees the admin and I/O queues come
+// from it, and I/O goes through.
+func TestHostSourceAddress(t *testing.T) {
+	checkRoutines(t)
+	var mu sync.Mutex
+	var lines []string
+	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{Logf: func(f string, a ...any) {
+		mu.Lock()
+		lines = append(lines, fmt.Sprintf(f, a...))
+		mu.Unlock()
+	}})
+	cfg := HostConfig{IOQueues: 2}
+	cfg.ConnConfig.TCP.LocalAddr = "127.0.0.2"
+	c := connectHost(t, addr, testNQN, cfg)
+	ns, err := c.Namespace(testCtx(t), 1)
+	require.NoError(t, err)
+	w := make([]byte, 4096)
+	fill(w, 3)
+	_, err = ns.WriteAtContext(testCtx(t), w, 8192)
+	require.NoError(t, err)
+	r := make([]byte, 4096)
+	_, err = ns.ReadAtContext(testCtx(t), r, 8192)
+	require.NoError(t, err)
+	require.Equal(t, w, r)
+	mu.Lock()
+	defer mu.Unlock()
+	queues := map[string]bool{}
+	for _, l := range lines {
+		if m := regexp.MustCompile(`^nvmeof: (\S+):\d+ (q\d+): connected`).FindStringSubmatch(l); m != nil {
+			require.Equal(t, "127.0.0.2", m[1], "%s", l)
+			queues[m[2]] = true
+		}
+	}
+	require.Equal(t, map[string]bool{"q0": true, "q1": true, "q2": true}, queues, "queues connected")
 }

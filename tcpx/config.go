@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
+	"strconv"
 	"time"
 )
 
@@ -65,6 +67,14 @@ type Config struct {
 	// AbortOnClose sets SO_LINGER to zero, so that Close discards unsent
 	// data and sends an RST, as Abort does, instead of a FIN.
 	AbortOnClose bool
+
+	// LocalAddr is the source address Dial binds its socket to before
+	// connecting, as rdma_resolve_addr's src_addr: an IP address ("10.0.0.2",
+	// "fe80::1%eth0"), the port then chosen by the kernel, or "IP:port".
+	// Empty: the kernel picks the address by its routes. On a host with
+	// several interfaces it picks the path (and so the source a peer's
+	// access list sees). Listen ignores it.
+	LocalAddr string
 }
 
 var errConfig = errors.New("tcpx: invalid Config")
@@ -78,7 +88,31 @@ func (cfg *Config) validate() error {
 	case cfg.UserTimeout < 0 || cfg.UserTimeout > math.MaxInt32*time.Millisecond:
 		return fmt.Errorf("%w: UserTimeout %v out of range", errConfig, cfg.UserTimeout)
 	}
+	if _, err := cfg.localAddr(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// localAddr parses LocalAddr (nil when empty). Only literals: a source
+// address names an interface of this host, which no resolver should pick.
+func (cfg *Config) localAddr() (*net.TCPAddr, error) {
+	if cfg.LocalAddr == "" {
+		return nil, nil
+	}
+	host, port := cfg.LocalAddr, uint16(0)
+	if h, p, err := net.SplitHostPort(cfg.LocalAddr); err == nil {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("%w: LocalAddr %q: port %q", errConfig, cfg.LocalAddr, p)
+		}
+		host, port = h, uint16(n)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return nil, fmt.Errorf("%w: LocalAddr %q: not an IP address or IP:port", errConfig, cfg.LocalAddr)
+	}
+	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, port)), nil
 }
 
 // userTimeoutMillis is the TCP_USER_TIMEOUT value for d, rounded up.

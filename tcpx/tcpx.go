@@ -41,9 +41,13 @@ func Dial(ctx context.Context, network, addr string, cfg Config) (*net.TCPConn, 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	laddr, _ := cfg.localAddr() // checked by validate
 	d := net.Dialer{
 		Control:   control(&cfg),
 		KeepAlive: -1, // set by applyEstablished
+	}
+	if laddr != nil {
+		d.LocalAddr = laddr // not a nil *TCPAddr in the interface
 	}
 	c, err := d.DialContext(ctx, network, addr)
 	if err != nil {

@@ -432,3 +432,42 @@ func TestBufferedUnsent(t *testing.T) {
 		return err1 == nil && err2 == nil && u == 0 && in == 0
 	}, 10*time.Second, time.Millisecond, "all sent and read")
 }
+
+// LocalAddr binds the dialed socket: the listener sees the connection come
+// from that address (127.0.0.2, another loopback address than the
+// listener's, and a port of our choosing), options still applied.
+// Misspelt or foreign addresses fail with a clear error, no connection.
+func TestLocalAddr(t *testing.T) {
+	report := test.CheckRoutines(t)
+	defer report()
+	d, a := pair(t, "tcp4", "127.0.0.1:0", Config{LocalAddr: "127.0.0.2", SendBuffer: 1 << 20}, Config{})
+	require.Equal(t, "127.0.0.2", a.RemoteAddr().(*net.TCPAddr).IP.String(), "the source the listener sees")
+	require.Equal(t, d.LocalAddr().String(), a.RemoteAddr().String())
+	rc, err := d.SyscallConn()
+	require.NoError(t, err)
+	var sndbuf int
+	require.NoError(t, rc.Control(func(fd uintptr) { sndbuf, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF) }))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, sndbuf, 1<<20, "SendBuffer applied too")
+
+	// An exact port.
+	probe, err := net.Listen("tcp4", "127.0.0.3:0")
+	require.NoError(t, err)
+	port := probe.Addr().(*net.TCPAddr).Port
+	probe.Close()
+	_, a = pair(t, "tcp4", "127.0.0.1:0", Config{LocalAddr: net.JoinHostPort("127.0.0.3", strconv.Itoa(port))}, Config{})
+	require.Equal(t, "127.0.0.3:"+strconv.Itoa(port), a.RemoteAddr().String())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ln, err := Listen(ctx, "tcp4", "127.0.0.1:0", Config{})
+	require.NoError(t, err)
+	defer ln.Close()
+	for _, bad := range []string{"localhost", "127.0.0.1:http", "127.0.0.1:70000", "300.1.1.1"} {
+		_, err := Dial(ctx, "tcp4", ln.Addr().String(), Config{LocalAddr: bad})
+		require.ErrorIs(t, err, errConfig, bad)
+	}
+	// An address no interface here has.
+	_, err = Dial(ctx, "tcp4", ln.Addr().String(), Config{LocalAddr: "192.0.2.1"})
+	require.ErrorIs(t, err, unix.EADDRNOTAVAIL)
+}

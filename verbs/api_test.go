@@ -10,6 +10,7 @@ import (
 
 	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/rdmap"
+	"github.com/goiwarp/iwarp/tcpx"
 	"github.com/stretchr/testify/require"
 )
 
@@ -290,6 +291,32 @@ func TestDialContextHook(t *testing.T) {
 	err := q.qp.Dial(context.Background(), "tcp", "127.0.0.1:1", ConnConfig{
 		DialContext: func(context.Context, string, string) (*net.TCPConn, error) { return nil, boom }})
 	require.ErrorIs(t, err, boom)
+}
+
+// TCP.LocalAddr is the source address of Dial's connection (rdma_cm's
+// src_addr): the listener's request comes from it, and the connection
+// moves data.
+func TestDialFromLocalAddr(t *testing.T) {
+	checkRoutines(t)
+	var from net.Addr
+	o := pairOpts{client: ConnConfig{TCP: tcpx.Config{LocalAddr: "127.0.0.2"}}}
+	c, s := connect(t, o)
+	from = s.qp.RemoteAddr()
+	require.Equal(t, "127.0.0.2", from.(*net.TCPAddr).IP.String())
+	require.Equal(t, c.qp.LocalAddr().String(), from.String())
+	src := c.regFilled(t, 4096, LocalWrite, 7)
+	dst := s.regMR(t, 4096, LocalWrite|RemoteWrite)
+	_, err := c.qp.PostSend(SendWR{Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 4096)},
+		RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	require.NoError(t, err)
+	waitOK(t, c.scq, WCRDMAWrite)
+	requireSame(t, src.Buf(), dst.Buf())
+
+	q := newSide(t, pairOpts{})
+	defer q.qp.Close()
+	err = q.qp.Dial(context.Background(), "tcp", "127.0.0.1:1", ConnConfig{TCP: tcpx.Config{LocalAddr: "no.such.host"}})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "LocalAddr")
 }
 
 // Polling memory for a peer's Write through MR.Placed is race-clean: run

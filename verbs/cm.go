@@ -29,9 +29,9 @@ type ConnConfig struct {
 	// TCP are the socket options (buffers, keep-alive, user timeout).
 	TCP tcpx.Config
 	// DialContext, if set, makes Dial's TCP connection instead of
-	// tcpx.Dial (to bind a source address, pick a network namespace or
-	// reach a peer through a tunnel), as net/http.Transport's; TCP's options
-	// are then applied to what it returns.
+	// tcpx.Dial (to pick a network namespace or reach a peer through a
+	// tunnel), as net/http.Transport's; TCP's options are then applied to
+	// what it returns. A source address alone is TCP.LocalAddr.
 	DialContext func(ctx context.Context, network, addr string) (*net.TCPConn, error)
 	// ReplyTimeout bounds the initiator's wait for the MPA Reply (siw:
 	// 10 s); RequestTimeout the responder's wait for the Request (siw: 5 s),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -90,6 +91,7 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	fs.Var((*boolValue)(&p.UseSRQ), "use_srq", "") // iwarp-perf's first spelling
 	boolVar(&p.Floor, "", "floor")
 	boolVar(&p.WarmUp, "", "perform_warm_up")
+	fs.StringVar(&p.SourceIP, "bind_source_ip", "", "")
 	boolVar(&p.IPv6, "", "ipv6-addr")
 	boolVar(&p.Perftest, "R", "rdma_cm")
 	var commCM bool
@@ -180,6 +182,13 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	}
 	if p.isSet("out_json_file") {
 		p.JSON = true
+	}
+	if p.SourceIP != "" {
+		// A literal, as tcpx.Config.LocalAddr takes: the source is an
+		// interface of this host, not a name to resolve.
+		if _, err := netip.ParseAddr(p.SourceIP); err != nil {
+			return nil, false, usagef("invalid --bind_source_ip=%s: an IP address of this host", p.SourceIP)
+		}
 	}
 	if rev != 1 && rev != 2 {
 		return nil, false, usagef("--mpa-rev %d: 1 or 2", rev)
@@ -493,6 +502,7 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
       --ipv6-addr       reach the server by its IPv6 address (--loopback: over ::1)
       --perform_warm_up write/read/atomic BW: tx-depth WRs on each QP, completed, before
                         the clock starts (other tests: ignored, as perftest)
+      --bind_source_ip=IP  client: connect from this address of ours
       --use-srq         send tests: the receives of all QPs come from one shared receive queue
                         (also --use_srq)
       --floor           tcp_bw: each side also does the work per octet that MPA over a

@@ -3,6 +3,8 @@ package perf
 import (
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -264,6 +266,11 @@ type Params struct {
 
 	Profile  string
 	Loopback bool
+	// SourceIP (--bind_source_ip): the client's connections, the
+	// exchange's and the test's, leave from this address of ours
+	// (tcpx.Config.LocalAddr), as perftest's from its rdma_cm source
+	// address. A server ignores it.
+	SourceIP string
 	// WarmUp (--perform_warm_up): the Write, Read and atomic bandwidth
 	// tests' senders post tx-depth WRs on each QP, and wait for them,
 	// before the clock starts (warmup.go); the other tests ignore it, as
@@ -715,4 +722,14 @@ func fmtSize(n int64) string {
 		}
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// sourceAddr is SourceIP for a net.Dialer: nil when unset (an interface
+// holding a nil *net.TCPAddr would not be).
+func (p *Params) sourceAddr() net.Addr {
+	if p.SourceIP == "" {
+		return nil
+	}
+	a, _ := netip.ParseAddr(p.SourceIP) // checked by Parse
+	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, 0))
 }

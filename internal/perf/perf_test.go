@@ -364,3 +364,33 @@ func TestPerformWarmUp(t *testing.T) {
 	_, warm := run("send_bw", "--loopback", "-n", "100", "-s", "64", "--perform_warm_up")
 	require.Equal(t, cold, warm, "send_bw: FPDUs sent")
 }
+
+// --bind_source_ip: every connection of the client, iWARP or TCP, with our
+// exchange or perftest's, leaves from that address (127.0.0.2 and on are
+// loopback addresses too); a name is refused.
+func TestBindSourceIP(t *testing.T) {
+	line := regexp.MustCompile(`(?m)^ (?:iWARP qp|TCP conn) \d+ ?:.*, (\S+):\d+ -> (\S+):\d+$`)
+	for i, args := range [][]string{
+		{"write_bw", "--loopback", "-n", "100", "-q", "2"},
+		{"send_lat", "--loopback", "-n", "100", "-R"},
+		{"tcp_bw", "--loopback", "-n", "100", "-q", "2"},
+	} {
+		src := "127.0.0." + strconv.Itoa(2+i)
+		args = append(args, "--bind_source_ip", src)
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			require.Equal(t, 0, MainContext(ctx, args, &out, &errb), "stderr: %s", errb.String())
+			ms := line.FindAllStringSubmatch(out.String(), -1)
+			require.NotEmpty(t, ms, "%s", out.String())
+			for _, m := range ms {
+				require.Equal(t, src, m[1], "%s", m[0])
+				require.Equal(t, "127.0.0.1", m[2], "%s", m[0])
+			}
+		})
+	}
+	var ue *UsageError
+	_, _, err := Parse([]string{"write_bw", "--bind_source_ip", "localhost", "peer"})
+	require.ErrorAs(t, err, &ue)
+}

@@ -396,6 +396,7 @@ func connConfig(p *Params, client bool) verbs.ConnConfig {
 		RFC7306: p.Test.verb() == verbAtomic}
 	if client {
 		c.FirstFPDUDelay = p.FPDUDelay
+		c.TCP.LocalAddr = p.SourceIP
 	}
 	// The MPA start-up is a step of the exchange too: --exchange-timeout
 	// shortens its timeouts (verbs: request 5 s, reply 10 s), never lengthens

@@ -78,7 +78,7 @@ type tcpSide struct {
 }
 
 func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) {
-	var d net.Dialer
+	d := net.Dialer{LocalAddr: p.sourceAddr()}
 	dctx, cancel := step(ctx, p.exchangeTimeout(), "connecting")
 	conn, err := d.DialContext(dctx, "tcp", addr)
 	cancel()
@@ -207,7 +207,7 @@ func (s *tcpSide) connect(ctx context.Context) ([]*net.TCPConn, error) {
 	var hdr [16]byte
 	t := s.p.exchangeTimeout()
 	if s.addr != "" {
-		d := net.Dialer{Timeout: t}
+		d := net.Dialer{Timeout: t, LocalAddr: s.p.sourceAddr()}
 		for i := range conns {
 			c, err := d.DialContext(ctx, "tcp", s.addr)
 			if err != nil {
@@ -459,7 +459,7 @@ func (s *tcpSide) tcpStats(conns []*net.TCPConn) []string {
 	var out []string
 	for i, c := range conns {
 		if st, err := tcpx.Info(c); err == nil {
-			out = append(out, fmtTCPStats(fmt.Sprintf("conn %d", i), st))
+			out = append(out, fmtTCPStats(fmt.Sprintf("conn %d", i), st)+fmt.Sprintf(", %v -> %v", c.LocalAddr(), c.RemoteAddr()))
 		}
 	}
 	return out
