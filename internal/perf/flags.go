@@ -135,6 +135,8 @@ func Parse(args []string) (p *Params, demo bool, err error) {
 	boolVar(&ignoredB, "", "ipv6") // an IPv6 GID: the fabric's addressing
 	// perftest prints CPU use with --cpu_util; iwarp-perf always does.
 	boolVar(&ignoredB, "", "cpu_util")
+	// perftest's --mr_per_qp registers a region per QP; iwarp-perf always does.
+	boolVar(&ignoredB, "", "mr_per_qp")
 	var conn string
 	fs.StringVar(&conn, "c", "RC", "")
 	fs.StringVar(&conn, "connection", "RC", "")
@@ -518,7 +520,8 @@ Options (perftest's meanings; SYMMETRIC ones must match on both sides):
                         taken and ignored (the stack runs over TCP, its FPDUs sized by
                         TCP's MSS: see --fpdu); -c takes RC only; so are the fabric's
                         -S, -T, -u, --tclass, --hop_limit, --retry_count, --flow_label, --ipv6,
-                        and --cpu_util (the CPU line is always printed)
+                        --cpu_util (the CPU line is always printed) and --mr_per_qp
+                        (each QP always has its own region)
   Short options may be joined as getopt's: -n100, -ab.
       --lat-wait=handler|poll  latency tests: take each step on the QP's receive
                         goroutine as data lands (default), or poll memory and the CQ

@@ -25,7 +25,7 @@ func TestPerftestMoreFlags(t *testing.T) {
 	p, _, err = Parse([]string{"write_bw", "-l16", "-Q4", "-s", "64", "-n", "800"})
 	require.NoError(t, err)
 	require.Equal(t, []int{16, 4}, []int{p.PostList, p.CQMod})
-	p, _, err = Parse([]string{"send_lat", "-e", "-H", "-U", "-S", "3", "-T", "106", "-u", "14", "--cpu_util", "--retry_count=7", "--report-histogrm"})
+	p, _, err = Parse([]string{"send_lat", "-e", "-H", "-U", "-S", "3", "-T", "106", "-u", "14", "--cpu_util", "--mr_per_qp", "--retry_count=7", "--report-histogrm"})
 	require.NoError(t, err)
 	require.True(t, p.Events)
 	require.True(t, p.Histogram)
