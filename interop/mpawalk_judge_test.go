@@ -22,79 +22,103 @@ import (
 func TestMPAWalkJudgesOurTraffic(t *testing.T) {
 	for _, rev := range []uint8{1, 2} {
 		for _, crc := range []bool{true, false} {
-			t.Run(fmt.Sprintf("rev%d/crc=%v", rev, crc), func(t *testing.T) {
-				policy := mpa.CRCOn
-				if !crc {
-					policy = mpa.CRCOff
-				}
-				cfg := verbs.ConnConfig{MPA: mpa.Config{Rev: rev, CRC: policy}, MaxFPDU: 1500}
-				d, err := verbs.Open(verbs.DeviceAttr{})
-				require.NoError(t, err)
-				ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", cfg)
-				require.NoError(t, err)
-				defer ln.Close()
-				pcap, stop := capture(t, port(ln))
-				c, s := pairOn(t, ln, cfg)
-				want := traffic(t, c, s)
-				if p := c.qp.Params(); p.P2P {
-					want++ // the RTR
-					if p.RTR == mpa.RTRRead {
-						want++ // and its empty Read Response
+			for _, mk := range []string{"none", "tx", "rx", "both"} {
+				t.Run(fmt.Sprintf("rev%d/crc=%v/markers=%s", rev, crc, mk), func(t *testing.T) {
+					policy := mpa.CRCOn
+					if !crc {
+						policy = mpa.CRCOff
 					}
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				require.NoError(t, c.qp.Disconnect(ctx))
-				require.Zero(t, stop(), "packets tcpdump dropped: the capture is incomplete")
-
-				flows, err := readFlows(pcap)
-				require.NoError(t, err)
-				var init, resp *tcpFlow
-				for _, fl := range flows {
-					switch {
-					case int(fl.dst.Port()) == port(ln):
-						init = fl
-					case int(fl.src.Port()) == port(ln):
-						resp = fl
+					// "tx": the initiator sends markers (the responder asks).
+					ccfg := verbs.ConnConfig{MPA: mpa.Config{Rev: rev, CRC: policy, MarkersRx: mk == "rx" || mk == "both"}, MaxFPDU: 1500}
+					scfg := verbs.ConnConfig{MPA: mpa.Config{Rev: rev, CRC: policy, MarkersRx: mk == "tx" || mk == "both"}, MaxFPDU: 1500}
+					d, err := verbs.Open(verbs.DeviceAttr{})
+					require.NoError(t, err)
+					ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", scfg)
+					require.NoError(t, err)
+					defer ln.Close()
+					pcap, stop := capture(t, port(ln))
+					c, s := pairOn(t, ln, ccfg)
+					want := traffic(t, c, s)
+					if p := c.qp.Params(); p.P2P {
+						want++ // the RTR
+						if p.RTR == mpa.RTRRead {
+							want++ // and its empty Read Response
+						}
 					}
-				}
-				require.Len(t, flows, 2, "one connection")
-				require.NotNil(t, init)
-				require.NotNil(t, resp)
-				for _, fl := range []*tcpFlow{init, resp} {
-					require.True(t, fl.syn, "the SYN captured")
-					require.Zero(t, fl.holes+fl.differ+fl.cut, "holes, octets resent different, packets cut")
-				}
-				iw, rw := walkConn(init.data, resp.data)
-				t.Logf("initiator: %v; responder: %v", iw, rw)
-				for _, w := range []mpaWalk{iw, rw} {
-					require.NoError(t, w.err)
-					require.Zero(t, w.tail)
-					require.Zero(t, w.badCRC)
-					require.Equal(t, rev, w.rev)
-					require.Equal(t, crc, w.crcFlag)
-				}
-				require.Equal(t, want, iw.fpdus+rw.fpdus, "FPDUs traffic sent")
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					require.NoError(t, c.qp.Disconnect(ctx))
+					require.Zero(t, stop(), "packets tcpdump dropped: the capture is incomplete")
 
-				// One octet changed inside the responder's third FPDU (its
-				// DDP header's fifth octet; the third, as with rev 2 the
-				// first may be an RTR's Read Response).
-				data := bytes.Clone(resp.data)
-				at := fpduOffset(t, data, 2) + 2 + 5
-				data[at] ^= 0x10
-				_, bad := walkConn(init.data, data)
-				if !crc {
-					require.Zero(t, bad.badCRC, "no CRC: nothing to see")
-					return
-				}
-				require.Equal(t, 1, bad.badCRC, "%v", bad)
-				require.Contains(t, bad.bad[0], "FPDU 2 at octet")
-				// And a length changed: the walk loses the framing, and says so.
-				data = bytes.Clone(resp.data)
-				data[fpduOffset(t, data, 2)] ^= 0x40
-				_, bad = walkConn(init.data, data)
-				require.True(t, bad.err != nil || bad.tail > 0 || bad.badCRC > 0, "%v", bad)
-			})
+					flows, err := readFlows(pcap)
+					require.NoError(t, err)
+					var init, resp *tcpFlow
+					for _, fl := range flows {
+						switch {
+						case int(fl.dst.Port()) == port(ln):
+							init = fl
+						case int(fl.src.Port()) == port(ln):
+							resp = fl
+						}
+					}
+					require.Len(t, flows, 2, "one connection")
+					require.NotNil(t, init)
+					require.NotNil(t, resp)
+					for _, fl := range []*tcpFlow{init, resp} {
+						require.True(t, fl.syn, "the SYN captured")
+						require.Zero(t, fl.holes+fl.differ+fl.cut, "holes, octets resent different, packets cut")
+					}
+					iw, rw := walkConn(init.data, resp.data)
+					t.Logf("initiator: %v; responder: %v", iw, rw)
+					for _, w := range []mpaWalk{iw, rw} {
+						require.NoError(t, w.err)
+						require.Zero(t, w.tail)
+						require.Zero(t, w.badCRC)
+						require.Equal(t, rev, w.rev)
+						require.Equal(t, crc, w.crcFlag)
+					}
+					require.Equal(t, want, iw.fpdus+rw.fpdus, "FPDUs traffic sent")
+					require.Equal(t, mk == "rx" || mk == "both", iw.markerFlag, "the initiator asks for markers")
+					require.Equal(t, mk == "tx" || mk == "both", rw.markerFlag, "the responder asks for markers")
+					if mk != "none" {
+						// A marker changed: the walk says where.
+						data := bytes.Clone(resp.data)
+						at := rw.start + 2*markerInterval + 3
+						if mk == "tx" {
+							data, at = bytes.Clone(init.data), iw.start+2*markerInterval+3
+						}
+						data[at] ^= 0x04
+						var bad mpaWalk
+						if mk == "tx" {
+							bad, _ = walkConn(data, resp.data)
+						} else {
+							_, bad = walkConn(init.data, data)
+						}
+						require.Error(t, bad.err)
+						require.Contains(t, bad.err.Error(), "marker at octet")
+						return
+					}
+
+					// One octet changed inside the responder's third FPDU (its
+					// DDP header's fifth octet; the third, as with rev 2 the
+					// first may be an RTR's Read Response).
+					data := bytes.Clone(resp.data)
+					at := fpduOffset(t, data, 2) + 2 + 5
+					data[at] ^= 0x10
+					_, bad := walkConn(init.data, data)
+					if !crc {
+						require.Zero(t, bad.badCRC, "no CRC: nothing to see")
+						return
+					}
+					require.Equal(t, 1, bad.badCRC, "%v", bad)
+					require.Contains(t, bad.bad[0], "FPDU 2 at octet")
+					// And a length changed: the walk loses the framing, and says so.
+					data = bytes.Clone(resp.data)
+					data[fpduOffset(t, data, 2)] ^= 0x40
+					_, bad = walkConn(init.data, data)
+					require.True(t, bad.err != nil || bad.tail > 0 || bad.badCRC > 0, "%v", bad)
+				})
+			}
 		}
 	}
 }

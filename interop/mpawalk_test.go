@@ -14,8 +14,9 @@ import (
 // An MPA judge of our own, for streams too long or too reordered for
 // Wireshark to keep its place in: it walks one direction of a connection
 // (a tcpFlow's octets) as RFC 5044 frames it, the start-up frame and then
-// FPDUs back to back, and takes every FPDU's CRC32c again with hash/crc32,
-// an implementation independent of package mpa's. Markers are not walked.
+// FPDUs back to back (with markers where they were asked for), and takes
+// every FPDU's CRC32c again with hash/crc32, an implementation independent
+// of package mpa's.
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -114,7 +115,9 @@ func walkFPDUs(data []byte, off int, crc bool, w *mpaWalk) {
 // walkConn walks both directions of one MPA connection: init is the
 // initiator's (which starts with the Request), resp the responder's. The
 // Reply's C bit says whether both directions carry CRCs (RFC 5044
-// section 7.1.2: a responder that sees C set in the Request sets it too).
+// section 7.1.2: a responder that sees C set in the Request sets it too);
+// M in a start-up frame asks the other side for markers in the frames it
+// sends.
 func walkConn(init, resp []byte) (mpaWalk, mpaWalk) {
 	var i, r mpaWalk
 	ni, nr := walkStartup(init, &i), walkStartup(resp, &r)
@@ -127,14 +130,93 @@ func walkConn(init, resp []byte) (mpaWalk, mpaWalk) {
 	if i.err != nil || r.err != nil {
 		return i, r
 	}
-	if i.markerFlag || r.markerFlag {
-		i.err = fmt.Errorf("markers: not walked")
-		r.err = i.err
-		return i, r
-	}
-	walkFPDUs(init, ni, r.crcFlag, &i)
-	walkFPDUs(resp, nr, r.crcFlag, &r)
+	walkMarkedFPDUs(init, ni, r.crcFlag, r.markerFlag, &i)
+	walkMarkedFPDUs(resp, nr, r.crcFlag, i.markerFlag, &r)
 	return i, r
+}
+
+// markerInterval is RFC 5044's: a marker every 512 octets of a direction's
+// stream, counted from its first FPDU's first octet.
+const markerInterval = 512
+
+// walkMarkedFPDUs is walkFPDUs for a direction that may carry markers
+// (RFC 5044 section 4.3): where one is due, 4 octets, 16 reserved bits of
+// zero and FPDUPTR, the distance back to the FPDU's length field (0 for
+// one due where an FPDU starts, which goes before the length field: the
+// FPDU's first octets).
+// Markers count in no length, but the CRC covers those inside its FPDU.
+// Every FPDU is a multiple of 4 octets, so a marker never splits the
+// length or the CRC field.
+func walkMarkedFPDUs(data []byte, off int, crc, markers bool, w *mpaWalk) {
+	if !markers {
+		walkFPDUs(data, off, crc, w)
+		return
+	}
+	w.start = off
+	origin := off
+	logical := make([]byte, 0, 1<<16+8)
+	for off < len(data) {
+		fstart, p, hdr := off, off, off
+		logical = logical[:0]
+		need, crcAt := 2, -1
+		for len(logical) < need {
+			if (p-origin)%markerInterval == 0 {
+				if len(data)-p < 4 {
+					w.tail = len(data) - fstart
+					return
+				}
+				ptr := 0 // before the length field: the FPDU's first
+				if p > fstart {
+					ptr = p - hdr
+				}
+				if data[p] != 0 || data[p+1] != 0 || int(binary.BigEndian.Uint16(data[p+2:])) != ptr {
+					w.err = fmt.Errorf("FPDU %d at octet %d: the marker at octet %d reads %x, want FPDUPTR %d", w.fpdus, fstart, p, data[p:p+4], ptr)
+					return
+				}
+				p += 4
+				if p == fstart+4 {
+					hdr = p
+				}
+				continue
+			}
+			if p >= len(data) {
+				w.tail = len(data) - fstart
+				return
+			}
+			if len(logical) == need-4 && need > 2 {
+				crcAt = p
+			}
+			logical = append(logical, data[p])
+			p++
+			if len(logical) == 2 {
+				ulpdu := int(binary.BigEndian.Uint16(logical))
+				if ulpdu < 14 {
+					w.err = fmt.Errorf("FPDU %d at octet %d: ULPDU length %d, shorter than any DDP header", w.fpdus, fstart, ulpdu)
+					return
+				}
+				need = (2+ulpdu+3)&^3 + 4
+			}
+		}
+		got := binary.LittleEndian.Uint32(logical[need-4:])
+		want := uint32(0)
+		if crc {
+			want = crc32.Checksum(data[fstart:crcAt], castagnoli)
+		}
+		if got != want {
+			w.badCRC++
+			if len(w.bad) < 5 {
+				w.bad = append(w.bad, fmt.Sprintf("FPDU %d at octet %d (ULPDU %d): CRC %08x, its octets' %08x",
+					w.fpdus, fstart, binary.BigEndian.Uint16(logical), got, want))
+			}
+		}
+		ulpdu := int(binary.BigEndian.Uint16(logical))
+		if pad := logical[2+ulpdu : need-4]; !bytes.Equal(pad, make([]byte, len(pad))) {
+			w.err = fmt.Errorf("FPDU %d at octet %d: pad not zero", w.fpdus, fstart)
+			return
+		}
+		w.fpdus++
+		off = p
+	}
 }
 
 // siwSplitCopy is what Linux siw 6.1's siw_get_trailer leaves in its

@@ -111,8 +111,8 @@ func judgeOurStreams(t *testing.T, pcap string, dropped, port int, siwErrs []siw
 	return explained, fpdus
 }
 
-// walkCapture walks every MPA connection of a complete capture without
-// markers, both ways, as judgeOurStreams walks our side: it returns the
+// walkCapture walks every MPA connection of a complete capture, both
+// ways, markers and all, as judgeOurStreams walks our side: it returns the
 // connections and FPDUs walked and what is wrong (nothing, for a capture
 // of two conforming stacks).
 func walkCapture(t *testing.T, pcap string) (conns, fpdus int, problems []string) {

@@ -61,6 +61,13 @@ func TestWiresharkJudgesTraffic(t *testing.T) {
 					require.NoError(t, c.qp.Disconnect(ctx))
 					require.Zero(t, stop(), "packets tcpdump dropped: the capture is incomplete")
 
+					// Our own walk first: every FPDU, markers and all, in
+					// the stream where it belongs, with its CRC.
+					conns, walked, problems := walkCapture(t, pcap)
+					require.Empty(t, problems, "the walk's verdict")
+					require.Equal(t, 1, conns)
+					require.Equal(t, want, walked, "FPDUs walked")
+
 					v := judge(t, pcap)
 					t.Logf("%s: %d FPDUs sent, Wireshark: %+v", name, want, v)
 					require.Equal(t, 2, v.Startups, "MPA Request and Reply")
@@ -70,7 +77,8 @@ func TestWiresharkJudgesTraffic(t *testing.T) {
 						// (see above): when the kernel coalesces two FPDUs
 						// into one segment under load it reports them as a
 						// bad CRC or a malformed frame. Markers are judged by
-						// the RFC's own figures and mpa's reference parser.
+						// the RFC's own figures, mpa's reference parser and
+						// our walk of the capture (above).
 						require.Positive(t, v.FPDUs, "FPDUs decoded")
 						if v.BadCRC+v.Malformed > 0 {
 							t.Logf("Wireshark's marker decoding reported %d bad CRC, %d malformed (not counted)", v.BadCRC, v.Malformed)
