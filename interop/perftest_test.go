@@ -19,6 +19,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,6 +40,9 @@ type ptCase struct {
 	test  string
 	flags string
 	noR   bool
+	// ourClient: the case runs with our client only (TestPerftestServerInGuest),
+	// for a perftest client that fails on siw whoever the server is.
+	ourClient bool
 }
 
 func (c ptCase) name() string {
@@ -49,36 +54,40 @@ func (c ptCase) name() string {
 }
 
 var ptCases = []ptCase{
-	{"write_bw", "-n 200 -s 4096", false},
-	{"read_bw", "-n 200 -s 4096", false},
+	{"write_bw", "-n 200 -s 4096", false, false},
+	{"read_bw", "-n 200 -s 4096", false, false},
 	// rx-depth 512, credits every 170 receives.
-	{"send_bw", "-n 1000 -s 1024", false},
-	{"write_lat", "-n 300", false}, // the counter octet wraps
-	{"read_lat", "-n 200", false},
-	{"send_lat", "-n 200 -s 64", false},
-	{"write_bw", "-n 200 -s 4096 -q 2", false},
-	{"send_bw", "-n 300 -s 1024 -q 2", false},
+	{"send_bw", "-n 1000 -s 1024", false, false},
+	{"write_lat", "-n 300", false, false}, // the counter octet wraps
+	{"read_lat", "-n 200", false, false},
+	{"send_lat", "-n 200 -s 64", false, false},
+	{"write_bw", "-n 200 -s 4096 -q 2", false, false},
+	{"send_bw", "-n 300 -s 1024 -q 2", false, false},
 	// perftest's --use-srq: the receiver's QPs draw on one shared receive queue.
-	{"send_bw", "-n 300 -s 1024 -q 2 --use-srq", false},
-	// --perform_warm_up: tx-depth WRs per QP before the clock starts.
-	{"write_bw", "-n 200 -s 4096 --perform_warm_up", false},
-	{"read_bw", "-n 200 -s 4096 -q 2 --perform_warm_up", false},
-	{"write_bw", "-n 200 -s 4096", true},
+	{"send_bw", "-n 300 -s 1024 -q 2 --use-srq", false, false},
+	// --perform_warm_up: tx-depth WRs per QP before the clock starts. Our
+	// client only: perftest 6.06's client with it never finishes on siw,
+	// against perftest's own server too (2026-11-27, both in the guest:
+	// killed after 50 s, the server then "Bad wc status 5"; the same run
+	// without it, 200 Writes in well under a second).
+	{"write_bw", "-n 200 -s 4096 --perform_warm_up", false, true},
+	{"read_bw", "-n 200 -s 4096 -q 2 --perform_warm_up", false, true},
+	{"write_bw", "-n 200 -s 4096", true, false},
 	// perftest's -z: with -R, which implies it, the same exchange.
-	{"send_lat", "-n 200 -s 64 -z", false},
+	{"send_lat", "-n 200 -s 64 -z", false, false},
 	// -a: every size from 2 to 2^23; write_bw and read_bw report once at
 	// the end, the others every size.
-	{"write_bw", "-a -n 5", false},
-	{"read_bw", "-a -n 5", false},
-	{"send_bw", "-a -n 5", false},
-	{"write_lat", "-a -n 5", false},
-	{"read_lat", "-a -n 5", false},
-	{"send_lat", "-a -n 5", false},
+	{"write_bw", "-a -n 5", false, false},
+	{"read_bw", "-a -n 5", false, false},
+	{"send_bw", "-a -n 5", false, false},
+	{"write_lat", "-a -n 5", false, false},
+	{"read_lat", "-a -n 5", false, false},
+	{"send_lat", "-a -n 5", false, false},
 	// -b: both directions at once, reports exchanged, each side shows the sum.
-	{"write_bw", "-b -n 200 -s 4096", false},
-	{"read_bw", "-b -n 200 -s 4096", false},
-	{"send_bw", "-b -n 1000 -s 1024", false},
-	{"write_bw", "-a -b -n 5", false},
+	{"write_bw", "-b -n 200 -s 4096", false, false},
+	{"read_bw", "-b -n 200 -s 4096", false, false},
+	{"send_bw", "-b -n 1000 -s 1024", false, false},
+	{"write_bw", "-a -b -n 5", false, false},
 }
 
 // ptOurs runs iwarp-perf in this process with args and returns its exit
@@ -340,11 +349,22 @@ func TestPerftestServerInGuest(t *testing.T) {
 
 // perftest's clients against our server: for each case the guest waits
 // for the host's go-ahead, then dials 10.0.2.2 (the host's 127.0.0.1).
+//
+// Every case runs in one VM, so go test's -run cannot pick among them:
+// IWARP_PT_CASES, a regular expression, keeps those whose name matches.
 func TestPerftestClientInGuest(t *testing.T) {
-	ports := make([]int, len(ptCases))
+	var cases []ptCase
+	re := regexp.MustCompile(os.Getenv("IWARP_PT_CASES"))
+	for _, c := range ptCases {
+		if !c.ourClient && re.MatchString(c.name()) {
+			cases = append(cases, c)
+		}
+	}
+	require.NotEmpty(t, cases, "IWARP_PT_CASES=%s matches no case", re)
+	ports := make([]int, len(cases))
 	var script strings.Builder
 	script.WriteString("echo READY\n")
-	for i, c := range ptCases {
+	for i, c := range cases {
 		p, err := siw.FreePort()
 		require.NoError(t, err)
 		ports[i] = p
@@ -355,7 +375,7 @@ func TestPerftestClientInGuest(t *testing.T) {
 	vm := ptVM(t, script.String())
 	ptWait(t, vm, "READY", 3*time.Minute) // and the guest's /host is there for Signal
 
-	for i, c := range ptCases {
+	for i, c := range cases {
 		t.Run(c.name(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -370,7 +390,11 @@ func TestPerftestClientInGuest(t *testing.T) {
 			select {
 			case r = <-done:
 			case <-ctx.Done():
-				t.Fatalf("our server did not finish: %v", ctx.Err())
+				select {
+				case r = <-done: // what it said before it was stopped
+				case <-time.After(5 * time.Second):
+				}
+				t.Fatalf("our server did not finish: %v\n%s%s", ctx.Err(), r.out, r.errs)
 			}
 			t.Logf("iwarp-perf %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.out, r.errs)
 			l := ptWait(t, vm, fmt.Sprintf("CLIENT %d ", i), 2*time.Minute)
