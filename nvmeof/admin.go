@@ -123,7 +123,7 @@ func (c *controller) controllerInfo() ControllerInfo {
 	ci.Serial, ci.Model, ci.SubNQN = c.sub.Serial, c.sub.Model, c.sub.NQN
 	ci.CtrlType, ci.CMIC, ci.OAES = ControllerIO, cmicMultiPort|cmicMultiCtrl, aecNSAttr
 	ci.NN, ci.MNAN, ci.ONCS, ci.VWC = maxNSID, maxNSID, oncsDSM|oncsWriteZeroes|oncsResv, 1
-	ci.NWPC = nwpcWriteProtect
+	ci.NWPC = nwpcWriteProtect | nwpcUntilPowerCyle
 	if c.ana() {
 		ci.CMIC |= cmicANA
 		ci.OAES |= aecANAChange

@@ -11,11 +11,19 @@ import (
 // The target tells its controllers with a Namespace Attribute Changed
 // notice (Identify Namespace's NSATTR then says so).
 func (n *HostNamespace) SetWriteProtect(ctx context.Context, on bool) error {
-	v := uint32(wpNone)
+	s := WPNone
 	if on {
-		v = wpOn
+		s = WPOn
 	}
-	_, err := n.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, n.ID, FeatWriteProtect, v) }, 0,
+	return n.SetWriteProtectState(ctx, s)
+}
+
+// SetWriteProtectState sets the namespace's write protection state: also
+// WPUntilPowerCycle, which no later Set Features changes until the target
+// restarts (StatusFeatureNotChangeable), where the controller offers it
+// (Identify Controller's NWPC, bit s-1).
+func (n *HostNamespace) SetWriteProtectState(ctx context.Context, s WPState) error {
+	_, err := n.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, n.ID, FeatWriteProtect, uint32(s)) }, 0,
 		"Set Features, Namespace Write Protection Config", nil)
 	if err != nil {
 		return fmt.Errorf("namespace %d: %w", n.ID, err)
@@ -27,17 +35,39 @@ func (n *HostNamespace) SetWriteProtect(ctx context.Context, on bool) error {
 // any of the states a target may offer: until a power cycle and
 // permanently too).
 func (n *HostNamespace) WriteProtected(ctx context.Context) (bool, error) {
+	s, err := n.WriteProtection(ctx)
+	return s != WPNone, err
+}
+
+// WriteProtection returns the namespace's write protection state (Get
+// Features 84h).
+func (n *HostNamespace) WriteProtection(ctx context.Context) (WPState, error) {
 	res, err := n.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, n.ID, FeatWriteProtect, 0) }, 0,
 		"Get Features, Namespace Write Protection Config", nil)
 	if err != nil {
-		return false, fmt.Errorf("namespace %d: %w", n.ID, err)
+		return WPNone, fmt.Errorf("namespace %d: %w", n.ID, err)
 	}
-	return res&7 != wpNone, nil
+	return WPState(res & 7), nil
 }
 
 // SetWriteProtect is HostNamespace.SetWriteProtect down a usable path.
 func (n *MultipathNamespace) SetWriteProtect(ctx context.Context, on bool) error {
 	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.SetWriteProtect(ctx, on) })
+}
+
+// SetWriteProtectState is HostNamespace.SetWriteProtectState down a usable path.
+func (n *MultipathNamespace) SetWriteProtectState(ctx context.Context, st WPState) error {
+	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.SetWriteProtectState(ctx, st) })
+}
+
+// WriteProtection is HostNamespace.WriteProtection down a usable path.
+func (n *MultipathNamespace) WriteProtection(ctx context.Context) (WPState, error) {
+	var st WPState
+	err := n.m.do0(ctx, n, func(hn *HostNamespace) (err error) {
+		st, err = hn.WriteProtection(ctx)
+		return err
+	})
+	return st, err
 }
 
 // WriteProtected is HostNamespace.WriteProtected down a usable path.

@@ -22,6 +22,7 @@ type Namespace struct {
 	anaGrp    atomic.Uint32                 // ANA group (ana.go)
 	resv      *resv                         // reservations (resv.go), nil if not enabled
 	wp        atomic.Bool                   // write protected (writeprotect.go)
+	wpLocked  atomic.Bool                   // ...until a power cycle: wp for good
 	writing   atomic.Int64                  // writes running (past the protection check), which protecting waits out
 	settling  atomic.Pointer[chan struct{}] // while protection is being turned on: closed once decided
 	refs      atomic.Int64                  // commands using Backend (Subsystem.use), which RemoveNamespace waits out

@@ -46,15 +46,16 @@ const (
 
 // Command specific status (SCT 1), including the Fabrics Connect ones.
 const (
-	StatusInvalidQID         Status = 0x101
-	StatusInvalidQueueSize   Status = 0x102
-	StatusAERLimitExceeded   Status = 0x105
-	StatusInvalidLogPage     Status = 0x109
-	StatusFeatureNotSaveable Status = 0x10d
-	StatusConnectIncompatFmt Status = 0x180 // Incompatible Format
-	StatusConnectCtrlBusy    Status = 0x181 // Controller Busy
-	StatusConnectInvalidParm Status = 0x182 // Connect Invalid Parameters
-	StatusConnectInvalidHost Status = 0x184 // Connect Invalid Host
+	StatusInvalidQID           Status = 0x101
+	StatusInvalidQueueSize     Status = 0x102
+	StatusAERLimitExceeded     Status = 0x105
+	StatusInvalidLogPage       Status = 0x109
+	StatusFeatureNotSaveable   Status = 0x10d
+	StatusFeatureNotChangeable Status = 0x10e
+	StatusConnectIncompatFmt   Status = 0x180 // Incompatible Format
+	StatusConnectCtrlBusy      Status = 0x181 // Controller Busy
+	StatusConnectInvalidParm   Status = 0x182 // Connect Invalid Parameters
+	StatusConnectInvalidHost   Status = 0x184 // Connect Invalid Host
 )
 
 // SCT returns the Status Code Type.
@@ -98,6 +99,7 @@ var statusNames = map[Status]string{
 	StatusAERLimitExceeded:     "Asynchronous Event Request Limit Exceeded",
 	StatusInvalidLogPage:       "Invalid Log Page",
 	StatusFeatureNotSaveable:   "Feature Identifier Not Saveable",
+	StatusFeatureNotChangeable: "Feature Not Changeable",
 	StatusConnectIncompatFmt:   "Incompatible Format",
 	StatusConnectCtrlBusy:      "Controller Busy",
 	StatusConnectInvalidParm:   "Connect Invalid Parameters",

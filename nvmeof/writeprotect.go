@@ -1,11 +1,16 @@
 package nvmeof
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Namespace write protection (NVMe base 2.0 section 8.x, feature 84h), as
-// Linux's nvmet offers it: a host sets a namespace write protected or not
-// (the states "until power cycle" and "permanent" are not offered: NWPC
-// bit 0 only), for every host of the subsystem; the change is told to the
+// Linux's nvmet offers it and one state more: a host sets a namespace write
+// protected or not, or write protected until a power cycle (for a fabrics
+// target, until it restarts: the state lives in memory), after which no Set
+// Features changes it (Feature Not Changeable); "permanent" is not offered
+// (NWPC bits 0 and 1). It holds for every host of the subsystem; the change is told to the
 // controllers as a Namespace Attribute Changed notice, after which Linux's
 // host reads NSATTR and turns the block device read-only. The state lives
 // as long as the namespace, as nvmet's. Unlike nvmet, which refuses every
@@ -24,21 +29,57 @@ import "time"
 // FeatWriteProtect is the Namespace Write Protection Config feature.
 const FeatWriteProtect = 0x84
 
-// Write protection states (CDW11 of feature 84h).
+// WPState is a namespace's write protection state, the value of feature
+// 84h.
+type WPState uint8
+
+// The write protection states.
 const (
-	wpNone = 0
-	wpOn   = 1
+	WPNone            WPState = 0 // No Write Protect
+	WPOn              WPState = 1 // Write Protect
+	WPUntilPowerCycle WPState = 2 // Write Protect Until Power Cycle
+	WPPermanent       WPState = 3 // Permanent Write Protect (not offered here)
 )
 
+// Write protection states, as CDW11 carries them.
 const (
-	nwpcWriteProtect = 1 << 0 // NWPC: No Write Protect and Write Protect
-	nsattrWP         = 1 << 0 // NSATTR: the namespace is write protected
+	wpNone             = uint32(WPNone)
+	wpOn               = uint32(WPOn)
+	wpUntilPowerCycle  = uint32(WPUntilPowerCycle)
+	nwpcWriteProtect   = 1 << 0 // NWPC: No Write Protect and Write Protect
+	nwpcUntilPowerCyle = 1 << 1 // NWPC: Write Protect Until Power Cycle
+	nsattrWP           = 1 << 0 // NSATTR: the namespace is write protected
 )
+
+func (s WPState) String() string {
+	switch s {
+	case WPNone:
+		return "no write protect"
+	case WPOn:
+		return "write protect"
+	case WPUntilPowerCycle:
+		return "write protect until power cycle"
+	case WPPermanent:
+		return "permanent write protect"
+	}
+	return fmt.Sprintf("write protection state %d", uint8(s))
+}
 
 // WriteProtected reports whether a host has set the namespace write
-// protected (Set Features 84h): writes, Write Zeroes and Dataset
-// Management fail with Namespace is Write Protected.
+// protected (Set Features 84h), in either state: writes, Write Zeroes and
+// Dataset Management fail with Namespace is Write Protected.
 func (ns *Namespace) WriteProtected() bool { return ns.wp.Load() }
+
+// WriteProtection returns the namespace's write protection state.
+func (ns *Namespace) WriteProtection() WPState {
+	switch {
+	case ns.wpLocked.Load():
+		return WPUntilPowerCycle
+	case ns.wp.Load():
+		return WPOn
+	}
+	return WPNone
+}
 
 // admitWrite counts a write of ns into those running, which protecting
 // waits out, and returns StatusSuccess; or refuses it: the namespace is
@@ -97,15 +138,24 @@ func wpRefuses(op uint8) bool {
 
 // setWriteProtect serves Set Features 84h. Turning protection on first
 // flushes what the namespace holds, as nvmet does, and fails (protection
-// off) if it cannot.
+// off) if it cannot. A namespace protected until a power cycle takes no
+// other state (NVMe base 2.0: Feature Not Changeable).
 func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 	ns := c.sub.namespace(nsid)
 	if ns == nil {
 		return 0, StatusInvalidNamespace | DNR
 	}
+	if v != wpNone && v != wpOn && v != wpUntilPowerCycle {
+		// 3 (permanent) is not offered.
+		return 0, StatusInvalidField | DNR
+	}
+	c.sub.wpMu.Lock()
+	if ns.wpLocked.Load() {
+		c.sub.wpMu.Unlock()
+		return 0, StatusFeatureNotChangeable | DNR
+	}
 	switch v {
-	case wpOn:
-		c.sub.wpMu.Lock()
+	case wpOn, wpUntilPowerCycle:
 		// Writes that come meanwhile wait for the outcome (admitWrite);
 		// the state reported (Identify, Get Features) is the old one
 		// until then.
@@ -127,13 +177,10 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 			return 0, st
 		}
 		ns.wp.Store(true)
+		ns.wpLocked.Store(v == wpUntilPowerCycle)
 		settle()
 	case wpNone:
-		c.sub.wpMu.Lock()
 		ns.wp.Store(false)
-	default:
-		// 2 (until power cycle) and 3 (permanent) are not offered.
-		return 0, StatusInvalidField | DNR
 	}
 	c.sub.mu.RLock()
 	ctrls := c.sub.controllers()
@@ -151,8 +198,5 @@ func (c *controller) getWriteProtect(nsid uint32) (uint64, Status) {
 	if ns == nil {
 		return 0, StatusInvalidNamespace | DNR
 	}
-	if ns.wp.Load() {
-		return wpOn, StatusSuccess
-	}
-	return wpNone, StatusSuccess
+	return uint64(ns.WriteProtection()), StatusSuccess
 }

@@ -15,7 +15,7 @@ import (
 // controllers (Namespace Attribute Changed), reports it in NSATTR and
 // Get Features, and refuses writes, Write Zeroes and Deallocate with
 // Namespace is Write Protected (not retried: DNR) while reads and
-// flushes go on; states 2 and 3 are refused; turned off, writes run
+// flushes go on; state 3 is refused; turned off, writes run
 // again. Set Features Host Identifier is a Command Sequence Error over
 // fabrics, and Get Features reads the host's 128-bit ID with EXHID only.
 func TestWriteProtect(t *testing.T) {
@@ -25,7 +25,7 @@ func TestWriteProtect(t *testing.T) {
 	_, sub, addr := newBackendTarget(t, be, TargetConfig{})
 	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true})
 	b := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:0b000000-0000-4000-8000-00000000000b"})
-	require.Equal(t, uint8(nwpcWriteProtect), a.Info.NWPC, "Identify Controller's NWPC")
+	require.Equal(t, uint8(nwpcWriteProtect|nwpcUntilPowerCyle), a.Info.NWPC, "Identify Controller's NWPC")
 	na, err := a.Namespace(ctx, 1)
 	require.NoError(t, err)
 	nb, err := b.Namespace(ctx, 1)
@@ -85,7 +85,7 @@ func TestWriteProtect(t *testing.T) {
 	require.Equal(t, p, got)
 	require.NoError(t, nb.Flush(ctx), "flushes go on")
 
-	for _, v := range []uint32{2, 3, 4} {
+	for _, v := range []uint32{3, 4} {
 		_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 1, FeatWriteProtect, v) }, 0, "", nil)
 		requireStatus(t, err, StatusInvalidField|DNR)
 	}
@@ -369,4 +369,69 @@ func TestWriteProtectFlushHangs(t *testing.T) {
 	open()
 	require.NoError(t, <-protected)
 	require.True(t, sub.namespace(1).WriteProtected())
+}
+
+// Write Protect Until Power Cycle: protected as by state 1 (flushed,
+// writes refused, NSATTR, the hosts told), Get Features says 2, and no
+// Set Features changes it, not even to 1 (Feature Not Changeable, DNR);
+// a restarted target (a power cycle: the namespace anew over the same
+// backend) starts unprotected with the data kept.
+func TestWriteProtectUntilPowerCycle(t *testing.T) {
+	checkRoutines(t)
+	ctx := testCtx(t)
+	be := &fuaBackend{MemBackend: NewMemBackend(1 << 20)}
+	tg, sub, addr := newBackendTarget(t, be, TargetConfig{})
+	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true})
+	na, err := a.Namespace(ctx, 1)
+	require.NoError(t, err)
+	p := bytes.Repeat([]byte{7}, 4096)
+	_, err = na.WriteAt(p, 0)
+	require.NoError(t, err)
+
+	require.NoError(t, na.SetWriteProtectState(ctx, WPUntilPowerCycle))
+	require.Equal(t, int64(1), be.flushes.Load(), "flushed")
+	require.Equal(t, WPUntilPowerCycle, sub.namespace(1).WriteProtection())
+	require.True(t, sub.namespace(1).WriteProtected())
+	changed, err := a.WaitNamespaceChange(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []uint32{1}, changed)
+	st, err := na.WriteProtection(ctx)
+	require.NoError(t, err)
+	require.Equal(t, WPUntilPowerCycle, st)
+	on, err := na.WriteProtected(ctx)
+	require.NoError(t, err)
+	require.True(t, on)
+	na2, err := a.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, uint8(nsattrWP), na2.Info.NSATTR)
+	_, err = na.WriteAt(p, 4096)
+	requireStatus(t, err, StatusNSWriteProtected|DNR)
+
+	for _, s := range []WPState{WPNone, WPOn, WPUntilPowerCycle} {
+		requireStatus(t, na.SetWriteProtectState(ctx, s), StatusFeatureNotChangeable|DNR)
+	}
+	requireStatus(t, na.SetWriteProtect(ctx, false), StatusFeatureNotChangeable|DNR)
+	requireStatus(t, na.SetWriteProtectState(ctx, WPPermanent), StatusInvalidField|DNR)
+	require.Equal(t, WPUntilPowerCycle, sub.namespace(1).WriteProtection(), "unchanged")
+	got := make([]byte, 4096)
+	_, err = na.ReadAt(got, 0)
+	require.NoError(t, err, "reads go on")
+	require.Equal(t, p, got)
+
+	// The power cycle.
+	require.NoError(t, a.Close())
+	require.NoError(t, tg.Close())
+	_, sub, addr = newBackendTarget(t, be, TargetConfig{})
+	require.Equal(t, WPNone, sub.namespace(1).WriteProtection())
+	b := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	nb, err := b.Namespace(ctx, 1)
+	require.NoError(t, err)
+	require.Zero(t, nb.Info.NSATTR)
+	_, err = nb.ReadAt(got, 0)
+	require.NoError(t, err)
+	require.Equal(t, p, got, "the data kept")
+	_, err = nb.WriteAt(p, 4096)
+	require.NoError(t, err, "writable")
+	require.NoError(t, nb.SetWriteProtect(ctx, true), "and protectable again")
+	require.Equal(t, "write protect until power cycle", WPUntilPowerCycle.String())
 }
