@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -153,6 +154,11 @@ func TestTCPFlowAssemble(t *testing.T) {
 	require.Equal(t, "abcdeX\x00hi", string(fl.data))
 	require.Equal(t, 1, fl.holes, "octet 6")
 	require.Equal(t, 1, fl.differ, "octet 2 sent as c and d")
+
+	// A FIN after octets the capture never saw: they count as missing.
+	fl = &tcpFlow{syn: true, isn: isn, fin: true, finSeq: isn + 1 + 9, segs: []flowSeg{{isn + 1, []byte("abcdef")}}}
+	fl.assemble()
+	require.Equal(t, 3, fl.holes, "octets 6 to 8, before the FIN")
 }
 
 // siw's CRC errors of CI runs (2026-11-26/27, and the one in
@@ -210,4 +216,37 @@ func TestExplainSiwCRC(t *testing.T) {
 	require.Equal(t, 4, explained, "every split left the CRC siw read wrong")
 	k, _ := explainSiwCRC(data, w.start, 0x12345678, 0x9abcdef0)
 	require.Equal(t, -1, k)
+}
+
+// Two connections between the same ports, one after the other (a SYN with
+// a new sequence number): two flows, not one with a 4 GiB hole.
+func TestTCPFlowPortsReused(t *testing.T) {
+	frame := func(sport, dport uint16, seq uint32, flags byte, payload string) []byte {
+		ip := []byte{0x45, 0, 0, 0, 0, 0, 0, 0, 64, 6, 0, 0, 127, 0, 0, 1, 127, 0, 0, 1}
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+20+len(payload)))
+		tcp := make([]byte, 20)
+		binary.BigEndian.PutUint16(tcp, sport)
+		binary.BigEndian.PutUint16(tcp[2:], dport)
+		binary.BigEndian.PutUint32(tcp[4:], seq)
+		tcp[12], tcp[13] = 5<<4, flags
+		return append(append(append(make([]byte, 14), ip...), tcp...), payload...)
+	}
+	flows, cur := map[flowKey]*tcpFlow{}, map[[2]netip.AddrPort]*tcpFlow{}
+	for _, f := range [][]byte{
+		frame(1000, 2000, 100, 0x02, ""), frame(1000, 2000, 101, 0x10, "abc"), frame(1000, 2000, 104, 0x11, ""),
+		frame(1000, 2000, 4000000000, 0x02, ""), frame(1000, 2000, 4000000000, 0x02, ""), // the SYN resent
+		frame(1000, 2000, 4000000001, 0x10, "xyz"), frame(1000, 2000, 4000000004, 0x04, ""),
+	} {
+		addTCP(flows, cur, 1, f, false)
+	}
+	require.Len(t, flows, 2)
+	for gen, want := range []string{"abc", "xyz"} {
+		fl := flows[flowKey{netip.MustParseAddrPort("127.0.0.1:1000"), netip.MustParseAddrPort("127.0.0.1:2000"), gen}]
+		require.NotNil(t, fl, "connection %d", gen)
+		fl.assemble()
+		require.Equal(t, want, string(fl.data))
+		require.Zero(t, fl.holes)
+		require.Equal(t, gen == 0, fl.fin)
+		require.Equal(t, gen == 1, fl.rst)
+	}
 }

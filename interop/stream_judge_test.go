@@ -71,7 +71,7 @@ func judgeOurStreams(t *testing.T, pcap string, dropped, port int, siwErrs []siw
 		if int(k.src.Port()) != port {
 			continue
 		}
-		peer := flows[flowKey{k.dst, k.src}]
+		peer := flows[flowKey{k.dst, k.src, k.gen}]
 		name := fmt.Sprintf("connection from %v", k.dst)
 		if !assert.NotNil(t, peer, "%s: the peer's side not captured", name) {
 			continue
@@ -84,6 +84,11 @@ func judgeOurStreams(t *testing.T, pcap string, dropped, port int, siwErrs []siw
 		pw, w := walkConn(peer.data, ours.data)
 		t.Logf("%s: ours: %v; siw's: %v", name, w, pw)
 		assert.NoError(t, w.err, "%s: our side is not MPA as RFC 5044 frames it", name)
+		// A stream that stops inside an FPDU: the capture or our side cut
+		// short, unless the connection was reset (siw's recovery) while
+		// our FPDUs were on their way.
+		assert.True(t, w.tail == 0 || ours.rst || peer.rst, "%s: our side ends %d octets into an FPDU", name, w.tail)
+		assert.True(t, peer.fin || peer.rst, "%s: the capture ends before the guest closed the connection", name)
 		assert.Zero(t, w.badCRC, "%s: FPDUs of ours with a wrong CRC", name)
 		assert.True(t, w.crcFlag, "%s: CRCs on", name)
 		total += w.fpdus
@@ -123,7 +128,7 @@ func walkCapture(t *testing.T, pcap string) (conns, fpdus int, problems []string
 		if !bytes.HasPrefix(init.data, []byte("MPA ID Req Frame")) {
 			continue
 		}
-		resp := flows[flowKey{k.dst, k.src}]
+		resp := flows[flowKey{k.dst, k.src, k.gen}]
 		name := fmt.Sprintf("%v -> %v", k.src, k.dst)
 		if resp == nil {
 			problems = append(problems, name+": the responder's side not captured")
@@ -138,11 +143,36 @@ func walkCapture(t *testing.T, pcap string) (conns, fpdus int, problems []string
 		iw, rw := walkConn(init.data, resp.data)
 		conns++
 		for _, w := range []mpaWalk{iw, rw} {
-			if w.err != nil || w.badCRC > 0 || w.tail > 0 {
+			if w.err != nil || w.badCRC > 0 || w.tail > 0 && !init.rst && !resp.rst {
 				problems = append(problems, fmt.Sprintf("%s: %v", name, w))
 			}
 			fpdus += w.fpdus
 		}
 	}
 	return conns, fpdus, problems
+}
+
+// checkRecoveries bounds the Linux host's error recoveries (its dmesg's
+// count) by siw's own CRC errors, those judgeOurStreams explained: each
+// may cost one recovery, and end one queue of ours with siw's Terminate
+// (LLP, MPA CRC error); siw's errors it did not explain must not exist.
+// It returns how many queues ended early otherwise, for the caller's
+// test to require none where it expects none.
+func checkRecoveries(t *testing.T, siwErrs []siwCRCError, explained bool, recoveries string, logs *logLines) (ended int) {
+	t.Helper()
+	own := 0
+	if explained {
+		own = len(siwErrs)
+	} else {
+		assert.Empty(t, siwErrs, "siw's CRC errors (dmesg)")
+	}
+	if own > 0 {
+		t.Logf("siw's %d CRC errors are its own (above): a recovery and a queue ended by its Terminate allowed for each", own)
+	}
+	r, err := strconv.Atoi(recoveries)
+	require.NoError(t, err, "ERROR_RECOVERIES %q", recoveries)
+	assert.LessOrEqual(t, r, own, "the host's error recoveries (dmesg), one at most per CRC error of siw's")
+	byCRC := logs.count(`connection ended: .*MPA CRC error`)
+	assert.LessOrEqual(t, byCRC, own, "queues ended by siw's CRC Terminate")
+	return logs.count(`connection ended`) - byCRC
 }

@@ -22,11 +22,15 @@ import (
 // tcpFlow is one direction of one TCP connection.
 type tcpFlow struct {
 	src, dst netip.AddrPort
+	gen      int    // the how-manyth connection between these ports in the capture, from 0
 	syn      bool   // the capture holds the SYN, so data starts at its sequence number + 1
 	isn      uint32 // the SYN's sequence number, or the lowest seen
+	fin      bool   // the capture holds the FIN...
+	finSeq   uint32 // ...at this sequence number: the stream ends there
+	rst      bool   // the connection was reset this way
 	segs     []flowSeg
 	data     []byte // after assemble
-	holes    int    // octets missing (before assemble's end)
+	holes    int    // octets missing, up to the FIN if there is one
 	differ   int    // octets sent twice, the copies different
 	cut      int    // packets the capture truncated (snaplen)
 }
@@ -36,7 +40,12 @@ type flowSeg struct {
 	payload []byte
 }
 
-type flowKey struct{ src, dst netip.AddrPort }
+// flowKey names a flow: its ports, and which of the connections between
+// them it belongs to (the reverse direction's has the same gen).
+type flowKey struct {
+	src, dst netip.AddrPort
+	gen      int
+}
 
 // readFlows reads a classic pcap file (tcpdump -w) of Ethernet or Linux
 // cooked frames carrying IPv4 or IPv6, and returns its TCP flows with
@@ -63,6 +72,7 @@ func readFlows(pcap string) (map[flowKey]*tcpFlow, error) {
 	}
 	link := bo.Uint32(gh[20:])
 	flows := map[flowKey]*tcpFlow{}
+	cur := map[[2]netip.AddrPort]*tcpFlow{} // each pair of ports' latest connection
 	var rh [16]byte
 	for {
 		if _, err := io.ReadFull(r, rh[:]); err != nil {
@@ -76,7 +86,7 @@ func readFlows(pcap string) (map[flowKey]*tcpFlow, error) {
 		if _, err := io.ReadFull(r, pkt); err != nil {
 			return nil, fmt.Errorf("pcap record: %w", err)
 		}
-		addTCP(flows, link, pkt, incl < orig)
+		addTCP(flows, cur, link, pkt, incl < orig)
 	}
 	for _, fl := range flows {
 		fl.assemble()
@@ -84,8 +94,9 @@ func readFlows(pcap string) (map[flowKey]*tcpFlow, error) {
 	return flows, nil
 }
 
-// addTCP files one frame's TCP segment under its flow.
-func addTCP(flows map[flowKey]*tcpFlow, link uint32, pkt []byte, truncated bool) {
+// addTCP files one frame's TCP segment under its flow: a SYN with a new
+// sequence number starts the ports' next connection.
+func addTCP(flows map[flowKey]*tcpFlow, cur map[[2]netip.AddrPort]*tcpFlow, link uint32, pkt []byte, truncated bool) {
 	var ip []byte
 	switch link {
 	case 1: // Ethernet
@@ -126,20 +137,33 @@ func addTCP(flows map[flowKey]*tcpFlow, link uint32, pkt []byte, truncated bool)
 	if len(seg) < 20 || int(seg[12]>>4)*4 > len(seg) {
 		return
 	}
-	k := flowKey{netip.AddrPortFrom(src, binary.BigEndian.Uint16(seg)), netip.AddrPortFrom(dst, binary.BigEndian.Uint16(seg[2:]))}
-	fl := flows[k]
-	if fl == nil {
-		fl = &tcpFlow{src: k.src, dst: k.dst}
-		flows[k] = fl
-	}
+	ports := [2]netip.AddrPort{netip.AddrPortFrom(src, binary.BigEndian.Uint16(seg)), netip.AddrPortFrom(dst, binary.BigEndian.Uint16(seg[2:]))}
 	seq, flags := binary.BigEndian.Uint32(seg[4:]), seg[13]
-	if flags&0x02 != 0 { // SYN
+	syn := flags&0x02 != 0
+	fl := cur[ports]
+	if fl == nil || syn && (fl.syn && fl.isn != seq || !fl.syn && len(fl.segs) > 0) {
+		gen := 0
+		if fl != nil {
+			gen = fl.gen + 1
+		}
+		fl = &tcpFlow{src: ports[0], dst: ports[1], gen: gen}
+		cur[ports] = fl
+		flows[flowKey{fl.src, fl.dst, gen}] = fl
+	}
+	if syn {
 		fl.syn, fl.isn = true, seq
 	}
 	if truncated {
 		fl.cut++
 	}
-	if payload := seg[int(seg[12]>>4)*4:]; len(payload) > 0 {
+	payload := seg[int(seg[12]>>4)*4:]
+	if flags&0x01 != 0 { // FIN, after this segment's octets
+		fl.fin, fl.finSeq = true, seq+uint32(len(payload))
+	}
+	if flags&0x04 != 0 {
+		fl.rst = true
+	}
+	if len(payload) > 0 {
 		fl.segs = append(fl.segs, flowSeg{seq, payload})
 	}
 }
@@ -174,6 +198,11 @@ func (fl *tcpFlow) assemble() {
 			}
 		}
 		data = append(data, s.payload[over:]...)
+	}
+	if fl.fin {
+		if end := int64(fl.finSeq - fl.isn - 1); end > int64(len(data)) {
+			fl.holes += int(end - int64(len(data))) // the last octets never captured
+		}
 	}
 	fl.data, fl.segs = data, nil
 }

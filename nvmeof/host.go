@@ -43,7 +43,8 @@ type HostConfig struct {
 	// ConnConfig is each queue's iWARP configuration (its PrivateData is
 	// the NVMe/RDMA CM request, filled in). Its MPA CRC policy is taken as
 	// mpa.CRCOff unless AskCRC is set. Its TCP.LocalAddr is the source
-	// address of every queue (nvme-cli's --host-traddr).
+	// address of every queue (nvme-cli's --host-traddr): an IP, no port,
+	// as every queue is a connection of its own.
 	ConnConfig verbs.ConnConfig
 	// WatchNamespaces enables the controller's Namespace Attribute Notices
 	// (if its OAES announces them) and keeps an Asynchronous Event Request

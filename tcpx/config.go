@@ -73,7 +73,9 @@ type Config struct {
 	// "fe80::1%eth0"), the port then chosen by the kernel, or "IP:port".
 	// Empty: the kernel picks the address by its routes. On a host with
 	// several interfaces it picks the path (and so the source a peer's
-	// access list sees). Listen ignores it.
+	// access list sees). With a port, only one connection at a time can
+	// use it (EADDRINUSE): give the IP alone to a Config that dials several
+	// (an NVMe host's queues). Listen ignores it.
 	LocalAddr string
 }
 

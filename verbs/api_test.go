@@ -309,7 +309,8 @@ func TestDialFromLocalAddr(t *testing.T) {
 	_, err := c.qp.PostSend(SendWR{Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, 4096)},
 		RemoteAddr: dst.Addr(), RKey: dst.RKey()})
 	require.NoError(t, err)
-	waitOK(t, c.scq, WCRDMAWrite)
+	waitOK(t, c.scq, WCRDMAWrite) // handed to TCP: not yet placed
+	require.Eventually(t, func() bool { return dst.Placed() == 1 }, 5*time.Second, time.Millisecond)
 	requireSame(t, src.Buf(), dst.Buf())
 
 	q := newSide(t, pairOpts{})

@@ -31,7 +31,8 @@ type ConnConfig struct {
 	// DialContext, if set, makes Dial's TCP connection instead of
 	// tcpx.Dial (to pick a network namespace or reach a peer through a
 	// tunnel), as net/http.Transport's; TCP's options are then applied to
-	// what it returns. A source address alone is TCP.LocalAddr.
+	// what it returns, but for TCP.LocalAddr, which is then its own to
+	// bind. A source address alone is TCP.LocalAddr.
 	DialContext func(ctx context.Context, network, addr string) (*net.TCPConn, error)
 	// ReplyTimeout bounds the initiator's wait for the MPA Reply (siw:
 	// 10 s); RequestTimeout the responder's wait for the Request (siw: 5 s),

@@ -51,7 +51,7 @@ func (e *endpoint) checkAtomics(ctx context.Context) error {
 				want = (q.warmed + q.scnt) * atomicAdd
 			}
 			if got != want {
-				return fmt.Errorf("QP %d: the target word reads %d after %d %v, want %d", q.i, got, q.scnt, e.p.Atomic, want)
+				return fmt.Errorf("QP %d: the target word reads %d after %d %v, want %d", q.i, got, q.warmed+q.scnt, e.p.Atomic, want)
 			}
 			seen++
 		}
