@@ -4,16 +4,12 @@ package interop
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"net/netip"
 	"testing"
-	"time"
 
-	"github.com/goiwarp/iwarp/mpa"
-	"github.com/goiwarp/iwarp/verbs"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,40 +21,14 @@ func TestMPAWalkJudgesOurTraffic(t *testing.T) {
 		for _, crc := range []bool{true, false} {
 			for _, mk := range []string{"none", "tx", "rx", "both"} {
 				t.Run(fmt.Sprintf("rev%d/crc=%v/markers=%s", rev, crc, mk), func(t *testing.T) {
-					policy := mpa.CRCOn
-					if !crc {
-						policy = mpa.CRCOff
-					}
-					// "tx": the initiator sends markers (the responder asks).
-					ccfg := verbs.ConnConfig{MPA: mpa.Config{Rev: rev, CRC: policy, MarkersRx: mk == "rx" || mk == "both"}, MaxFPDU: 1500}
-					scfg := verbs.ConnConfig{MPA: mpa.Config{Rev: rev, CRC: policy, MarkersRx: mk == "tx" || mk == "both"}, MaxFPDU: 1500}
-					d, err := verbs.Open(verbs.DeviceAttr{})
-					require.NoError(t, err)
-					ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", scfg)
-					require.NoError(t, err)
-					defer ln.Close()
-					pcap, stop := capture(t, port(ln))
-					c, s := pairOn(t, ln, ccfg)
-					want := traffic(t, c, s)
-					if p := c.qp.Params(); p.P2P {
-						want++ // the RTR
-						if p.RTR == mpa.RTRRead {
-							want++ // and its empty Read Response
-						}
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					defer cancel()
-					require.NoError(t, c.qp.Disconnect(ctx))
-					require.Zero(t, stop(), "packets tcpdump dropped: the capture is incomplete")
-
+					pcap, want := capturedTraffic(t, rev, crc, mk, false)
 					flows, err := readFlows(pcap)
 					require.NoError(t, err)
 					var init, resp *tcpFlow
 					for _, fl := range flows {
-						switch {
-						case int(fl.dst.Port()) == port(ln):
+						if bytes.HasPrefix(fl.data, []byte("MPA ID Req Frame")) {
 							init = fl
-						case int(fl.src.Port()) == port(ln):
+						} else {
 							resp = fl
 						}
 					}

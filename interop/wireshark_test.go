@@ -33,33 +33,7 @@ func TestWiresharkJudgesTraffic(t *testing.T) {
 			for _, mk := range []string{"none", "tx", "rx", "both"} {
 				name := fmt.Sprintf("rev%d/crc=%v/markers=%s", rev, crc, mk)
 				t.Run(name, func(t *testing.T) {
-					policy := mpa.CRCOn
-					if !crc {
-						policy = mpa.CRCOff
-					}
-					// "tx": the initiator sends markers (the responder asks).
-					ccfg := verbs.ConnConfig{MPA: mpa.Config{Rev: rev, CRC: policy, MarkersRx: mk == "rx" || mk == "both"},
-						MaxFPDU: 1500, SegmentPerFPDU: mk != "none"}
-					scfg := verbs.ConnConfig{MPA: mpa.Config{Rev: rev, CRC: policy, MarkersRx: mk == "tx" || mk == "both"},
-						MaxFPDU: 1500, SegmentPerFPDU: mk != "none"}
-					d, err := verbs.Open(verbs.DeviceAttr{})
-					require.NoError(t, err)
-					ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", scfg)
-					require.NoError(t, err)
-					defer ln.Close()
-					pcap, stop := capture(t, port(ln))
-					c, s := pairOn(t, ln, ccfg)
-					want := traffic(t, c, s)
-					if p := c.qp.Params(); p.P2P {
-						want++ // the RTR (the P2PAuto default on Rev 2)
-						if p.RTR == mpa.RTRRead {
-							want++ // and its empty Read Response
-						}
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					defer cancel()
-					require.NoError(t, c.qp.Disconnect(ctx))
-					require.Zero(t, stop(), "packets tcpdump dropped: the capture is incomplete")
+					pcap, want := capturedTraffic(t, rev, crc, mk, mk != "none")
 
 					// Our own walk first: every FPDU, markers and all, in
 					// the stream where it belongs, with its CRC.
@@ -100,4 +74,40 @@ func TestWiresharkJudgesTraffic(t *testing.T) {
 			}
 		}
 	}
+}
+
+// capturedTraffic runs traffic (pair_test.go) between two verbs QPs with
+// MPA revision rev, CRCs on or off and markers mk ("none"; "tx": the
+// initiator sends them, as the responder asks; "rx"; "both"), FPDUs of
+// 1500 octets (one per segment with segPerFPDU), under tcpdump, and
+// returns the complete capture and how many FPDUs went both ways.
+func capturedTraffic(t *testing.T, rev uint8, crc bool, mk string, segPerFPDU bool) (pcap string, fpdus int) {
+	t.Helper()
+	policy := mpa.CRCOn
+	if !crc {
+		policy = mpa.CRCOff
+	}
+	ccfg := verbs.ConnConfig{MPA: mpa.Config{Rev: rev, CRC: policy, MarkersRx: mk == "rx" || mk == "both"},
+		MaxFPDU: 1500, SegmentPerFPDU: segPerFPDU}
+	scfg := verbs.ConnConfig{MPA: mpa.Config{Rev: rev, CRC: policy, MarkersRx: mk == "tx" || mk == "both"},
+		MaxFPDU: 1500, SegmentPerFPDU: segPerFPDU}
+	d, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
+	ln, err := d.Listen(context.Background(), "tcp", "127.0.0.1:0", scfg)
+	require.NoError(t, err)
+	defer ln.Close()
+	pcap, stop := capture(t, port(ln))
+	c, s := pairOn(t, ln, ccfg)
+	fpdus = traffic(t, c, s)
+	if p := c.qp.Params(); p.P2P {
+		fpdus++ // the RTR (the P2PAuto default on Rev 2)
+		if p.RTR == mpa.RTRRead {
+			fpdus++ // and its empty Read Response
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, c.qp.Disconnect(ctx))
+	require.Zero(t, stop(), "packets tcpdump dropped: the capture is incomplete")
+	return pcap, fpdus
 }
