@@ -7,7 +7,8 @@
 // SYN) and the rest right after it; Apply does the same for a connection made
 // elsewhere. The zero Config is what iWARP wants: Nagle's algorithm off, as siw
 // does, keep-alive probes on, kernel buffer autotuning and retransmission
-// timeouts left alone.
+// timeouts left alone. Config.LocalAddr binds Dial's source address, for a
+// host with several interfaces or paths.
 //
 // EMSS reads the effective MSS, so MPA can size each FPDU to fit one TCP
 // segment, as siw does by default and as hardware iWARP peers expect. Info
