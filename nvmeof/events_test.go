@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,17 +203,21 @@ func TestChangedNSRefusedReadKeepsList(t *testing.T) {
 }
 
 // gateFlush holds its first Flush until released, so that a test can
-// keep a queue's goroutine busy.
+// keep a queue's goroutine busy; entered has room to tell it. (It held a
+// Flush only while the test already waited on entered: one that came
+// sooner passed, as gateWrite's write could.)
 type gateFlush struct {
 	*MemBackend
 	entered, release chan struct{}
+	once             sync.Once
 }
 
 func (g *gateFlush) Flush() error {
-	select {
-	case g.entered <- struct{}{}:
+	first := false
+	g.once.Do(func() { first = true })
+	if first {
+		g.entered <- struct{}{}
 		<-g.release
-	default:
 	}
 	return g.MemBackend.Flush()
 }
@@ -222,7 +227,7 @@ func (g *gateFlush) Flush() error {
 // error. (Found by review: the loop took every error for a kick and spun.)
 func TestAdminCQOverrunEndsQueue(t *testing.T) {
 	checkRoutines(t)
-	g := &gateFlush{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+	g := &gateFlush{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}, 1), release: make(chan struct{})}
 	tg, _, addr := newBackendTarget(t, g, TargetConfig{Logf: func(string, ...any) {}})
 	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
 	tg.mu.Lock()
@@ -326,16 +331,27 @@ func TestNamespaceLimit(t *testing.T) {
 }
 
 // gateWrite holds its first WriteAt until released.
+// gateWrite holds the first write after arm until release closes, and
+// tells entered (which has room for it) when it holds one. It used to
+// hold whichever write came while the test waited on entered: under load
+// the write could reach the Backend before the test waited, pass, and
+// leave the test waiting for good (a CI run, 2026-11-27).
 type gateWrite struct {
 	*MemBackend
 	entered, release chan struct{}
+	armed            atomic.Bool
 }
 
+func newGateWrite() *gateWrite {
+	return &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (g *gateWrite) arm() { g.armed.Store(true) }
+
 func (g *gateWrite) WriteAt(p []byte, off int64) (int, error) {
-	select {
-	case g.entered <- struct{}{}:
+	if g.armed.CompareAndSwap(true, false) {
+		g.entered <- struct{}{}
 		<-g.release
-	default:
 	}
 	return g.MemBackend.WriteAt(p, off)
 }
@@ -349,7 +365,7 @@ func (g *gateWrite) WriteAt(p []byte, off int64) (int, error) {
 func TestNamespaceRemoved(t *testing.T) {
 	checkRoutines(t)
 	_, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
-	g := &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+	g := newGateWrite()
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(g.release) }) }
 	t.Cleanup(release) // before the target's Close, which waits for the write
@@ -390,6 +406,7 @@ func TestNamespaceRemoved(t *testing.T) {
 	w := make([]byte, 4096)
 	fill(w, 3)
 	wrote := make(chan error, 1)
+	g.arm()
 	go func() { _, err := h3.WriteAt(w, 4096); wrote <- err }()
 	<-g.entered
 	removed := make(chan error, 1)

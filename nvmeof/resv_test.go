@@ -168,7 +168,7 @@ func TestPreemptAbortWaitsForInFlight(t *testing.T) {
 	ctx := testCtx(t)
 	sub, err := NewSubsystem(testNQN)
 	require.NoError(t, err)
-	g := &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+	g := newGateWrite()
 	released := false
 	release := func() {
 		if !released {
@@ -195,6 +195,7 @@ func TestPreemptAbortWaitsForInFlight(t *testing.T) {
 	require.NoError(t, b.RegisterKey(ctx, 0xb))
 	require.NoError(t, a.Reserve(ctx, 0xa, ResvWriteExclusiveRegsOnly))
 	wrote := make(chan error, 1)
+	g.arm()
 	go func() { _, err := a.WriteAt(make([]byte, 512), 0); wrote <- err }()
 	<-g.entered
 	fenced := make(chan error, 1)

@@ -156,7 +156,7 @@ func TestRemoveSubsystem(t *testing.T) {
 	ctx := testCtx(t)
 	sub2, err := NewSubsystem(testNQN + "-2")
 	require.NoError(t, err)
-	g := &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+	g := newGateWrite()
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(g.release) }) }
 	t.Cleanup(release)
@@ -170,6 +170,7 @@ func TestRemoveSubsystem(t *testing.T) {
 	h2, err := c2.Namespace(ctx, 1)
 	require.NoError(t, err)
 	wrote := make(chan error, 1)
+	g.arm()
 	go func() { _, err := h2.WriteAt(make([]byte, 4096), 0); wrote <- err }()
 	<-g.entered
 
@@ -302,7 +303,7 @@ func TestRemoveWhileBackendHangs(t *testing.T) {
 	ctx := testCtx(t)
 	tg, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	gate := func() (*gateWrite, func()) {
-		g := &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+		g := newGateWrite()
 		var once sync.Once
 		release := func() { once.Do(func() { close(g.release) }) }
 		t.Cleanup(release)
@@ -321,6 +322,7 @@ func TestRemoveWhileBackendHangs(t *testing.T) {
 		h, err := c.Namespace(ctx, id)
 		require.NoError(t, err)
 		wrote := make(chan error, 1)
+		g.arm()
 		go func() { _, err := h.WriteAt(make([]byte, 512), 0); wrote <- err }()
 		<-g.entered
 		return wrote
@@ -369,7 +371,7 @@ func TestRemoveWhileBackendHangs(t *testing.T) {
 func TestClosePortWhileBackendHangs(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
-	g := &gateWrite{MemBackend: NewMemBackend(1 << 20), entered: make(chan struct{}), release: make(chan struct{})}
+	g := newGateWrite()
 	var once sync.Once
 	release := func() { once.Do(func() { close(g.release) }) }
 	t.Cleanup(release)
@@ -382,6 +384,7 @@ func TestClosePortWhileBackendHangs(t *testing.T) {
 	ns, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	wrote := make(chan error, 1)
+	g.arm()
 	go func() { _, err := ns.WriteAt(make([]byte, 512), 0); wrote <- err }()
 	<-g.entered
 	closed := make(chan error, 1)
