@@ -106,7 +106,7 @@ func fpduOffset(t *testing.T, data []byte, k int) int {
 }
 
 func framingLen(data []byte, off int) int {
-	return (2+int(binary.BigEndian.Uint16(data[off:]))+3)&^3 + 4
+	return int(framing(int(binary.BigEndian.Uint16(data[off:]))))
 }
 
 // assemble puts octets in sequence order, counts a hole and octets resent

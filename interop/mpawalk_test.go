@@ -83,33 +83,50 @@ func walkFPDUs(data []byte, off int, crc bool, w *mpaWalk) {
 			return
 		}
 		ulpdu := int(binary.BigEndian.Uint16(data[off:]))
-		n := (2+ulpdu+3)&^3 + 4
-		if ulpdu < 14 { // the shortest DDP header (RFC 5041: 14 tagged, 18 untagged)
-			w.err = fmt.Errorf("FPDU %d at octet %d: ULPDU length %d, shorter than any DDP header", w.fpdus, off, ulpdu)
+		n := int(framing(ulpdu))
+		if !w.lengthOK(off, ulpdu) {
 			return
 		}
 		if len(data)-off < n {
 			w.tail = len(data) - off
 			return
 		}
-		got := binary.LittleEndian.Uint32(data[off+n-4:])
-		want := uint32(0)
-		if crc {
-			want = crc32.Checksum(data[off:off+n-4], castagnoli)
-		}
-		if got != want {
-			w.badCRC++
-			if len(w.bad) < 5 {
-				w.bad = append(w.bad, fmt.Sprintf("FPDU %d at octet %d (ULPDU %d): CRC %08x, its octets' %08x", w.fpdus, off, ulpdu, got, want))
-			}
-		}
-		if pad := data[off+2+ulpdu : off+n-4]; !bytes.Equal(pad, make([]byte, len(pad))) {
-			w.err = fmt.Errorf("FPDU %d at octet %d: pad not zero", w.fpdus, off)
+		if !w.check(off, data[off:off+n-4], data[off+2+ulpdu:off+n-4], binary.LittleEndian.Uint32(data[off+n-4:]), crc) {
 			return
 		}
-		w.fpdus++
 		off += n
 	}
+}
+
+// lengthOK checks the ULPDU length of the FPDU at octet off: at least the
+// shortest DDP header (RFC 5041: 14 tagged, 18 untagged).
+func (w *mpaWalk) lengthOK(off, ulpdu int) bool {
+	if ulpdu < 14 {
+		w.err = fmt.Errorf("FPDU %d at octet %d: ULPDU length %d, shorter than any DDP header", w.fpdus, off, ulpdu)
+	}
+	return w.err == nil
+}
+
+// check counts the FPDU at octet off: covered, the octets its CRC covers
+// (markers inside included); got, its CRC field, which with crc must be
+// their CRC32c and without it zero; pad, which must be zeros.
+func (w *mpaWalk) check(off int, covered, pad []byte, got uint32, crc bool) bool {
+	want := uint32(0)
+	if crc {
+		want = crc32.Checksum(covered, castagnoli)
+	}
+	if got != want {
+		w.badCRC++
+		if len(w.bad) < 5 {
+			w.bad = append(w.bad, fmt.Sprintf("FPDU %d at octet %d: CRC %08x, its octets' %08x", w.fpdus, off, got, want))
+		}
+	}
+	if !bytes.Equal(pad, make([]byte, len(pad))) {
+		w.err = fmt.Errorf("FPDU %d at octet %d: pad not zero", w.fpdus, off)
+		return false
+	}
+	w.fpdus++
+	return true
 }
 
 // walkConn walks both directions of one MPA connection: init is the
@@ -190,31 +207,16 @@ func walkMarkedFPDUs(data []byte, off int, crc, markers bool, w *mpaWalk) {
 			p++
 			if len(logical) == 2 {
 				ulpdu := int(binary.BigEndian.Uint16(logical))
-				if ulpdu < 14 {
-					w.err = fmt.Errorf("FPDU %d at octet %d: ULPDU length %d, shorter than any DDP header", w.fpdus, fstart, ulpdu)
+				if !w.lengthOK(fstart, ulpdu) {
 					return
 				}
-				need = (2+ulpdu+3)&^3 + 4
-			}
-		}
-		got := binary.LittleEndian.Uint32(logical[need-4:])
-		want := uint32(0)
-		if crc {
-			want = crc32.Checksum(data[fstart:crcAt], castagnoli)
-		}
-		if got != want {
-			w.badCRC++
-			if len(w.bad) < 5 {
-				w.bad = append(w.bad, fmt.Sprintf("FPDU %d at octet %d (ULPDU %d): CRC %08x, its octets' %08x",
-					w.fpdus, fstart, binary.BigEndian.Uint16(logical), got, want))
+				need = int(framing(ulpdu))
 			}
 		}
 		ulpdu := int(binary.BigEndian.Uint16(logical))
-		if pad := logical[2+ulpdu : need-4]; !bytes.Equal(pad, make([]byte, len(pad))) {
-			w.err = fmt.Errorf("FPDU %d at octet %d: pad not zero", w.fpdus, fstart)
+		if !w.check(fstart, data[fstart:crcAt], logical[2+ulpdu:need-4], binary.LittleEndian.Uint32(logical[need-4:]), crc) {
 			return
 		}
-		w.fpdus++
 		off = p
 	}
 }
@@ -245,7 +247,7 @@ func siwSplitCopy(trailer []byte, a int) (buf []byte, known []bool) {
 func explainSiwCRC(data []byte, start int, in, own uint32) (fpdu, split int) {
 	for k, off := 0, start; off+2 <= len(data); k++ {
 		ulpdu := int(binary.BigEndian.Uint16(data[off:]))
-		n := (2+ulpdu+3)&^3 + 4
+		n := int(framing(ulpdu))
 		if ulpdu < 14 || off+n > len(data) {
 			break
 		}

@@ -72,10 +72,6 @@ func (n *MultipathNamespace) WriteProtection(ctx context.Context) (WPState, erro
 
 // WriteProtected is HostNamespace.WriteProtected down a usable path.
 func (n *MultipathNamespace) WriteProtected(ctx context.Context) (bool, error) {
-	var on bool
-	err := n.m.do0(ctx, n, func(hn *HostNamespace) (err error) {
-		on, err = hn.WriteProtected(ctx)
-		return err
-	})
-	return on, err
+	s, err := n.WriteProtection(ctx)
+	return s != WPNone, err
 }

@@ -41,11 +41,7 @@ const (
 	WPPermanent       WPState = 3 // Permanent Write Protect (not offered here)
 )
 
-// Write protection states, as CDW11 carries them.
 const (
-	wpNone             = uint32(WPNone)
-	wpOn               = uint32(WPOn)
-	wpUntilPowerCycle  = uint32(WPUntilPowerCycle)
 	nwpcWriteProtect   = 1 << 0 // NWPC: No Write Protect and Write Protect
 	nwpcUntilPowerCyle = 1 << 1 // NWPC: Write Protect Until Power Cycle
 	nsattrWP           = 1 << 0 // NSATTR: the namespace is write protected
@@ -145,7 +141,8 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 	if ns == nil {
 		return 0, StatusInvalidNamespace | DNR
 	}
-	if v != wpNone && v != wpOn && v != wpUntilPowerCycle {
+	s := WPState(v)
+	if v > uint32(WPUntilPowerCycle) {
 		// 3 (permanent) is not offered.
 		return 0, StatusInvalidField | DNR
 	}
@@ -154,8 +151,8 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 		c.sub.wpMu.Unlock()
 		return 0, StatusFeatureNotChangeable | DNR
 	}
-	switch v {
-	case wpOn, wpUntilPowerCycle:
+	switch s {
+	case WPOn, WPUntilPowerCycle:
 		// Writes that come meanwhile wait for the outcome (admitWrite);
 		// the state reported (Identify, Get Features) is the old one
 		// until then.
@@ -177,9 +174,9 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 			return 0, st
 		}
 		ns.wp.Store(true)
-		ns.wpLocked.Store(v == wpUntilPowerCycle)
+		ns.wpLocked.Store(s == WPUntilPowerCycle)
 		settle()
-	case wpNone:
+	case WPNone:
 		ns.wp.Store(false)
 	}
 	c.sub.mu.RLock()
