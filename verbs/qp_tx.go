@@ -398,6 +398,14 @@ func (qp *QP) txFill() (worked bool, err error) {
 				continue
 			}
 			if job := qp.irdq.front(); job != nil {
+				if t.finSent {
+					// A request that crossed Disconnect's FIN: no Response
+					// can follow the FIN, and the peer, reading it, flushes
+					// its Read. Answering would fail on the half-closed
+					// socket and turn an orderly close into a lost one.
+					qp.irdq.pop()
+					continue
+				}
 				t.rr, t.rrOff = job, 0
 				continue
 			}
@@ -424,10 +432,13 @@ func (qp *QP) txFill() (worked bool, err error) {
 // takes sqMu only for the entries that may be held back: a stream of
 // Writes or Sends takes no lock here.
 func (qp *QP) nextSQ() (*sqe, uint64) {
-	if qp.peerFIN.Load() || qp.holdSQ.Load() {
-		return nil, 0 // the peer has closed (peerClosed), or we may not send first (holdFirst)
-	}
 	t := &qp.tx
+	if qp.peerFIN.Load() || qp.holdSQ.Load() || t.finSent {
+		// The peer has closed (peerClosed), we may not send first
+		// (holdFirst), or Disconnect's FIN is out: a WR posted since
+		// flushes when the QP ends.
+		return nil, 0
+	}
 	idx := t.next
 	if idx >= t.sqSeen {
 		if t.sqSeen = qp.sqPub.Load(); idx >= t.sqSeen {
