@@ -138,21 +138,18 @@ func (c *ConnConfig) mpaConfig(qp *QP) mpa.Config {
 // QP.PeerPrivateData. ctx bounds the whole start-up (with
 // cfg.ReplyTimeout); its error is wrapped in Dial's. A Reject comes back as
 // an error that Is mpa.ErrRejected and, as an *mpa.RejectError, carries the
-// responder's private data and IRD/ORD.
+// responder's private data and IRD/ORD. A Dial that fails leaves the QP
+// IDLE, to dial again or Close; one on a closed QP returns ErrClosed, and
+// one on a QP another Dial or Accept is connecting ErrQPState.
 func (qp *QP) Dial(ctx context.Context, network, addr string, cfg ConnConfig) error {
 	cfg.defaults()
-	qp.startMu.Lock()
-	closed := qp.closed
-	qp.startMu.Unlock()
-	if closed || qp.dev.isClosed() {
-		return fmt.Errorf("%w: Dial on a closed QP", ErrClosed)
-	}
-	if qp.State() != StateIdle {
-		return fmt.Errorf("%w: Dial on a QP in %s", ErrQPState, qp.State())
-	}
 	if len(cfg.PrivateData) > qp.dev.attr.MaxPrivData {
 		return fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(cfg.PrivateData), qp.dev.attr.MaxPrivData)
 	}
+	if err := qp.claim("Dial"); err != nil {
+		return err
+	}
+	defer qp.unclaim()
 	mcfg := cfg.mpaConfig(qp)
 	req, err := mpa.BuildRequest(mcfg, cfg.PrivateData)
 	if err != nil {
@@ -502,41 +499,31 @@ var errAnswered = errors.New("verbs: connection request already answered")
 // mode it returns once the initiator's RTR message has arrived, bounded by
 // the Listener's RequestTimeout and by ctx (whose error it then wraps).
 //
-// Arguments it refuses (a QP not IDLE, too much private data, a closed
-// device) leave the request unanswered, to Accept with another QP or
+// Arguments it refuses (a closed QP or device: ErrClosed; a QP not IDLE,
+// or one another Dial or Accept is connecting: ErrQPState; too much
+// private data) leave the request unanswered, to Accept with another QP or
 // Reject, as rdma_accept's EINVAL does.
 func (r *ConnRequest) Accept(ctx context.Context, qp *QP, privateData []byte) error {
 	if r.done.Load() {
 		return errAnswered
 	}
-	if err := r.checkAccept(qp, privateData); err != nil {
+	if len(privateData) > qp.dev.attr.MaxPrivData {
+		return fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(privateData), qp.dev.attr.MaxPrivData)
+	}
+	// The QP is ours from here until start, so that nothing another
+	// goroutine does with it can fail the start after our Reply is out.
+	if err := qp.claim("Accept"); err != nil {
 		return err
 	}
+	defer qp.unclaim()
 	err := errAnswered
 	r.once.Do(func() { r.done.Store(true); err = r.accept(ctx, qp, privateData) })
 	return err
 }
 
-// checkAccept is Accept's argument check, before anything is answered.
-func (r *ConnRequest) checkAccept(qp *QP, privateData []byte) error {
-	switch {
-	case qp.State() != StateIdle:
-		return fmt.Errorf("%w: Accept with a QP in %s", ErrQPState, qp.State())
-	case len(privateData) > qp.dev.attr.MaxPrivData:
-		return fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(privateData), qp.dev.attr.MaxPrivData)
-	case qp.dev.isClosed():
-		return fmt.Errorf("%w: device", ErrClosed)
-	}
-	return nil
-}
-
 func (r *ConnRequest) accept(ctx context.Context, qp *QP, privateData []byte) error {
 	cfg := r.l.cfg
 	conn := r.conn
-	if err := r.checkAccept(qp, privateData); err != nil { // again: another goroutine may have used qp
-		conn.Close()
-		return err
-	}
 	mcfg := cfg.mpaConfig(qp)
 	rep, params, err := mpa.Respond(mcfg, r.req, privateData)
 	// The same check as the handshake's, for octets that came while the

@@ -16,6 +16,37 @@ import (
 // Chelsio rejects; siw uses 1 as well.
 const rtrSTag = 1
 
+// claim reserves an open IDLE QP for one Dial or Accept, before anything of
+// theirs goes on the wire: a second start-up on the same QP, or one on a
+// closed QP, is refused there rather than after our Request or Reply has
+// gone out (the peer would then see a connection die at once, and a
+// request taken by Accept could not be accepted with another QP). unclaim
+// ends it; start, which the claim leads to, checks closed again, since
+// Close may come in between.
+func (qp *QP) claim(verb string) error {
+	if qp.dev.isClosed() { // not under startMu: Device.Close holds d.mu while it closes QPs
+		return fmt.Errorf("%w: %s on a QP of a closed device", ErrClosed, verb)
+	}
+	qp.startMu.Lock()
+	defer qp.startMu.Unlock()
+	switch {
+	case qp.closed:
+		return fmt.Errorf("%w: %s on a closed QP", ErrClosed, verb)
+	case qp.claimed:
+		return fmt.Errorf("%w: %s on a QP another Dial or Accept is connecting", ErrQPState, verb)
+	case qp.State() != StateIdle || qp.conn != nil:
+		return fmt.Errorf("%w: %s on a QP in %s", ErrQPState, verb, qp.State())
+	}
+	qp.claimed = true
+	return nil
+}
+
+func (qp *QP) unclaim() {
+	qp.startMu.Lock()
+	qp.claimed = false
+	qp.startMu.Unlock()
+}
+
 // start moves an IDLE QP to RTS on an established MPA connection and starts
 // its loops. initiator says which side of the start-up we were.
 func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool) error {
@@ -66,6 +97,12 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	qp.holdFirst(p, cfg.FirstFPDUHold, initiator)
 	if p.P2P && initiator {
 		if err := qp.sendRTR(p.RTR); err != nil {
+			// Still IDLE, as before the start: the caller closes conn,
+			// and the QP may connect again, or Close flushes it.
+			qp.stopHold()
+			qp.holdSQ.Store(false)
+			qp.nudge.Store(false)
+			qp.conn = nil
 			return err
 		}
 	}

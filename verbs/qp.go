@@ -77,8 +77,9 @@ type QP struct {
 	srq    *SRQ
 
 	state     atomic.Int32
-	startMu   sync.Mutex // serialises connecting; guards conn and closed
+	startMu   sync.Mutex // serialises connecting; guards conn, closed and claimed
 	closed    bool       // Close was called
+	claimed   bool       // a Dial or Accept is under way (claim)
 	closeOnce sync.Once
 
 	// Send queue ring, guarded by sqMu. Entries [sqHead, tx.next) are being

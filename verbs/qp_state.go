@@ -287,7 +287,9 @@ func (qp *QP) sqeDone(idx uint64, e *sqe) bool {
 // written and posted receives complete with WRFlushErr, and the QP's
 // goroutines are gone when Close returns; the QP's slot goes back to the
 // device. It does not wait for the peer: Disconnect does, and for the send
-// queue to drain. Safe to call more than once.
+// queue to drain. A QP that never connected goes to ERROR the same way:
+// its receives flush, Err wraps ErrClosed and Done closes. Safe to call
+// more than once.
 func (qp *QP) Close() error { return qp.close(false) }
 
 // Abort is Close with a reset (RST) instead of a FIN, as ibverbs users
@@ -305,9 +307,7 @@ func (qp *QP) close(reset bool) error {
 	}
 	qp.startMu.Unlock()
 	if conn == nil {
-		if qp.srq == nil { // receives posted before it ever connected, as flushAll
-			qp.rq.drain(func(id uint64) { qp.recvCQ.push(WC{ID: id, Status: WRFlushErr, Opcode: WCRecv, QP: qp}) })
-		}
+		qp.closeIdle()
 		qp.closeResources()
 		return nil
 	}
@@ -325,6 +325,23 @@ func (qp *QP) close(reset bool) error {
 	qp.wg.Wait()
 	qp.closeResources()
 	return nil
+}
+
+// closeIdle ends a QP that never connected as loopDone ends a connected
+// one: ERROR, receives posted before flushed, later posts flushed at once,
+// Err set and Done closed, so that code waiting on Done (an SRQ's user,
+// Device.Close's caller) does not wait for a connection that cannot come.
+func (qp *QP) closeIdle() {
+	if !qp.setError(fmt.Errorf("%w: QP closed before it connected", ErrClosed)) {
+		return // closed before
+	}
+	if qp.srq == nil {
+		qp.rq.drain(func(id uint64) { qp.recvCQ.push(WC{ID: id, Status: WRFlushErr, Opcode: WCRecv, QP: qp}) })
+	}
+	qp.sqMu.Lock()
+	qp.sqFlushed = true // nothing was ever posted: PostSend refuses an IDLE QP
+	qp.sqMu.Unlock()
+	close(qp.done)
 }
 
 // closeResources gives the QP's slot back to the device, once, and keeps a
