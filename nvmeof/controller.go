@@ -311,8 +311,12 @@ func (q *tqueue) connect(r *request) (uint64, Status) {
 	if sub == nil {
 		return invalidParam(true, connOffSubNQN) // discovery controllers have no I/O queues
 	}
+	// The association's host, subsystem and controller, and its port (NVMe
+	// Base 2.0 section 3.3.2.1: I/O queues join a controller through the
+	// port of its admin queue). Through another port the queue's I/O would
+	// follow that port's ANA state while the controller reports its own.
 	c := t.controller(cd.CntlID)
-	if c == nil || c.sub != sub || c.hostNQN != cd.HostNQN || c.hostID != cd.HostID {
+	if c == nil || c.sub != sub || c.hostNQN != cd.HostNQN || c.hostID != cd.HostID || c.admin.port != q.port {
 		return invalidParam(true, connOffCntlID)
 	}
 	res, st := c.addIOQueue(q)
