@@ -158,6 +158,8 @@ func init() {
 		"NVMe base: Number of Queues after I/O queues exist is a Command Sequence Error; nvmet answers"}
 	surveyDiffers["set-feature-save"] = struct{ ours, why string }{"rc=1 NVMe status: Feature Identifier Not Saveable",
 		"no feature is saveable (ONCS bit 4 clear); nvmet ignores SV"}
+	surveyDiffers["smart-log-ns"] = struct{ ours, why string }{"rc=1 NVMe status: Invalid Field in Command",
+		"the SMART log is the controller's (LPA bit 0 clear), so an NSID other than 0 or FFFFFFFFh is Invalid Field; nvmet keeps one a namespace"}
 	surveyDiffers["disc-log-error"] = struct{ ours, why string }{"rc=0",
 		"a discovery controller serves the (empty) error log as an NVM one does; nvmet's serves only the discovery log"}
 }

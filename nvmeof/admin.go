@@ -196,7 +196,7 @@ func (c *controller) identify(r *request) ([]byte, Status) {
 	case CNSNSDescriptors:
 		ns := c.sub.namespace(nsid)
 		if ns == nil {
-			return nil, StatusInvalidNamespace | DNR
+			return nil, noNamespace(nsid)
 		}
 		appendNSDescriptors(out[:0], ns.NGUID, ns.UUID)
 	default:
@@ -227,6 +227,9 @@ func (c *controller) getLogPage(r *request) ([]byte, Status) {
 	case lid == LogError:
 		log = make([]byte, errorLogEntry*(1)) // no errors recorded
 	case lid == LogSMART && !c.discovery():
+		if id := cmd.NSID(); id != 0 && id != 0xffffffff {
+			return nil, StatusInvalidField | DNR // the log is the controller's: LPA bit 0 is clear
+		}
 		c.sub.countMu.Lock()
 		cnt := c.sub.counters
 		c.sub.countMu.Unlock()

@@ -390,7 +390,7 @@ func TestNamespaceRemoved(t *testing.T) {
 	require.NoError(t, c.Identify(ctx, CNSNamespace, ns2.ID, id))
 	require.Zero(t, binary.LittleEndian.Uint64(id), "NSZE of an inactive NSID")
 	_, err = h2.ReadAt(make([]byte, 512), 0)
-	requireStatus(t, err, StatusInvalidNamespace|DNR)
+	requireStatus(t, err, StatusInvalidField|DNR) // an inactive NSID
 	require.Error(t, sub.RemoveNamespace(ctx, ns2.ID), "removed already")
 	require.Error(t, sub.RemoveNamespace(ctx, 9), "never there")
 

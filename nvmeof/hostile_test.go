@@ -74,7 +74,9 @@ func TestHostileCommands(t *testing.T) {
 		{"read beyond the end", io, rw(IORead, 1, blocks-1, 1, 1024), StatusLBARange | DNR},
 		{"write beyond the end", io, rw(IOWrite, 1, blocks, 0, 512), StatusLBARange | DNR},
 		{"LBA wraps", io, rw(IORead, 1, 1<<64-1, 1, 1024), StatusLBARange | DNR},
-		{"namespace 2 does not exist", io, rw(IORead, 2, 0, 0, 512), StatusInvalidNamespace | DNR},
+		{"namespace 2 is inactive (NSID 2 is valid: NN is 1024)", io, rw(IORead, 2, 0, 0, 512), StatusInvalidField | DNR},
+		{"namespace 1025 is beyond NN", io, rw(IORead, 1025, 0, 0, 512), StatusInvalidNamespace | DNR},
+		{"Flush of an inactive namespace", io, func(c Command, _ []byte) int { NewAdmin(c, IOFlush, 0, 2, 0, 0); return 0 }, StatusInvalidField | DNR},
 		{"namespace 0", io, rw(IOWrite, 0, 0, 0, 512), StatusInvalidNamespace | DNR},
 		{"SGL shorter than the blocks", io, rw(IORead, 1, 0, 1, 512), StatusSGLInvalidData | DNR},
 		{"SGL longer than the blocks", io, rw(IOWrite, 1, 0, 0, 4096), StatusSGLInvalidData | DNR},
@@ -139,6 +141,11 @@ func TestHostileCommands(t *testing.T) {
 			c.SGL().SetKeyed(0, 512, 0, false)
 			return 0
 		}, StatusInvalidLogPage | DNR},
+		{"a namespace's SMART log (LPA bit 0 clear)", adm, func(c Command, _ []byte) int {
+			NewAdmin(c, AdminGetLogPage, 0, 1, LogSMART|127<<16, 0)
+			c.SGL().SetKeyed(0, 512, 0, false)
+			return 0
+		}, StatusInvalidField | DNR},
 		{"log page beyond MDTS", adm, func(c Command, _ []byte) int {
 			NewAdmin(c, AdminGetLogPage, 0, 0, LogSMART|0xffff<<16, 0xffff)
 			return 0

@@ -521,7 +521,7 @@ func TestMultipathRemovedNamespace(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err = n2.WriteAtContext(short, make([]byte, 4096), 0)
-	requireStatus(t, err, StatusInvalidNamespace|DNR)
+	requireStatus(t, err, StatusInvalidField|DNR) // NSID 2 is inactive now
 }
 
 // A LossTimeout shorter than ReconnectDelay still makes one attempt, as

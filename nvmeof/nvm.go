@@ -20,7 +20,7 @@ func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns 
 	case IORead, IOWrite, IOWriteZeroes:
 		ns := c.sub.namespace(cmd.NSID())
 		if ns == nil {
-			return 0, 0, StatusInvalidNamespace | DNR, nil
+			return 0, 0, noNamespace(cmd.NSID()), nil
 		}
 		if st := c.access(p, ns, op); !st.OK() {
 			return 0, 0, st, nil
@@ -49,13 +49,13 @@ func (c *controller) planIO(cmd Command, p *Port) (dir, need int, st Status, ns 
 				}
 				return dirNone, 0, StatusSuccess, ns
 			}
-			return 0, 0, StatusInvalidNamespace | DNR, nil
+			return 0, 0, noNamespace(id), nil
 		}
 		return dirNone, 0, StatusSuccess, nil
 	case IODSM:
 		ns := c.sub.namespace(cmd.NSID())
 		if ns == nil {
-			return 0, 0, StatusInvalidNamespace | DNR, nil
+			return 0, 0, noNamespace(cmd.NSID()), nil
 		}
 		if st := c.access(p, ns, IODSM); !st.OK() {
 			return 0, 0, st, nil

@@ -518,7 +518,7 @@ func (c *controller) planResv(cmd Command, p *Port) (dir, need int, st Status, n
 	ns = c.sub.namespace(cmd.NSID())
 	switch {
 	case ns == nil:
-		return 0, 0, StatusInvalidNamespace | DNR, nil
+		return 0, 0, noNamespace(cmd.NSID()), nil
 	case ns.resv == nil:
 		return 0, 0, StatusInvalidOpcode | DNR, nil
 	}

@@ -191,8 +191,9 @@ func TestReservationNoticeMask(t *testing.T) {
 	}{
 		{AdminSetFeatures, 1, 1 << 0, StatusInvalidField | DNR}, // reserved bit
 		{AdminSetFeatures, 1, 1 << 4, StatusInvalidField | DNR},
-		{AdminSetFeatures, 9, 0, StatusInvalidNamespace | DNR},
-		{AdminGetFeatures, 9, 0, StatusInvalidNamespace | DNR},
+		{AdminSetFeatures, 9, 0, StatusInvalidField | DNR}, // inactive
+		{AdminGetFeatures, 9, 0, StatusInvalidField | DNR},
+		{AdminGetFeatures, 5000, 0, StatusInvalidNamespace | DNR}, // beyond NN
 		{AdminGetFeatures, 0xffffffff, 0, StatusInvalidField | DNR},
 	} {
 		_, err := a.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, tc.op, 0, tc.nsid, FeatResvMask, tc.cdw11) }, 0, "", nil)

@@ -271,7 +271,7 @@ func (c *controller) resvNamespace(nsid uint32) (*Namespace, Status) {
 	case nsid == 0xffffffff:
 		return nil, StatusInvalidField | DNR
 	case ns == nil:
-		return nil, StatusInvalidNamespace | DNR
+		return nil, noNamespace(nsid)
 	case ns.resv == nil:
 		return nil, StatusInvalidField | DNR
 	}

@@ -276,6 +276,20 @@ func (s *Subsystem) namespace(id uint32) *Namespace {
 	return s.ns[id-1]
 }
 
+// noNamespace is the status of a command whose NSID id names no namespace:
+// Invalid Field in Command for an inactive NSID, one a namespace could
+// have (1 to NN), and Invalid Namespace or Format for an invalid one (0,
+// above NN, and the broadcast value where a command does not take it), as
+// NVMe Base 2.0 section 3.2.1.5 has it and QEMU's controller answers.
+// (nvmet answers Invalid Namespace for both; Linux's host treats the two
+// alike.)
+func noNamespace(id uint32) Status {
+	if id == 0 || id > maxNSID {
+		return StatusInvalidNamespace | DNR
+	}
+	return StatusInvalidField | DNR
+}
+
 // namespaces returns the namespaces in NSID order.
 func (s *Subsystem) namespaces() []*Namespace {
 	s.mu.RLock()

@@ -139,7 +139,7 @@ func wpRefuses(op uint8) bool {
 func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 	ns := c.sub.namespace(nsid)
 	if ns == nil {
-		return 0, StatusInvalidNamespace | DNR
+		return 0, noNamespace(nsid)
 	}
 	s := WPState(v)
 	if v > uint32(WPUntilPowerCycle) {
@@ -193,7 +193,7 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 func (c *controller) getWriteProtect(nsid uint32) (uint64, Status) {
 	ns := c.sub.namespace(nsid)
 	if ns == nil {
-		return 0, StatusInvalidNamespace | DNR
+		return 0, noNamespace(nsid)
 	}
 	return uint64(ns.WriteProtection()), StatusSuccess
 }

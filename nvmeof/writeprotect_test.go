@@ -90,6 +90,8 @@ func TestWriteProtect(t *testing.T) {
 		requireStatus(t, err, StatusInvalidField|DNR)
 	}
 	_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 9, FeatWriteProtect, 1) }, 0, "", nil)
+	requireStatus(t, err, StatusInvalidField|DNR) // inactive
+	_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 0, FeatWriteProtect, 1) }, 0, "", nil)
 	requireStatus(t, err, StatusInvalidNamespace|DNR)
 
 	require.NoError(t, nb.SetWriteProtect(ctx, false))
