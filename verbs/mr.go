@@ -373,6 +373,18 @@ func localResult(b []byte, e accessErr, sge SGE) ([]byte, error) {
 	return b, nil
 }
 
+// live reports whether stag still reaches mr: not invalidated, deregistered
+// or bound again since a WR resolved its memory through it. The receive
+// loop asks before each piece it places into memory that a WR resolved
+// when it was posted (a Read's sink, a posted receive), since a peer's
+// Send with Invalidate, or a local invalidation, may have killed the STag
+// since: dead STags stay dead (RFC 5041 section 7.1 holds for every
+// tagged segment, Read Responses included; siw checks the sink again too).
+func (mr *MR) live(stag uint32) bool {
+	b := mr.b.Load()
+	return b.valid && b.stag == stag
+}
+
 // stagCache is a memory of the last STag looked up, so that a stream of
 // Writes into one region (the receive loop's), or of WRs from one region
 // (a send or receive queue's), skips the table: three dependent loads,

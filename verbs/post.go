@@ -346,6 +346,8 @@ type rqe struct {
 type recvBuf struct {
 	id    uint64
 	segs  [maxSGE][]byte
+	keys  [maxSGE]uint32 // the lkeys segs were resolved through
+	mrs   [maxSGE]*MR    // their regions, looked up at the message's first segment (rxSend)
 	nseg  int
 	total int
 }
@@ -353,6 +355,7 @@ type recvBuf struct {
 // release drops the receive's references to its buffers.
 func (b *recvBuf) release() {
 	clear(b.segs[:b.nseg])
+	clear(b.mrs[:b.nseg])
 	b.nseg, b.total = 0, 0
 }
 
@@ -361,6 +364,7 @@ type recvQueue struct {
 	mu         sync.Mutex
 	ring       []rqe
 	segs       [][]byte // gather lists: maxSGE per slot
+	keys       []uint32 // the lkey each element was resolved through, for the receive loop's check (MR.live)
 	head, tail uint64
 	maxSGE     int
 	flushed    bool
@@ -374,7 +378,13 @@ type recvQueue struct {
 }
 
 func (q *recvQueue) init(n, maxSGE int) {
-	q.ring, q.segs, q.maxSGE = make([]rqe, n), make([][]byte, n*maxSGE), maxSGE
+	q.ring, q.segs, q.keys, q.maxSGE = make([]rqe, n), make([][]byte, n*maxSGE), make([]uint32, n*maxSGE), maxSGE
+}
+
+// keySlot is slot's for the lkeys.
+func (q *recvQueue) keySlot(i uint64) []uint32 {
+	k := i % uint64(len(q.ring)) * uint64(q.maxSGE)
+	return q.keys[k : k+uint64(q.maxSGE) : k+uint64(q.maxSGE)]
 }
 
 // slot returns the gather list window of ring index i.
@@ -405,7 +415,7 @@ func (q *recvQueue) post(pd *PD, wrs []RecvWR, flushCQ *CQ, qp *QP) (int, error)
 		if len(wr.SGL) > q.maxSGE {
 			return i, fmt.Errorf("%w: %d SGEs, queue allows %d", ErrTooManySGE, len(wr.SGL), q.maxSGE)
 		}
-		segs := q.slot(q.tail)
+		segs, keys := q.slot(q.tail), q.keySlot(q.tail)
 		n := 0
 		for _, sge := range wr.SGL {
 			if sge.Length == 0 {
@@ -417,7 +427,7 @@ func (q *recvQueue) post(pd *PD, wrs []RecvWR, flushCQ *CQ, qp *QP) (int, error)
 				return i, err
 			}
 			if len(b) > 0 {
-				segs[n] = b
+				segs[n], keys[n] = b, sge.LKey
 				n++
 			}
 		}
@@ -441,6 +451,7 @@ func (q *recvQueue) pop(dst *recvBuf) bool {
 		dst.segs[i] = s
 		dst.total += len(s)
 	}
+	copy(dst.keys[:e.nseg], q.keySlot(q.head))
 	clear(segs)
 	q.head++
 	q.checkLimit()

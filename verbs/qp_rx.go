@@ -32,6 +32,9 @@ type rxState struct {
 
 	readOff uint32   // octets of the oldest outstanding Read placed so far
 	readJob *readJob // that Read's ORD queue slot, from its response's first segment to its pop
+	readMR  *MR      // the region of that Read's sink, looked up at its first placement
+
+	writeOpen bool // an RDMA Write has placed a segment and not yet its last (MR.Placed)
 
 	stags stagCache // the region of the last RDMA Write
 
@@ -334,7 +337,7 @@ func (qp *QP) rxCommit() error {
 	case actReadDone:
 		j := x.readJob
 		idx, rtr := j.sqIdx, j.rtr
-		x.readOff, x.readJob = 0, nil
+		x.readOff, x.readJob, x.readMR = 0, nil, nil
 		qp.ordq.pop()
 		if rtr {
 			qp.releaseHold() // our Read RTR answered: the responder reads

@@ -31,7 +31,15 @@ func taggedErr(e accessErr, stag uint32, to uint64, n int) error {
 func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
 	if n == 0 {
 		// Section 7.1 checks non-zero-length segments only, and nothing is
-		// placed: siw's zero-length RTR Write carries a dummy STag.
+		// placed: siw's zero-length RTR Write carries a dummy STag. An
+		// empty last segment still ends a Write whose earlier segments
+		// were placed: that Write is counted, in the region they went to.
+		if h.Last() && qp.rx.writeOpen {
+			qp.rx.writeOpen = false
+			if c := &qp.rx.stags; c.mr != nil && c.stag == h.STag() {
+				c.mr.placed.Add(1)
+			}
+		}
 		return nil
 	}
 	dst, mr, e := qp.rx.stags.check(qp.dev, h.STag(), qp.pd, RemoteWrite, h.TO(), n)
@@ -55,6 +63,7 @@ func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
 	if err != nil {
 		return err
 	}
+	qp.rx.writeOpen = !h.Last()
 	if h.Last() {
 		mr.placed.Add(1) // releases the message to the next poller
 	}
@@ -80,6 +89,20 @@ func (qp *QP) rxReadResponse(h ddp.Tagged, n int) error {
 	}
 	if err := rdmap.CheckReadResponse(h, uint32(n), j.stag, j.to, j.size, x.readOff); err != nil {
 		return err
+	}
+	if n > 0 {
+		// The sink was resolved when the Read was posted; its STag may
+		// have died since (a Send with Invalidate may even arrive between
+		// two segments of the response).
+		if x.readMR == nil {
+			x.readMR, _ = qp.dev.lookup(j.stag)
+		}
+		if x.readMR == nil || !x.readMR.live(j.stag) {
+			err := taggedErr(accessSTag, h.STag(), h.TO(), n)
+			qp.rxFatal(err) // the cause first, then the WC (as rxSend's LocLenErr)
+			qp.completeSQ(j.sqIdx, LocProtErr, true)
+			return err
+		}
 	}
 	dst := j.buf[x.readOff : x.readOff+uint32(n)]
 	var err error

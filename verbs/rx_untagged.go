@@ -35,6 +35,9 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 			return err
 		}
 		x.recvOn, x.recvOff = true, 0
+		for i := range x.recv.nseg {
+			x.recv.mrs[i], _ = qp.dev.lookup(x.recv.keys[i]) // nil if dead already: refused below
+		}
 	}
 	mo := int(mo32)
 	if err := ddp.CheckMsgLen(mo32, uint32(n), clampU32(x.recv.total)); err != nil {
@@ -47,13 +50,26 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	}
 	// Scatter into the receive buffer's elements.
 	off, left := mo, n
-	for _, s := range x.recv.segs[:x.recv.nseg] {
+	for i, s := range x.recv.segs[:x.recv.nseg] {
 		if left == 0 {
 			break
 		}
 		if off >= len(s) {
 			off -= len(s)
 			continue
+		}
+		if mr := x.recv.mrs[i]; mr == nil || !mr.live(x.recv.keys[i]) {
+			// Its region was invalidated (a peer's Send with Invalidate, a
+			// local one) or deregistered since the receive was posted: a
+			// local protection error, and for the stream a catastrophic
+			// one, as siw answers (siw_proc_send).
+			err := ddp.Errorf(ddp.ETypeCatastrophic, 0, "receive %#x: lkey %#x no longer valid", x.recv.id, x.recv.keys[i])
+			x.recvOn = false
+			qp.rxFatal(err)
+			qp.rxPublish()
+			qp.recvCQ.push(WC{ID: x.recv.id, Status: LocProtErr, Opcode: WCRecv, QP: qp})
+			x.recv.release()
+			return err
 		}
 		k := min(len(s)-off, left)
 		var err error
