@@ -60,7 +60,7 @@ func (m *MemBackend) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (m *MemBackend) WriteAt(p []byte, off int64) (int, error) {
-	if off < 0 || off+int64(len(p)) > int64(len(m.buf)) {
+	if off < 0 || int64(len(p)) > int64(len(m.buf))-off {
 		return 0, errors.New("nvmeof: write beyond the end of the memory backend")
 	}
 	m.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 )
 
 // ErrUnaligned is the error of a namespace I/O whose offset or length is
@@ -50,6 +51,10 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*HostNamespace
 	if ni.Size == 0 {
 		return nil, fmt.Errorf("nvmeof: namespace %d is not active", nsid)
 	}
+	if ni.Size > math.MaxInt64/uint64(ni.BlockSize()) {
+		// Size in octets would not fit an int64 (io.ReaderAt's offsets).
+		return nil, fmt.Errorf("nvmeof: namespace %d: %d blocks of %d octets, more than an int64 of octets", nsid, ni.Size, ni.BlockSize())
+	}
 	if ni.BlockSize() > c.maxData {
 		return nil, fmt.Errorf("nvmeof: namespace %d: blocks of %d octets, past the controller's transfer limit of %d",
 			nsid, ni.BlockSize(), c.maxData)
@@ -79,11 +84,11 @@ func (n *HostNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) 
 	if off < 0 {
 		return 0, ErrRange
 	}
-	if off >= n.Size() && len(p) > 0 {
-		return 0, io.EOF
+	if off > n.Size() || off == n.Size() && len(p) > 0 {
+		return 0, io.EOF // (an empty read past the end too: its slice bound below would be negative)
 	}
 	var eof error
-	if off+int64(len(p)) > n.Size() {
+	if int64(len(p)) > n.Size()-off {
 		p, eof = p[:n.Size()-off], io.EOF
 	}
 	k, err := n.rw(ctx, IORead, false, p, off)
@@ -95,7 +100,7 @@ func (n *HostNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) 
 
 // WriteAtContext is WriteAt bounded by ctx.
 func (n *HostNamespace) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
-	if off < 0 || off+int64(len(p)) > n.Size() {
+	if off < 0 || int64(len(p)) > n.Size()-off { // not off+len(p): a huge off would wrap past the check
 		return 0, fmt.Errorf("%w: a write of %d octets at %d, the namespace's %d", ErrRange, len(p), off, n.Size())
 	}
 	return n.rw(ctx, IOWrite, false, p, off)
@@ -107,7 +112,7 @@ func (n *HostNamespace) WriteAtContext(ctx context.Context, p []byte, off int64)
 // WriteAt and Flush when the namespace's other writes need not be durable
 // yet (a journal's commit record, say): the target makes only p durable.
 func (n *HostNamespace) WriteAtFUA(ctx context.Context, p []byte, off int64) (int, error) {
-	if off < 0 || off+int64(len(p)) > n.Size() {
+	if off < 0 || int64(len(p)) > n.Size()-off { // not off+len(p): a huge off would wrap past the check
 		return 0, fmt.Errorf("%w: a write of %d octets at %d, the namespace's %d", ErrRange, len(p), off, n.Size())
 	}
 	return n.rw(ctx, IOWrite, true, p, off)

@@ -263,7 +263,10 @@ func (q *hqueue) response(wc *verbs.WC) error {
 		return err
 	}
 	idx := int(cid & 0xff)
-	if idx >= len(q.slots) || q.slots[idx].gen != uint8(cid>>8) || !q.slots[idx].waiting {
+	// waiting first: submit writes gen before it takes pmu, so gen may be
+	// read only once waiting (set under pmu after it) says the write is
+	// done. A stale or repeated response finds the slot not waiting.
+	if idx >= len(q.slots) || !q.slots[idx].waiting || q.slots[idx].gen != uint8(cid>>8) {
 		return fmt.Errorf("%w: queue %d: a response for command %#x, which is not outstanding", ErrQueueDead, q.qid, cid)
 	}
 	s := &q.slots[idx]
