@@ -24,7 +24,7 @@ const rtrSTag = 1
 // ends it; start, which the claim leads to, checks closed again, since
 // Close may come in between.
 func (qp *QP) claim(verb string) error {
-	if qp.dev.isClosed() { // not under startMu: Device.Close holds d.mu while it closes QPs
+	if qp.dev.isClosed() { // before startMu: no lock is taken under startMu but the QP's own
 		return fmt.Errorf("%w: %s on a QP of a closed device", ErrClosed, verb)
 	}
 	qp.startMu.Lock()
@@ -97,12 +97,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	qp.holdFirst(p, cfg.FirstFPDUHold, initiator)
 	if p.P2P && initiator {
 		if err := qp.sendRTR(p.RTR); err != nil {
-			// Still IDLE, as before the start: the caller closes conn,
-			// and the QP may connect again, or Close flushes it.
-			qp.stopHold()
-			qp.holdSQ.Store(false)
-			qp.nudge.Store(false)
-			qp.conn = nil
+			qp.unstart()
 			return err
 		}
 	}
@@ -113,6 +108,20 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	go qp.txLoop()
 	go qp.rxLoop()
 	return nil
+}
+
+// unstart undoes what start set up before it failed, so that the QP is
+// IDLE as before it: the caller closes conn, and the QP may connect again
+// (nothing of this attempt, such as the Read RTR on the ORD queue or the
+// MSNs it used, may reach the next), or Close flushes it.
+func (qp *QP) unstart() {
+	qp.stopHold()
+	qp.holdSQ.Store(false)
+	qp.nudge.Store(false)
+	qp.ordq.clear()
+	qp.irdq.clear()
+	qp.tx, qp.rx = txState{}, rxState{} // the Writer, Reader and conn with them
+	qp.conn = nil
 }
 
 // holdFirst holds the send queue back when this side must not send first

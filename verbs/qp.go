@@ -321,7 +321,8 @@ func (qp *QP) PeerPrivateData() []byte { return qp.peerPD }
 func (qp *QP) Done() <-chan struct{} { return qp.done }
 
 // Err returns why the QP left RTS: a *TerminateError (a Terminate we sent
-// or received), ErrConnLost, ErrDisconnected, or nil while it is healthy.
+// or received), ErrConnLost, ErrDisconnected, or nil while it is healthy;
+// for a QP closed before it ever connected, an error that Is ErrClosed.
 // The cause is there from the moment the QP leaves RTS, before any work
 // completion with an error status is delivered, so an application that
 // polls a failed WC can always ask why.

@@ -332,15 +332,19 @@ func (qp *QP) close(reset bool) error {
 // Err set and Done closed, so that code waiting on Done (an SRQ's user,
 // Device.Close's caller) does not wait for a connection that cannot come.
 func (qp *QP) closeIdle() {
+	// Flushed before ERROR is seen: PostSend and PostRegMR refuse an IDLE
+	// QP, so nothing is on the SQ, and a post that sees ERROR finds it
+	// flushed and completes at once rather than wait for loops that never
+	// run.
+	qp.sqMu.Lock()
+	qp.sqFlushed = true
+	qp.sqMu.Unlock()
 	if !qp.setError(fmt.Errorf("%w: QP closed before it connected", ErrClosed)) {
 		return // closed before
 	}
 	if qp.srq == nil {
 		qp.rq.drain(func(id uint64) { qp.recvCQ.push(WC{ID: id, Status: WRFlushErr, Opcode: WCRecv, QP: qp}) })
 	}
-	qp.sqMu.Lock()
-	qp.sqFlushed = true // nothing was ever posted: PostSend refuses an IDLE QP
-	qp.sqMu.Unlock()
 	close(qp.done)
 }
 

@@ -45,6 +45,8 @@ type readQueue struct {
 func (q *readQueue) init(n int) {
 	q.size = max(n, 1)
 	q.chunks = make([]*[readChunk]readJob, (q.size+readChunk-1)/readChunk)
+	q.head, q.n = 0, 0
+	q.count.Store(0)
 }
 
 // at returns slot i, allocating its chunk on first use (mu held).

@@ -79,6 +79,22 @@ func TestDialFailedAtRTRLeavesQPIdle(t *testing.T) {
 	require.Equal(t, Success, wc[0].Status)
 	require.Equal(t, uint64(7), wc[0].ID)
 	require.Equal(t, "again", string(rb.Buf()[:wc[0].ByteLen]))
+	// Nothing of the failed attempt reaches this connection: its Read RTR
+	// (on the ORD queue) and MSNs would have mismatched this one's first
+	// Read Response.
+	src, err := peer.pd.RegMR([]byte("read me, twice"), RemoteRead)
+	require.NoError(t, err)
+	sink := s.regMR(t, 14, LocalWrite)
+	for i := range 2 {
+		_, err = s.qp.PostSend(SendWR{ID: uint64(20 + i), Opcode: OpRDMARead, Flags: Signaled,
+			SGL: []SGE{sink.SGE(0, 14)}, RemoteAddr: src.Addr(), RKey: src.RKey()})
+		require.NoError(t, err)
+		n, err = s.scq.PollWait(ctx, wc[:1])
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, WC{ID: uint64(20 + i), Status: Success, Opcode: WCRDMARead, ByteLen: 14, QP: s.qp}, wc[0])
+	}
+	require.Equal(t, "read me, twice", string(sink.Buf()))
 	require.NoError(t, s.qp.Close())
 	require.NoError(t, peer.qp.Close())
 }
@@ -166,4 +182,35 @@ func TestAcceptWithUnusableQPAnswersNothing(t *testing.T) {
 	require.NoError(t, other.qp.Close())
 	require.NoError(t, cli.qp.Close())
 	require.NoError(t, srv.qp.Close())
+}
+
+// A post racing Close of a never-connected QP is refused (IDLE) or
+// completes (flushed): never accepted and lost, which it could be when the
+// QP showed ERROR before its SQ was marked flushed.
+func TestPostRacingCloseOfIdleQP(t *testing.T) {
+	for range 200 {
+		s := newSide(t, pairOpts{})
+		closed := make(chan struct{})
+		go func() { s.qp.Close(); close(closed) }()
+		accepted := 0
+		for done := false; !done; {
+			select {
+			case <-closed:
+				done = true
+			default:
+			}
+			n, _ := s.qp.PostSend(SendWR{ID: 1, Opcode: OpSend, Flags: Signaled | Inline, InlineData: []byte("x")})
+			accepted += n
+		}
+		var wc [64]WC
+		got := 0
+		for k := s.scq.Poll(wc[:]); k > 0; k = s.scq.Poll(wc[:]) {
+			for _, c := range wc[:k] {
+				require.Equal(t, WRFlushErr, c.Status)
+			}
+			got += k
+		}
+		require.Equal(t, accepted, got, "every post accepted completes")
+		s.dev.Close()
+	}
 }
