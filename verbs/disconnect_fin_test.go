@@ -87,3 +87,24 @@ func TestDisconnectWithPeerReadsOutstanding(t *testing.T) {
 		}
 	}
 }
+
+// The Read RTR's nudge (a zero-length Write to a responder that left the
+// RTR unread) waits for a fallback; a Disconnect before it fires has sent
+// the FIN, and the nudge must not follow it.
+func TestNoNudgeAfterDisconnectFIN(t *testing.T) {
+	checkRoutines(t)
+	const hold = 150 * time.Millisecond
+	st := newStackSide(t, ConnConfig{})
+	q := st.newQP(t, 0, 0)
+	p := answerDialNoRTR(t, q.qp, ConnConfig{FirstFPDUHold: hold}, mpa.Config{IRD: 8, ORD: 8})
+	require.Zero(t, p.wantReadRequest(t, 1).Size(), "the Read RTR, left unanswered")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	disc := make(chan error, 1)
+	go func() { disc <- q.qp.Disconnect(ctx) }()
+	p.wantClosed(t)
+	time.Sleep(3 * hold) // the nudge's fallback passes
+	p.close()
+	require.NoError(t, <-disc)
+	require.ErrorIs(t, q.qp.Err(), ErrDisconnected)
+}

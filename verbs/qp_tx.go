@@ -389,7 +389,7 @@ func (qp *QP) txFill() (worked bool, err error) {
 		case t.cur != nil:
 			err = qp.txSQ()
 		default:
-			if qp.nudge.Load() && qp.nudge.CompareAndSwap(true, false) { // a load is cheaper than a locked CAS per message
+			if !t.finSent && qp.nudge.Load() && qp.nudge.CompareAndSwap(true, false) { // a load is cheaper than a locked CAS per message
 				h := ddp.AppendTagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpWrite), rtrSTag, 0)
 				if err = t.append(h, nil); err != nil {
 					return worked, err
@@ -644,7 +644,7 @@ func (qp *QP) txSQ() error {
 	case OpAtomicFetchAdd, OpAtomicCmpSwap:
 		t.readMSN++
 		reqID := uint32(t.curIdx)
-		qp.ordq.push(readJob{sqIdx: t.curIdx, buf: qp.sqSlot(t.curIdx)[0], atomic: true, reqID: reqID})
+		qp.ordq.push(readJob{sqIdx: t.curIdx, buf: qp.sqSlot(t.curIdx)[0], stag: e.sinkKey, atomic: true, reqID: reqID})
 		aop, addSwap, addSwapMask, cmp, cmpMask := qp.sqExtAt(t.curIdx).atomic.wire(e.op)
 		h := ddp.AppendUntagged(t.hdr[:0], true, rdmap.Ctrl(rdmap.OpAtomicRequest), 0, rdmap.QNReadRequest, t.readMSN, 0)
 		h = rdmap.AppendAtomicRequest(h, aop, reqID, e.rkey, e.raddr, addSwap, addSwapMask, cmp, cmpMask)
