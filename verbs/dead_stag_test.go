@@ -146,3 +146,51 @@ func TestPlacedCountsWriteWithEmptyLastSegment(t *testing.T) {
 	require.Equal(t, Success, waitWC(t, q.rcq).Status)
 	require.Equal(t, uint64(1), g.mr.Placed())
 }
+
+// Immediate Data (RFC 7306) lands in a posted receive too, and an atomic's
+// original value in its result buffer: both resolved when posted, both
+// checked again when they land.
+func TestImmediateDataIntoDeadReceive(t *testing.T) {
+	checkRoutines(t)
+	st := newStackSide(t, ConnConfig{RFC7306: true})
+	q := st.newQP(t, 4, 4)
+	p := st.acceptPeer(t, q, mpa.Config{IRD: 4, ORD: 4})
+	buf := make([]byte, 8)
+	mr, err := st.pd.RegMR(buf, LocalWrite)
+	require.NoError(t, err)
+	_, err = q.qp.PostRecv(RecvWR{ID: 9, SGL: []SGE{mr.SGE(0, 8)}})
+	require.NoError(t, err)
+	require.NoError(t, mr.Dereg())
+	p.send(t, sendULPDU(rdmap.OpImmediateData, 0, rdmap.QNSend, 1, 0, true, []byte{1, 2, 3, 4, 5, 6, 7, 8}))
+	wc := waitWC(t, q.rcq)
+	require.Equal(t, uint64(9), wc.ID)
+	require.Equal(t, LocProtErr, wc.Status)
+	p.wantTerminate(t, rdmap.Terminate{Layer: rdmap.LayerDDP, EType: uint8(ddp.ETypeCatastrophic)})
+	waitDone(t, q.qp, peerTimeout)
+	require.Equal(t, make([]byte, 8), buf)
+}
+
+func TestAtomicResultIntoDeadRegion(t *testing.T) {
+	checkRoutines(t)
+	st := newStackSide(t, ConnConfig{RFC7306: true})
+	q := st.newQP(t, 4, 4)
+	p := st.acceptPeer(t, q, mpa.Config{IRD: 4, ORD: 4})
+	res := make([]byte, 8)
+	mr, err := st.pd.RegMR(res, LocalWrite)
+	require.NoError(t, err)
+	_, err = q.qp.PostSend(SendWR{ID: 3, Opcode: OpAtomicFetchAdd, Flags: Signaled, SGL: []SGE{mr.SGE(0, 8)},
+		RemoteAddr: 0x1000, RKey: 0x1234, CompareAdd: 1})
+	require.NoError(t, err)
+	u := p.wantULPDU(t, "the Atomic Request")
+	reqID := rdmap.AtomicRequest(u[ddp.UntaggedHdrLen:]).ReqID()
+	require.NoError(t, mr.Dereg())
+	p.send(t, atomicRespULPDU(1, reqID, 0x0102030405060708))
+	p.wantTerminate(t, rdmap.Terminate{Layer: rdmap.LayerDDP, EType: uint8(ddp.ETypeCatastrophic)})
+	waitDone(t, q.qp, peerTimeout)
+	require.Equal(t, make([]byte, 8), res, "nothing placed through the dead STag")
+	var got []WCStatus
+	for _, c := range drainWC(q.scq) {
+		got = append(got, c.Status)
+	}
+	require.Equal(t, []WCStatus{LocProtErr}, got)
+}

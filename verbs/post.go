@@ -19,7 +19,7 @@ type sqe struct {
 	length                   uint32 // at most maxMsg
 	rkey                     uint32
 	invKey                   uint32
-	sinkKey                  uint32 // RDMA Read: the sink's STag
+	sinkKey                  uint32 // RDMA Read: the sink's STag; atomic: its result buffer's
 	nseg                     uint8  // elements of the gather list in use
 	op                       SendOpcode
 	signaled, fence, solicit bool
@@ -277,6 +277,7 @@ func (qp *QP) fill(idx uint64, wr *SendWR) error {
 			return err
 		}
 		segs[0], e.nseg, e.length = b, 1, 8
+		e.sinkKey = wr.SGL[0].LKey // its result's, checked again when the response lands (actAtomicDone)
 		qp.sqExtOf(idx).atomic = atomicArgs{add: wr.CompareAdd, swap: wr.Swap, cmpMask: wr.CompareMask, swapMask: wr.SwapMask, addMask: wr.AddMask}
 		return nil
 	case OpSend, OpSendWithInv, OpRDMAWrite, OpRDMAWriteWithImm:

@@ -31,8 +31,15 @@ func (qp *QP) rxImmediate(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	}
 	x.recvOn = true
 	if x.recv.total >= 8 {
+		x.recv.resolve(qp.dev)
 		off := 0
-		for _, s := range x.recv.segs[:x.recv.nseg] {
+		for i, s := range x.recv.segs[:x.recv.nseg] {
+			if off == len(x.actImm) {
+				break
+			}
+			if err := qp.recvLive(i, WCRecvImm); err != nil {
+				return err
+			}
 			off += copy(s, x.actImm[off:])
 		}
 	}

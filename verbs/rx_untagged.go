@@ -35,9 +35,7 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 			return err
 		}
 		x.recvOn, x.recvOff = true, 0
-		for i := range x.recv.nseg {
-			x.recv.mrs[i], _ = qp.dev.lookup(x.recv.keys[i]) // nil if dead already: refused below
-		}
+		x.recv.resolve(qp.dev)
 	}
 	mo := int(mo32)
 	if err := ddp.CheckMsgLen(mo32, uint32(n), clampU32(x.recv.total)); err != nil {
@@ -58,17 +56,7 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 			off -= len(s)
 			continue
 		}
-		if mr := x.recv.mrs[i]; mr == nil || !mr.live(x.recv.keys[i]) {
-			// Its region was invalidated (a peer's Send with Invalidate, a
-			// local one) or deregistered since the receive was posted: a
-			// local protection error, and for the stream a catastrophic
-			// one, as siw answers (siw_proc_send).
-			err := ddp.Errorf(ddp.ETypeCatastrophic, 0, "receive %#x: lkey %#x no longer valid", x.recv.id, x.recv.keys[i])
-			x.recvOn = false
-			qp.rxFatal(err)
-			qp.rxPublish()
-			qp.recvCQ.push(WC{ID: x.recv.id, Status: LocProtErr, Opcode: WCRecv, QP: qp})
-			x.recv.release()
+		if err := qp.recvLive(i, WCRecv); err != nil {
 			return err
 		}
 		k := min(len(s)-off, left)
@@ -98,6 +86,34 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	}
 	x.actWC, x.act = wc, actRecvDone
 	return nil
+}
+
+// resolve looks up the regions of the receive's elements, which it was
+// posted through (nil for one dead already), for recvLive.
+func (b *recvBuf) resolve(d *Device) {
+	for i := range b.nseg {
+		b.mrs[i], _ = d.lookup(b.keys[i])
+	}
+}
+
+// recvLive checks, before a piece is placed into element i of the
+// receive under way, that the element's region still lives (MR.live). If
+// it was invalidated (a peer's Send with Invalidate, a local one) or
+// deregistered since the receive was posted, the receive completes with
+// LocProtErr and the stream ends in a catastrophic error, as siw answers
+// (siw_proc_send).
+func (qp *QP) recvLive(i int, op WCOpcode) error {
+	x := &qp.rx
+	if mr := x.recv.mrs[i]; mr != nil && mr.live(x.recv.keys[i]) {
+		return nil
+	}
+	err := ddp.Errorf(ddp.ETypeCatastrophic, 0, "receive %#x: lkey %#x no longer valid", x.recv.id, x.recv.keys[i])
+	x.recvOn = false
+	qp.rxFatal(err)
+	qp.rxPublish()
+	qp.recvCQ.push(WC{ID: x.recv.id, Status: LocProtErr, Opcode: op, QP: qp})
+	x.recv.release()
+	return err
 }
 
 // clampU32 is n as a buffer length for ddp's 32-bit checks: a receive of
