@@ -82,7 +82,7 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		defer ns.done()
 	}
 	if ns != r.ns && !(cmd.Opcode() == IOFlush && cmd.NSID() == 0xffffffff) {
-		return 0, StatusInvalidNamespace | DNR, nil
+		return 0, noNamespace(cmd.NSID()), nil // removed meanwhile: inactive now (or another's)
 	}
 	if h := testIOStatus.Load(); h != nil {
 		if st := (*h)(c.admin.port, cmd); st != StatusSuccess {
