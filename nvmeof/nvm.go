@@ -82,7 +82,12 @@ func (c *controller) execIO(r *request) (uint64, Status, []byte) {
 		defer ns.done()
 	}
 	if ns != r.ns && !(cmd.Opcode() == IOFlush && cmd.NSID() == 0xffffffff) {
-		return 0, noNamespace(cmd.NSID()), nil // removed meanwhile: inactive now (or another's)
+		if ns == nil {
+			return 0, noNamespace(cmd.NSID()), nil // removed meanwhile: inactive now
+		}
+		// Given to another namespace meanwhile, perhaps of another
+		// format: not the one the command was checked against.
+		return 0, StatusInvalidNamespace | DNR, nil
 	}
 	if h := testIOStatus.Load(); h != nil {
 		if st := (*h)(c.admin.port, cmd); st != StatusSuccess {

@@ -239,6 +239,14 @@ func TestNSIDReusedBetweenPlanAndExec(t *testing.T) {
 	require.NoError(t, err)
 	_, st, _ = c.execIO(&request{cmd: cmd, in: make([]byte, need), ns: planned})
 	require.Equal(t, StatusInvalidNamespace|DNR, st)
+
+	// Removed and not given again: the NSID is inactive (Invalid Field).
+	NewRW(cmd, IOWrite, 1, 1, 0, 0)
+	_, need, st, planned = c.planIO(cmd, &Port{})
+	require.True(t, st.OK())
+	require.NoError(t, sub.RemoveNamespace(ctx, 1))
+	_, st, _ = c.execIO(&request{cmd: cmd, in: make([]byte, need), ns: planned})
+	require.Equal(t, StatusInvalidField|DNR, st)
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	require.EqualValues(t, 64<<10, fi.Size(), "the new namespace's file is untouched")
