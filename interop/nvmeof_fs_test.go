@@ -66,6 +66,11 @@ done
 (for i in $(seq 200); do echo "small file $i" > /mnt/r/s$i; done; echo "SMALL done") &
 wait
 rm -rf /mnt/mods/lib/modules/*/kernel/drivers; echo "REMOVE rc=$?"
+# ext4lazyinit zeroes the inode tables, but starts at a random moment up to
+# 5 s after the mount (EXT4_DEF_LI_MAX_START_DELAY): wait for its thread to
+# finish, at most 30 s, so that its Write Zeroes come before the unmount.
+for i in $(seq 300); do grep -qx ext4lazyinit /proc/[0-9]*/comm 2>/dev/null || break; sleep 0.1; done
+echo "LAZYINIT waited $i"
 sync; echo "SYNC rc=$?"
 `+guestExt4Reread+`$NVME disconnect -n %s; echo "DISCONNECT rc=$?"
 echo "FS_ERRORS $(dmesg | grep -ciE 'EXT4-fs error|I/O error|critical medium|buffer I/O')"
