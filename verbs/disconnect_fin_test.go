@@ -93,7 +93,7 @@ func TestDisconnectWithPeerReadsOutstanding(t *testing.T) {
 // the FIN, and the nudge must not follow it.
 func TestNoNudgeAfterDisconnectFIN(t *testing.T) {
 	checkRoutines(t)
-	const hold = 150 * time.Millisecond
+	const hold = 400 * time.Millisecond // long enough for the Disconnect below to come first
 	st := newStackSide(t, ConnConfig{})
 	q := st.newQP(t, 0, 0)
 	p := answerDialNoRTR(t, q.qp, ConnConfig{FirstFPDUHold: hold}, mpa.Config{IRD: 8, ORD: 8})

@@ -46,7 +46,7 @@ func TestDialFailedAtRTRLeavesQPIdle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	// The delay lets the reset arrive before the RTR is written.
-	err = s.qp.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{FirstFPDUDelay: 200 * time.Millisecond})
+	err = s.qp.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{FirstFPDUDelay: time.Second})
 	<-served
 	require.Error(t, err, "the RTR write on a reset connection")
 	require.Equal(t, StateIdle, s.qp.State())
