@@ -381,10 +381,7 @@ func (qp *QP) rxCommit() error {
 		if mr, _ := qp.dev.lookup(j.stag); mr == nil {
 			// The result buffer's region died since the atomic was posted
 			// (dead STags stay dead, as for a Read's sink).
-			err := ddp.Errorf(ddp.ETypeCatastrophic, 0, "atomic result: lkey %#x no longer valid", j.stag)
-			qp.rxFatal(err)
-			qp.completeSQ(j.sqIdx, LocProtErr, true)
-			return err
+			return qp.failSQ(ddp.Errorf(ddp.ETypeCatastrophic, 0, "atomic result: lkey %#x no longer valid", j.stag), j.sqIdx)
 		}
 		putOriginal(j.buf, rdmap.AtomicResponse(x.hdr[ddp.UntaggedHdrLen:x.hl]).Original())
 		idx := j.sqIdx

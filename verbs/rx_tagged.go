@@ -70,6 +70,15 @@ func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
 	return nil
 }
 
+// failSQ ends the QP for err and completes SQ entry idx (a Read or an
+// atomic whose local buffer died since it was posted) with LocProtErr: the
+// cause first, so that the application polling the WC finds it in Err.
+func (qp *QP) failSQ(err error, idx uint64) error {
+	qp.rxFatal(err)
+	qp.completeSQ(idx, LocProtErr, true)
+	return err
+}
+
 // rxReadResponse places a Read Response segment into the sink of our oldest
 // outstanding Read; rdmap.CheckReadResponse checks that it continues exactly
 // where the last one ended.
@@ -98,10 +107,7 @@ func (qp *QP) rxReadResponse(h ddp.Tagged, n int) error {
 			x.readMR, _ = qp.dev.lookup(j.stag)
 		}
 		if x.readMR == nil || !x.readMR.live(j.stag) {
-			err := taggedErr(accessSTag, h.STag(), h.TO(), n)
-			qp.rxFatal(err) // the cause first, then the WC (as rxSend's LocLenErr)
-			qp.completeSQ(j.sqIdx, LocProtErr, true)
-			return err
+			return qp.failSQ(taggedErr(accessSTag, h.STag(), h.TO(), n), j.sqIdx)
 		}
 	}
 	dst := j.buf[x.readOff : x.readOff+uint32(n)]

@@ -39,12 +39,7 @@ func (qp *QP) rxSend(h ddp.Untagged, op rdmap.Opcode, n int) error {
 	}
 	mo := int(mo32)
 	if err := ddp.CheckMsgLen(mo32, uint32(n), clampU32(x.recv.total)); err != nil {
-		x.recvOn = false
-		qp.rxFatal(err)
-		qp.rxPublish() // the count before the completion, as rxLoop does
-		qp.recvCQ.push(WC{ID: x.recv.id, Status: LocLenErr, Opcode: WCRecv, QP: qp})
-		x.recv.release()
-		return err
+		return qp.failRecv(err, LocLenErr, WCRecv)
 	}
 	// Scatter into the receive buffer's elements.
 	off, left := mo, n
@@ -108,10 +103,18 @@ func (qp *QP) recvLive(i int, op WCOpcode) error {
 		return nil
 	}
 	err := ddp.Errorf(ddp.ETypeCatastrophic, 0, "receive %#x: lkey %#x no longer valid", x.recv.id, x.recv.keys[i])
+	return qp.failRecv(err, LocProtErr, op)
+}
+
+// failRecv ends the QP for err and completes the receive under way with
+// st: the cause first, so that the application polling the WC finds it
+// in Err (rxFatal), and the count before the completion, as rxLoop does.
+func (qp *QP) failRecv(err error, st WCStatus, op WCOpcode) error {
+	x := &qp.rx
 	x.recvOn = false
 	qp.rxFatal(err)
 	qp.rxPublish()
-	qp.recvCQ.push(WC{ID: x.recv.id, Status: LocProtErr, Opcode: op, QP: qp})
+	qp.recvCQ.push(WC{ID: x.recv.id, Status: st, Opcode: op, QP: qp})
 	x.recv.release()
 	return err
 }
