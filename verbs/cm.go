@@ -248,8 +248,9 @@ type Listener struct {
 	once   sync.Once
 
 	mu    sync.Mutex
-	queue []*ConnRequest // read, not yet taken; oldest first
-	ready chan struct{}  // capacity 1: the queue has requests
+	queue []*ConnRequest            // read, not yet taken; oldest first
+	taken map[*ConnRequest]struct{} // taken, not yet answered: still watched
+	ready chan struct{}             // capacity 1: the queue has requests
 }
 
 // maxHandshakes bounds the start-ups a Listener runs at once; one more
@@ -267,7 +268,8 @@ func (d *Device) Listen(ctx context.Context, network, addr string, cfg ConnConfi
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{dev: d, ln: ln, cfg: cfg, stop: make(chan struct{}), ready: make(chan struct{}, 1)}
+	l := &Listener{dev: d, ln: ln, cfg: cfg, stop: make(chan struct{}), ready: make(chan struct{}, 1),
+		taken: make(map[*ConnRequest]struct{})}
 	l.starts.max = maxHandshakes
 	d.mu.Lock()
 	d.listeners[l] = struct{}{}
@@ -290,6 +292,9 @@ func (l *Listener) Close() error {
 		l.mu.Lock()
 		for _, r := range l.queue {
 			r.conn.Close() // its watch ends and drops it
+		}
+		for r := range l.taken {
+			r.conn.SetReadDeadline(time.Now()) // its watch ends; the request stays the application's
 		}
 		l.mu.Unlock()
 		l.dev.mu.Lock()
@@ -369,6 +374,7 @@ func (l *Listener) handshake(s *startup) *ConnRequest {
 		return nil
 	}
 	r := &ConnRequest{l: l, conn: conn, req: req, PrivateData: append([]byte(nil), upd...), watched: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancelCause(context.Background())
 	if v, err := req.IRDORD(); err == nil && req.HasIRDORD() {
 		r.IRD, r.ORD, r.P2P = int(v.IRD), int(v.ORD), v.P2P
 	}
@@ -397,27 +403,6 @@ func (l *Listener) handshake(s *startup) *ConnRequest {
 	return r
 }
 
-// watch holds a queued request until GetRequest takes it. A request whose
-// initiator closes, resets or sends anything (it may not before our Reply)
-// is dead, and one not taken within BacklogTimeout has expired: either is
-// closed and leaves the queue at once, giving its place back.
-func (l *Listener) watch(r *ConnRequest) {
-	defer close(r.watched)
-	tcpx.AwaitReadable(r.conn) // the activity, the deadline, or GetRequest's interruption
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if r.taken {
-		return
-	}
-	for i, q := range l.queue {
-		if q == r {
-			l.queue = append(l.queue[:i], l.queue[i+1:]...)
-			break
-		}
-	}
-	r.conn.Close()
-}
-
 // reject sends a Reject to req without private data, best effort.
 func (l *Listener) reject(conn *net.TCPConn, req mpa.Frame) {
 	if b, err := mpa.Reject(l.rejectConfig(), req, nil).Append(nil); err == nil {
@@ -435,7 +420,7 @@ func (l *Listener) GetRequest(ctx context.Context) (*ConnRequest, error) {
 			r := l.queue[0]
 			l.queue[0] = nil
 			l.queue = l.queue[1:]
-			r.taken = true
+			l.take(r)
 			more := len(l.queue) > 0
 			l.mu.Unlock()
 			if more {
@@ -444,9 +429,6 @@ func (l *Listener) GetRequest(ctx context.Context) (*ConnRequest, error) {
 				default:
 				}
 			}
-			r.conn.SetReadDeadline(time.Now()) // ends the watch
-			<-r.watched
-			r.conn.SetDeadline(time.Time{})
 			return r, nil
 		}
 		l.mu.Unlock()
@@ -468,7 +450,10 @@ type ConnRequest struct {
 	once    sync.Once
 	done    atomic.Bool   // once has run: answered
 	taken   bool          // by GetRequest; guarded by l.mu
+	ending  bool          // Accept or Reject ends the watch; guarded by l.mu
 	watched chan struct{} // closed when the Listener's watch of it ends
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
 
 	// PrivateData is the initiator's private data (without the rev-2
 	// IRD/ORD word).
@@ -510,7 +495,7 @@ func (r *ConnRequest) Accept(ctx context.Context, qp *QP, privateData []byte) er
 	}
 	defer qp.unclaim()
 	err := errAnswered
-	r.once.Do(func() { r.done.Store(true); err = r.accept(ctx, qp, privateData) })
+	r.once.Do(func() { r.done.Store(true); r.endWatch(); err = r.accept(ctx, qp, privateData) })
 	return err
 }
 
@@ -577,6 +562,7 @@ func (r *ConnRequest) Reject(privateData []byte) error {
 	err := errAnswered
 	r.once.Do(func() {
 		r.done.Store(true)
+		r.endWatch()
 		defer r.conn.Close()
 		var b []byte
 		b, err = mpa.Reject(r.l.rejectConfig(), r.req, privateData).Append(nil)

@@ -189,3 +189,60 @@ func TestStartupsVictim(t *testing.T) {
 	require.Same(t, conns[0], ev, "no silent one is old enough: the oldest")
 	require.Equal(t, 3, tab.len())
 }
+
+// A request the application has taken but not answered stays watched: its
+// initiator closing ends its Context (ErrInitiatorGone) at once, so a queue
+// above the Listener can free it; Reject then gives the fd back.
+func TestTakenRequestGone(t *testing.T) {
+	checkRoutines(t)
+	s := newStackSide(t, ConnConfig{})
+	base := openFDs(t)
+	c := rawConnect(t, s.ln.Addr().String())
+	rawWrite(t, c, goodRequest())
+	r := s.getRequest(t)
+	select {
+	case <-r.Context().Done():
+		t.Fatal("the Context ended while the initiator waits")
+	case <-time.After(100 * time.Millisecond):
+	}
+	start := time.Now()
+	c.Close()
+	select {
+	case <-r.Context().Done():
+	case <-time.After(peerTimeout):
+		t.Fatal("the initiator closed; the Context did not end")
+	}
+	t.Logf("the Context ended %v after the close", time.Since(start).Round(time.Microsecond))
+	require.ErrorIs(t, context.Cause(r.Context()), ErrInitiatorGone)
+	r.Reject(nil)
+	require.True(t, waitFor(peerTimeout, func() bool { return openFDs(t) <= base }), "%d fds above the start", openFDs(t)-base)
+	s.wantServes(t)
+}
+
+// Answering ends the Context without ErrInitiatorGone; so does closing the
+// Listener (ErrClosed), which also ends the watch of a request taken and
+// never answered.
+func TestTakenRequestContext(t *testing.T) {
+	checkRoutines(t)
+	s := newStackSide(t, ConnConfig{})
+	c := rawConnect(t, s.ln.Addr().String())
+	rawWrite(t, c, goodRequest())
+	r := s.getRequest(t)
+	q := s.newQP(t, 4, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	require.NoError(t, r.Accept(ctx, q.qp, nil))
+	require.ErrorIs(t, context.Cause(r.Context()), context.Canceled)
+
+	c2 := rawConnect(t, s.ln.Addr().String())
+	rawWrite(t, c2, goodRequest())
+	r2 := s.getRequest(t)
+	s.ln.Close()
+	select {
+	case <-r2.Context().Done():
+	case <-time.After(peerTimeout):
+		t.Fatal("the Listener closed; the Context did not end")
+	}
+	require.ErrorIs(t, context.Cause(r2.Context()), ErrClosed)
+	require.NoError(t, r2.Reject(nil), "a request taken is still the application's to answer")
+}
