@@ -18,7 +18,9 @@ package perf
 //   - One goroutine (router) takes every connection request as it comes:
 //     while a client is served, only requests of its test are passed on;
 //     another client's is held for busyWait, in case the test ends, and
-//     then refused as busy rather than left waiting for a Reply.
+//     then refused as busy rather than left waiting for a Reply. A request
+//     whose initiator closes while the router holds it, either way, is
+//     closed and freed at once (its Context ends).
 //   - What a peer sends never sizes our memory beyond --max-region (see
 //     Params.regionBytes).
 
@@ -28,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -110,6 +113,9 @@ type router struct {
 	timer *time.Timer                   // refuses the held requests whose time is up
 	claim func(*verbs.ConnRequest) bool // nil: idle
 	err   error                         // the listener's, once done
+	// unwatch stops, for each request queued or held, the callback that
+	// frees it once its initiator has gone.
+	unwatch map[*verbs.ConnRequest]func() bool
 }
 
 type heldRequest struct {
@@ -131,7 +137,8 @@ var (
 )
 
 func newRouter(ln *verbs.Listener) *router {
-	r := &router{ln: ln, ready: make(chan struct{}, 1), done: make(chan struct{})}
+	r := &router{ln: ln, ready: make(chan struct{}, 1), done: make(chan struct{}),
+		unwatch: make(map[*verbs.ConnRequest]func() bool)}
 	go r.loop()
 	return r
 }
@@ -152,11 +159,13 @@ func (r *router) loop() {
 		case full:
 		case r.claim == nil || r.claim(req):
 			r.queue = append(r.queue, req)
+			r.watch(req)
 			r.mu.Unlock()
 			r.signal()
 			continue
 		case !bytes.HasPrefix(req.PrivateData, []byte(qpPrefix)):
 			r.hold(heldRequest{req, time.Now()})
+			r.watch(req)
 			r.mu.Unlock()
 			continue
 		}
@@ -170,6 +179,39 @@ func (r *router) signal() {
 	case r.ready <- struct{}{}:
 	default:
 	}
+}
+
+// watch frees req once its initiator has gone, if the router still has it
+// then. r.mu is held.
+func (r *router) watch(req *verbs.ConnRequest) {
+	ctx := req.Context()
+	r.unwatch[req] = context.AfterFunc(ctx, func() {
+		if errors.Is(context.Cause(ctx), verbs.ErrInitiatorGone) { // not the listener's close: r.close refuses those
+			r.forget(req)
+		}
+	})
+}
+
+// release stops watching req, which leaves the router. r.mu is held.
+func (r *router) release(req *verbs.ConnRequest) {
+	if stop, ok := r.unwatch[req]; ok {
+		stop()
+		delete(r.unwatch, req)
+	}
+}
+
+// forget drops req from the queue or the held requests, and closes it.
+func (r *router) forget(req *verbs.ConnRequest) {
+	r.mu.Lock()
+	if _, ok := r.unwatch[req]; !ok {
+		r.mu.Unlock()
+		return // passed on or answered meanwhile
+	}
+	delete(r.unwatch, req)
+	r.queue = slices.DeleteFunc(r.queue, func(q *verbs.ConnRequest) bool { return q == req })
+	r.held = slices.DeleteFunc(r.held, func(h heldRequest) bool { return h.req == req })
+	r.mu.Unlock()
+	req.Reject(nil) // closes the socket; the initiator is gone
 }
 
 // hold holds h until the test ends or its time is up. r.mu is held.
@@ -190,6 +232,9 @@ func (r *router) expire() {
 	}
 	late := append([]heldRequest(nil), r.held[:n]...)
 	r.held = r.held[n:]
+	for _, h := range late {
+		r.release(h.req)
+	}
 	r.timer = nil
 	if len(r.held) > 0 {
 		r.timer = time.AfterFunc(time.Until(r.held[0].at.Add(busyWait)), r.expire)
@@ -207,6 +252,7 @@ func (r *router) GetRequest(ctx context.Context) (*verbs.ConnRequest, error) {
 		if len(r.queue) > 0 {
 			req := r.queue[0]
 			r.queue = r.queue[1:]
+			r.release(req)
 			r.mu.Unlock()
 			return req, nil
 		}
@@ -236,6 +282,7 @@ func (r *router) serving(claim func(*verbs.ConnRequest) bool) {
 		case claim(q):
 			keep = append(keep, q)
 		case bytes.HasPrefix(q.PrivateData, []byte(qpPrefix)):
+			r.release(q)
 			refuse = append(refuse, q)
 		default:
 			r.hold(heldRequest{q, time.Now()})
@@ -278,6 +325,9 @@ func (r *router) idle() {
 	r.claim = nil
 	stale := r.queue
 	r.queue = nil
+	for _, q := range stale {
+		r.release(q)
+	}
 	for _, h := range r.held {
 		r.queue = append(r.queue, h.req)
 	}
@@ -303,6 +353,10 @@ func (r *router) close() {
 	r.mu.Lock()
 	stale, held := r.queue, r.held
 	r.queue, r.held = nil, nil
+	for req, stop := range r.unwatch {
+		stop()
+		delete(r.unwatch, req)
+	}
 	if r.timer != nil {
 		r.timer.Stop()
 		r.timer = nil
