@@ -81,11 +81,24 @@ func measureCPU(p *Params, fn func() (Report, error)) (Report, cpuCost, error) {
 	return r, c, err
 }
 
+// minCPUBytes is the least a measurement must move for its CPU cost per
+// GiB to be printed: below it the CPU measured is the set-up's and the
+// clock's granularity, not the transfer's, and the ratio divides by almost
+// nothing.
+const minCPUBytes = 1 << 20
+
+// ratioOK reports whether c moved enough for a CPU cost per GiB.
+func (c cpuCost) ratioOK() bool { return c.bytes >= minCPUBytes }
+
 // cpuLine is the CPU cost line under a bandwidth table.
 func cpuLine(c cpuCost, loopback bool) string {
 	who := "this process"
 	if loopback {
 		who = "both sides, in this process"
+	}
+	if !c.ratioOK() {
+		return fmt.Sprintf(" CPU       : %.2f s user+sys for %.0f octets (%s): too little moved for a cost per GiB",
+			c.cpu.total().Seconds(), c.bytes, who)
 	}
 	return fmt.Sprintf(" CPU       : %.2f s user+sys for %.2f GiB = %.3f s/GiB (%s): user %.3f, sys %.3f s/GiB",
 		c.cpu.total().Seconds(), c.bytes/(1<<30), c.perGiB(), who, c.perGiBOf(c.cpu.user), c.perGiBOf(c.cpu.sys))

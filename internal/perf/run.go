@@ -586,7 +586,7 @@ func Demo(ctx context.Context, p *Params, w io.Writer) error {
 		ratio = rb / tb
 	}
 	fmt.Fprintf(w, "RDMA Write %s: %.1f %s = %.2f × raw TCP (%.1f %s)\n", sizeName(p.Size), rb, unit, ratio, tb, unit)
-	if rc, tc := rdmaCPU, lastCPU.Load(); rc != nil && tc != nil && tc.perGiB() > 0 {
+	if rc, tc := rdmaCPU, lastCPU.Load(); rc != nil && tc != nil && rc.ratioOK() && tc.ratioOK() && tc.perGiB() > 0 {
 		fmt.Fprintf(w, "CPU per GiB, both sides: %.3f s = %.2f × raw TCP (%.3f s); user %.3f s against %.3f, sys %.3f s against %.3f\n",
 			rc.perGiB(), rc.perGiB()/tc.perGiB(), tc.perGiB(), rc.perGiBOf(rc.cpu.user), tc.perGiBOf(tc.cpu.user), rc.perGiBOf(rc.cpu.sys), tc.perGiBOf(tc.cpu.sys))
 	}
