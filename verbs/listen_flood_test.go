@@ -246,3 +246,29 @@ func TestTakenRequestContext(t *testing.T) {
 	require.ErrorIs(t, context.Cause(r2.Context()), ErrClosed)
 	require.NoError(t, r2.Reject(nil), "a request taken is still the application's to answer")
 }
+
+// Octets waiting unread count as progress: on a loaded machine the
+// start-up's goroutine may not have run yet.
+func TestStartupsVictimPending(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	sc, err := ln.Accept()
+	require.NoError(t, err)
+	defer sc.Close()
+	_, err = c.Write([]byte{1})
+	require.NoError(t, err)
+	require.True(t, waitFor(time.Second, func() bool { return pending(sc.(*net.TCPConn)) }))
+
+	var tab startups
+	tab.max = 2
+	now := time.Now()
+	silent := &net.TCPConn{}
+	tab.add(sc.(*net.TCPConn), now.Add(-2*time.Second)) // unread octet
+	tab.add(silent, now.Add(-time.Second))
+	_, ev := tab.add(&net.TCPConn{}, now)
+	require.Same(t, silent, ev, "the one with an octet waiting is not silent")
+}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goiwarp/iwarp/tcpx"
 )
 
 // A Listener's start-ups in progress: connections accepted whose
@@ -14,8 +16,9 @@ import (
 // let silent peers hold the port for RequestTimeout each: a new connection
 // evicts one in progress, as Linux's full SYN queue drops the oldest.
 //
-// The victim is the oldest start-up that has received nothing since it was
-// accepted at least silentGrace ago; failing that, the oldest of all. A
+// The victim is the oldest start-up that has received nothing (neither
+// read nor waiting in the socket) since it was accepted at least silentGrace
+// ago; failing that, the oldest of all. A
 // legitimate initiator sends as soon as TCP has connected, so under a flood
 // of silent peers it is never the one evicted unless maxHandshakes newer
 // peers came in the moment before its first octets. Progress only protects
@@ -80,11 +83,18 @@ func (t *startups) victim(now time.Time) *startup {
 		if now.Sub(s.at) < silentGrace {
 			break // the rest are younger still
 		}
-		if s.got.Load() == 0 {
+		if s.got.Load() == 0 && !pending(s.TCPConn) {
 			return s
 		}
 	}
 	return t.order.Front().Value.(*startup)
+}
+
+// pending reports whether octets wait on conn: a start-up whose goroutine
+// has not run yet (a loaded machine) has progressed all the same.
+func pending(conn *net.TCPConn) bool {
+	n, err := tcpx.Buffered(conn)
+	return err == nil && n > 0
 }
 
 // done takes s out of the table once its start-up has ended; false if it
