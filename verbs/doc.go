@@ -25,7 +25,11 @@
 // (QP.Dial) with ConnConfig.PrivateData. Private data, up to 508 octets each
 // way, is how RDMA programs exchange what they need to address each other:
 // typically a buffer's address, length and RKey (QP.PeerPrivateData has
-// the peer's).
+// the peer's). A request taken and not yet answered stays watched: its
+// Context ends once the initiator has gone, so that an application that
+// holds requests (busy with another client) can free it at once. A flood of
+// silent connections does not lock legitimate initiators out: past 256
+// start-ups in progress, a new one evicts the oldest silent one.
 //
 // # Moving data
 //

@@ -25,7 +25,8 @@
 //     and formats.
 //   - run.go: the roles of client and server, --loopback, the demo.
 //   - serve.go: a server that hostile clients cannot wedge: one client at a
-//     time, the others refused as busy, a deadline on every wait on the
+//     time, the others refused as busy (or freed at once when they
+//     close while held), a deadline on every wait on the
 //     peer (--exchange-timeout), --max-region, and the loop that drops a
 //     failed client and serves the next.
 //
