@@ -319,6 +319,9 @@ func (l *Listener) acceptLoop() {
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
+			if fdLimit(err) && l.starts.evict(time.Now()) {
+				continue // a start-up's fd is free for the next
+			}
 			time.Sleep(10 * time.Millisecond) // EMFILE and friends: do not spin
 			continue
 		}

@@ -2,9 +2,11 @@ package verbs
 
 import (
 	"container/list"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/goiwarp/iwarp/tcpx"
@@ -17,14 +19,15 @@ import (
 // evicts one in progress, as Linux's full SYN queue drops the oldest.
 //
 // The victim is the oldest start-up that has received nothing (neither
-// read nor waiting in the socket) since it was accepted at least silentGrace
-// ago; failing that, the oldest of all. A
-// legitimate initiator sends as soon as TCP has connected, so under a flood
-// of silent peers it is never the one evicted unless maxHandshakes newer
-// peers came in the moment before its first octets. Progress only protects
-// a start-up from the silent rule: a flood that sends one octet each is
-// evicted oldest first, so sending a little never outranks a peer that has
-// just connected. No limit is per source address, which would refuse the
+// read nor waiting in the socket) since it was accepted at least
+// silentGrace ago; failing that, the oldest of all. A legitimate initiator
+// sends as soon as TCP has connected, so under a flood of silent peers it
+// is never the one evicted unless maxHandshakes newer peers came in the
+// moment before its first octets. Progress only protects a start-up from
+// the silent rule: a flood that sends one octet each is evicted oldest
+// first, so sending a little never outranks a peer that has just
+// connected. Out of fds (accept's EMFILE), a start-up is evicted the same
+// way to make room. No limit is per source address, which would refuse the
 // clients behind a NAT together.
 
 // silentGrace is how long a start-up may have received nothing before it
@@ -95,6 +98,26 @@ func (t *startups) victim(now time.Time) *startup {
 func pending(conn *net.TCPConn) bool {
 	n, err := tcpx.Buffered(conn)
 	return err == nil && n > 0
+}
+
+// evict closes a start-up, the one add would: out of fds, accepting one
+// more needs one. False if there is none.
+func (t *startups) evict(now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.order.Len() == 0 {
+		return false
+	}
+	v := t.victim(now)
+	t.order.Remove(v.elem)
+	v.elem = nil
+	v.TCPConn.Close()
+	return true
+}
+
+// fdLimit reports whether err is accept's "too many open files".
+func fdLimit(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
 }
 
 // done takes s out of the table once its start-up has ended; false if it
