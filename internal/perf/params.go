@@ -173,7 +173,7 @@ const (
 	// above this message size unless -Q is given (MSG_SIZE_CQ_MOD_LIMIT).
 	cqModSizeLimit = 8192
 	// defCQWake: bandwidth tests wake their loop once this many
-	// completions have queued (--cq-wake); see BENCHMARKS.md.
+	// completions have queued (--cq-wake; BENCHMARKS.md, "Reads and Sends").
 	defCQWake = 16
 	// noPeakIters: perftest does not compute the peak above this many
 	// iterations (the search is quadratic).
