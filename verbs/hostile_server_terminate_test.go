@@ -102,7 +102,7 @@ func TestHostileServerPeerTerminate(t *testing.T) {
 			want: rdmap.Terminate{Layer: 3, EType: 0, Code: 1}},
 		{name: "undefined RDMAP remote operation code 0x42", raw: []byte{0x02, 0x42, 0x00, 0x00},
 			want: rdmap.Terminate{Layer: rdmap.LayerRDMAP, EType: rdmap.ETypeRemoteOperation, Code: 0x42}},
-		// Linux siw's byte-swapped control word (siw-notes.md).
+		// Linux siw's byte-swapped control word, as observed on the wire.
 		{name: "siw form: LLP CRC", raw: []byte{0x02, 0x02, 0x00, 0x00},
 			want: rdmap.Terminate{Layer: rdmap.LayerLLP, EType: rdmap.ETypeMPA, Code: uint8(mpa.CodeCRC), SiwForm: true}},
 		{name: "siw form: DDP untagged no buffer, with the header",

@@ -26,7 +26,7 @@ import (
 //   - the exact Terminate the stack sends back (layer, error type, code and
 //     the headers RFC 5040 Figure 10 asks for), then its half-close; or, for
 //     a Terminate the server sends, that the stack answers it with nothing
-//     but the end of its stream (RFC 5040 section 5.4; STYLE.md practice 7)
+//     but the end of its stream (RFC 5040 section 5.4: a received Terminate is never echoed)
 //     and records it in qp.Err() as a *TerminateError with Remote set;
 //   - the QP's state (ERROR) and qp.Err();
 //   - that outstanding work requests (an RDMA Read the server never

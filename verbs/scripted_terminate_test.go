@@ -31,7 +31,7 @@ func TestScriptedPeerTerminate(t *testing.T) {
 		{"RDMAP remote protection with the Read Request", terminateULPDU(rdmapTerm(rdmap.ETypeRemoteProtection, rdmap.CodeInvalidSTag, rr))[ddp.UntaggedHdrLen:],
 			rdmapTerm(rdmap.ETypeRemoteProtection, rdmap.CodeInvalidSTag, rr)},
 		{"LLP CRC, no headers", []byte{0x20, 0x02, 0x00, 0x00}, llpTerm(mpa.CodeCRC)},
-		// siw-notes.md "Observed on the wire": Linux siw on x86 sends the
+		// Observed on the wire: Linux siw on x86 sends the
 		// control word with its C bitfields in little-endian order.
 		{"siw form: DDP tagged invalid STag",
 			append([]byte{0x11, 0x00, 0x03, 0x00, 0x00, 0x10}, badWrite[:ddp.TaggedHdrLen]...),

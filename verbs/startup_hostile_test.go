@@ -75,7 +75,7 @@ const (
 	// responder's RTRs MUST send one) is answered with a Terminate 0x07 of
 	// our own, and Accept reports ours instead of the peer's: RFC 5040
 	// section 5.4, "The RDMAP layer MUST Deliver the Terminate Message to
-	// the ULP"; STYLE.md practice 7, a received Terminate is never echoed.
+	// the ULP"; a received Terminate is never echoed.
 	bugRTRTerminate = "rtr-terminate"
 	// A responder that supports none of the offered RTRs rejects with no RTR
 	// flag set; RFC 6581 section 9.2: "the responder MUST set at least one

@@ -33,8 +33,8 @@ func TestHostileRequestClosed(t *testing.T) {
 	}{
 		// RFC 5044 section 7.1.1 Key: "Responder mode receivers MUST check
 		// this field for the same value, and close the connection"; 7.1.2
-		// rule 5. siw: -EPROTO and close (siw-notes.md: "An MPA Request with
-		// a wrong key gets no reply"). Every frame is exactly 20 octets, so
+		// rule 5. siw: -EPROTO and close (observed: an MPA Request with a
+		// wrong key gets no reply). Every frame is exactly 20 octets, so
 		// nothing is left unread and the close is a FIN.
 		{name: "wrong key", send: mpaFrame("MPA ID Foo Frame", flagC, 1, 0)},
 		{name: "key with one bit off", send: mpaFrame("MPA ID Req Framd", flagC, 1, 0)}, // 'e' ^ 0x01
