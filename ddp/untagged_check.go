@@ -46,14 +46,9 @@ package ddp
 // before it reads the MSN, so there a wrong MSN with nothing posted is 0x02;
 // here the MSN comes first: an MSN outside the range has no buffer to speak
 // of, and were check 2 made first, every wrong MSN would fail it and 0x03
-// could never be sent.
-//
-// This package used to have a Queue type whose CheckMSN answered an MSN ahead
-// of the expected one but within the receive queue's depth with 0x02, and
-// accepted one ahead for which a buffer was posted. The QP never called it and
-// answered 0x03 for both. The RFC's range ends at the last buffer available,
-// not at the queue's depth, and nothing read in order can place a message
-// ahead of one not yet received, so the QP's answer is the one kept here.
+// could never be sent. The range ends at the last buffer available, not at
+// the receive queue's depth: nothing read in order can place a message ahead
+// of one not yet received.
 
 // CheckQN checks that qn names one of the stream's nq untagged queues,
 // numbered from zero (RFC 5041 section 7.1 check 1). Which queues exist is up

@@ -42,17 +42,9 @@ import (
 
 // Where each kernel takes over. The CRCs of successive FPDUs do not depend
 // on each other, so what counts is the time of independent calls
-// (BenchmarkCRC32cKernels/mode=independent), not the latency of one; on an
-// AMD EPYC (Zen 4), fastest of 8 runs, ns:
-//
-//	octets  hash/crc32  single  triple  fold
-//	    64        10.5     8.2     7.3   5.7
-//	   128        13.9    12.8     8.7   6.6
-//	   256        20.7    22.5    13.5   8.2
-//
-// One chain below 64 octets, then folding where the CPU has it, else three
-// streams. (Chained, fold's longer latency loses to three streams up to 192
-// octets: 12.2 against 11.0 ns there.)
+// (BenchmarkCRC32cKernels/mode=independent), not the latency of one: one
+// chain below 64 octets, then folding where the CPU has it, else three
+// streams (docs/measurements.md has the crossover figures).
 const (
 	singleMax = 64
 	foldMin   = 64

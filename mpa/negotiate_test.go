@@ -453,7 +453,7 @@ func TestRespondBadRequests(t *testing.T) {
 		{"reply key", Frame{Reply: true, Rev: 1}, false},
 		{"rev 0", Frame{Rev: 0}, false},
 		{"rev 3", Frame{Rev: 3}, false},
-		// siw answers R|H (shared/siw-vm/README.md).
+		// siw answers R|H (observed with Linux siw 6.1).
 		{"enhanced without the word", Frame{Enhanced: true, Rev: 2, PrivateData: []byte{0, 1}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,7 +35,7 @@ var goldenFrames = []struct {
 	wire  string
 	frame Frame
 }{{
-	// What Linux siw 6.1 sends (shared/siw-vm/README.md), here with IRD 16 and ORD 8.
+	// What Linux siw 6.1 sends (observed on the wire), here with IRD 16 and ORD 8.
 	name:  "siw request",
 	wire:  "MPA ID Req Frame|10 02 0004 0010 0008",
 	frame: Frame{Enhanced: true, Rev: 2, PrivateData: []byte{0x00, 0x10, 0x00, 0x08}},

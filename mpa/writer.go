@@ -232,11 +232,10 @@ func (w *Writer) takeArena() {
 //
 // That bound also sets the size of a bulk sender's writes, and the size
 // matters: at an Ethernet MSS an arena flushed at this bound writes 178
-// FPDUs of 1448 octets (257 744 octets), which TCP sends as three
-// 45-segment GSO packets and one of 43. Flushed only when the next FPDU
-// no longer fits (181 FPDUs, 262 088 octets), every write ended in a GSO
-// packet of one segment: 57 400 octets a packet instead of 64 200 on the
-// veth pair, and write_bw took 15 % more CPU on both sides.
+// FPDUs of 1448 octets, which TCP sends in GSO packets of 43 to 45
+// segments. Flushed only when the next FPDU no longer fits (181 FPDUs),
+// every write ended in a GSO packet of one segment, which cost CPU on both
+// sides (docs/measurements.md).
 func room(pieces, total int) int {
 	return LenFieldLen + MaxHeader + copyMax*pieces + 8 + MarkerLen*(total/MarkerInterval+2)
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The FPDUs that tshark 4.0.17 decoded with "Good CRC32"
-// (shared/reference/tshark/README.md), as written to the socket.
+// The FPDUs that tshark 4.0.17 decoded with "Good CRC32" in a capture of
+// this stack's traffic, as written to the socket.
 var tsharkFPDUs = map[string]string{
 	"send1":  "00 17 41 43 00 00 00 00 00 00 00 00 00 00 00 01 00 00 00 00 68 65 6c 6c 6f 00 00 00 b9 90 b1 0c",
 	"send2":  "00 1a 41 43 00 00 00 00 00 00 00 00 00 00 00 02 00 00 00 00 69 57 41 52 50 2d 30 31 96 ea 0d 74",

@@ -183,7 +183,7 @@ func TestTerminateRFCEncodings(t *testing.T) {
 	}
 }
 
-// Linux siw on x86 (shared/reference/siw-notes.md, "Observed on the wire").
+// Linux siw on x86, as observed on the wire.
 func TestParseTerminateSiw(t *testing.T) {
 	t.Run("write to invalid STag", func(t *testing.T) {
 		// The notes elide the header after "c1 40 de ad be 00"; the TO

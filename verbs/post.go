@@ -245,8 +245,8 @@ func (qp *QP) fill(idx uint64, wr *SendWR) error {
 	// stack and copied in with 16-octet loads, which cannot take their
 	// data from the narrower stores that built it and so wait for every
 	// store before them to reach the cache, the last WR's included, whose
-	// lines the transmit loop on another core may hold (10 % of write_bw
-	// -s 64 -t 128 on that copy).
+	// lines the transmit loop on another core may hold
+	// (docs/measurements.md).
 	*e = sqe{}
 	e.id, e.op, e.raddr, e.rkey, e.invKey = wr.ID, wr.Opcode, wr.RemoteAddr, wr.RKey, wr.InvalidateRKey
 	e.signaled = qp.cfg.SigAll || wr.Flags&Signaled != 0

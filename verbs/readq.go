@@ -37,8 +37,8 @@ type readQueue struct {
 	head   int
 	n      int
 	// count mirrors n for readers that take no lock: the transmit loop
-	// asks whether a Read waits once per message it sends, and a lock
-	// there cost a Write-only stream 5 % of its transmit loop.
+	// asks whether a Read waits once per message it sends, too often to
+	// take a lock for a Write-only stream.
 	count atomic.Int32
 }
 

@@ -57,10 +57,9 @@ import (
 // transmit loop wakes (with a completion) runs on the transmit loop's
 // processor after it (Go's runnext), and another processor takes it over
 // only after microseconds, so a poster that blocks takes turns with the
-// transmit loop: 64 B Writes at -t 128 over loopback went from 6-7 M msg/s
-// blocking to 8-9 M spinning. Long waits (large messages, a slow link) are
-// not spun: there spinning only burns CPU, which the runs measure (64 KiB
-// Writes over loopback: 0.53 s/GiB blocking, 0.63 spinning up to 50 µs).
+// transmit loop and small messages go slower. Long waits (large messages, a
+// slow link) are not spun: there spinning only burns CPU, which the runs
+// measure (docs/measurements.md).
 const (
 	bwSpin    = 30 * time.Microsecond
 	bwSpinAvg = 15 * time.Microsecond

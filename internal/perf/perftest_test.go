@@ -86,7 +86,7 @@ func ptRun(t *testing.T, serverArgs, clientArgs []string, perftestOnly bool) (sr
 }
 
 // ptSizes is the size of every message each side sends in perftest's
-// exchange for a test on q QPs (perftest-wire.md, section 2.3).
+// exchange for a test on q QPs (the sequence ptSizesOf models).
 func ptSizes(test Test, q int) []int { return ptSizesOf(test, q, perftest.DestLen, 1, false) }
 
 func ptSizesDest(test Test, q, dest int) []int { return ptSizesOf(test, q, dest, 1, false) }

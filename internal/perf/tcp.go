@@ -112,7 +112,7 @@ func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) 
 
 // tcpListener is a tcp_* server's listener, with the control connections
 // of clients that came while a run accepted its data connections: held for
-// the next run, where they used to be read as data connections and reset.
+// the next run, rather than read as data connections and reset.
 type tcpListener struct {
 	*net.TCPListener
 	held []heldConn
