@@ -13,6 +13,7 @@ import (
 
 	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,7 +39,7 @@ func TestNVMeKernelHostANA(t *testing.T) {
 	p1, err := tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp1), nvmeof.PortConfig{Subsystems: []string{nvmeNQN}})
 	require.NoError(t, err)
 	p2, err := tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp2), nvmeof.PortConfig{Subsystems: []string{nvmeNQN},
-		ANA: map[uint32]nvmeof.ANAState{1: nvmeof.ANANonOptimized}})
+		ANA: map[uint32]nvme.ANAState{1: nvme.ANANonOptimized}})
 	require.NoError(t, err)
 
 	script := fmt.Sprintf(`for p in %[1]d %[2]d; do
@@ -92,18 +93,18 @@ dmesg | grep -iE 'nvme|ana' | tail -20`, hp1, hp2, nvmeNQN)
 	require.Equal(t, "WRITE1 rc=0", guestLine(t, vm, "WRITE1 rc=", step))
 
 	guestLine(t, vm, "READY1", step)
-	require.NoError(t, p1.SetANAState(1, nvmeof.ANAInaccessible))
-	require.NoError(t, p2.SetANAState(1, nvmeof.ANAOptimized))
+	require.NoError(t, p1.SetANAState(1, nvme.ANAInaccessible))
+	require.NoError(t, p2.SetANAState(1, nvme.ANAOptimized))
 	guestLine(t, vm, "SWITCHED", step)
 	require.Equal(t, "WRITE2 rc=0", guestLine(t, vm, "WRITE2 rc=", step))
 	require.Equal(t, pattern, guestValue(t, vm, "READBACK2", step))
 
 	guestLine(t, vm, "READY2", step)
-	require.NoError(t, p2.SetANAState(1, nvmeof.ANAInaccessible))
+	require.NoError(t, p2.SetANAState(1, nvme.ANAInaccessible))
 	guestLine(t, vm, "NO PATH", step)
 	guestLine(t, vm, "QUEUED", step)
 	guestLine(t, vm, "READY3", step)
-	require.NoError(t, p1.SetANAState(1, nvmeof.ANAOptimized))
+	require.NoError(t, p1.SetANAState(1, nvme.ANAOptimized))
 	require.Equal(t, "rc=0", guestValue(t, vm, "WRITE3", step), "the write held while no path was usable")
 	require.Equal(t, "optimized inaccessible", guestValue(t, vm, "STATES3", step))
 	require.Equal(t, pattern, guestValue(t, vm, "READBACK3", step))
@@ -154,8 +155,8 @@ dmesg | grep -iE 'nvmet' | tail -20`)
 	for _, p := range m.Paths() {
 		require.NoError(t, p.Err, "path %s", p.Addr)
 	}
-	require.Equal(t, nvmeof.ANAOptimized, m.Paths()[0].States[2], "nvmet's log through port 1")
-	require.Equal(t, nvmeof.ANANonOptimized, m.Paths()[1].States[2], "and through port 2")
+	require.Equal(t, nvme.ANAOptimized, m.Paths()[0].States[2], "nvmet's log through port 1")
+	require.Equal(t, nvme.ANANonOptimized, m.Paths()[1].States[2], "and through port 2")
 	ns, err := m.Namespace(ctx, 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, ns.Info.ANAGroup)
@@ -173,7 +174,7 @@ dmesg | grep -iE 'nvmet' | tail -20`)
 	guestLine(t, vm, "FLIPPED", time.Minute)
 	require.Eventually(t, func() bool {
 		ps := m.Paths()
-		return ps[0].States[2] == nvmeof.ANAInaccessible && ps[1].States[2] == nvmeof.ANAOptimized
+		return ps[0].States[2] == nvme.ANAInaccessible && ps[1].States[2] == nvme.ANAOptimized
 	}, time.Minute, 10*time.Millisecond, "nvmet's notices reached the paths: %+v", m.Paths())
 	_, err = ns.WriteAtContext(ctx, b, 8<<20)
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -104,7 +105,7 @@ dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, gues
 	requireHolds(t, mem, 0, 1<<20, pattern, "the holder's write")
 
 	require.NoError(t, n.RegisterKey(ctx, goKey))
-	require.NoError(t, n.Preempt(ctx, goKey, guestKey, nvmeof.ResvWriteExclusiveRegsOnly, true))
+	require.NoError(t, n.Preempt(ctx, goKey, guestKey, nvme.ResvWriteExclusiveRegsOnly, true))
 	require.NoError(t, vm.Signal("fenced"))
 	require.NotEqual(t, "WRITE2 rc=0", guestLine(t, vm, "WRITE2 rc=", step), "the fenced guest cannot write")
 	require.Equal(t, "READ2 rc=0", guestLine(t, vm, "READ2 rc=", step), "but reads")
@@ -131,20 +132,20 @@ dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, gues
 	require.EqualValues(t, 2, featureValue(t, guestValue(t, vm, "MASK2", step)), "REGPRE masked")
 	require.Equal(t, "REGISTER2 rc=0", guestLine(t, vm, "REGISTER2 rc=", step))
 	guestLine(t, vm, "READY3", step)
-	require.NoError(t, n.Preempt(ctx, goKey, guestKey, nvmeof.ResvWriteExclusiveRegsOnly, false))
+	require.NoError(t, n.Preempt(ctx, goKey, guestKey, nvme.ResvWriteExclusiveRegsOnly, false))
 	require.NoError(t, vm.Signal("fenced2"))
 	// Registered again, the guest is told when our host, the holder of a
 	// registrants-only type, releases it (not masked).
 	require.Equal(t, "REGISTER3 rc=0", guestLine(t, vm, "REGISTER3 rc=", step))
 	guestLine(t, vm, "READY4", step)
-	require.NoError(t, n.Release(ctx, goKey, nvmeof.ResvWriteExclusiveRegsOnly))
+	require.NoError(t, n.Release(ctx, goKey, nvme.ResvWriteExclusiveRegsOnly))
 	require.NoError(t, vm.Signal("released"))
 	require.Equal(t, "2", guestValue(t, vm, "AENS2", step), "a second notice, for the release")
-	require.Equal(t, page(2, nvmeof.ResvNoticeReleased, 0, 1), guestValue(t, vm, "LOG3", step),
+	require.Equal(t, page(2, nvme.ResvNoticeReleased, 0, 1), guestValue(t, vm, "LOG3", step),
 		"count 2: the masked preemption made no page")
 	require.Equal(t, zeroPage, guestValue(t, vm, "LOG4", step))
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
-	require.NoError(t, n.Reserve(ctx, goKey, nvmeof.ResvWriteExclusiveRegsOnly)) // for what follows
+	require.NoError(t, n.Reserve(ctx, goKey, nvme.ResvWriteExclusiveRegsOnly)) // for what follows
 	r2 := report("REPORT2")
 	require.Equal(t, "3", r2["rtype"], "nvme-cli's report after the fence: %v", r2)
 	require.Equal(t, "1", r2["regctl"])
@@ -160,7 +161,7 @@ dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, gues
 }
 
 // page is a Reservation Notification log page as od prints it.
-func page(count uint64, t nvmeof.ReservationNoticeType, more int, nsid uint32) string {
+func page(count uint64, t nvme.ReservationNoticeType, more int, nsid uint32) string {
 	b := make([]byte, 64)
 	binary.LittleEndian.PutUint64(b, count)
 	b[8], b[9] = byte(t), byte(more)
@@ -296,8 +297,8 @@ func goHostRefused(t *testing.T, ctx context.Context, port int, id [16]byte, why
 	n, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	_, err = n.WriteAtContext(ctx, make([]byte, 4096), 8<<20)
-	var se *nvmeof.StatusError
+	var se *nvme.StatusError
 	require.ErrorAs(t, err, &se)
-	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status, why)
+	require.Equal(t, nvme.StatusReservationConflict|nvme.DNR, se.Status, why)
 	return n
 }

@@ -28,6 +28,7 @@ import (
 
 	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -626,8 +627,8 @@ dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, gp, gp)
 	ana, err := c.ANALog(ctx)
 	require.NoError(t, err, "nvmet's ANA log (MNAN %d, NN %d, NANAGRPID %d)", c.Info.MNAN, c.Info.NN, c.Info.NANAGRPID)
 	require.Len(t, ana.Groups, 2)
-	require.Equal(t, nvmeof.ANAGroupDesc{ID: 1, State: nvmeof.ANAOptimized, ChangeCount: ana.ChangeCount}, ana.Groups[0])
-	require.Equal(t, nvmeof.ANAGroupDesc{ID: 2, State: nvmeof.ANANonOptimized, ChangeCount: ana.ChangeCount, NSIDs: []uint32{1}}, ana.Groups[1])
+	require.Equal(t, nvme.ANAGroupDesc{ID: 1, State: nvme.ANAOptimized, ChangeCount: ana.ChangeCount}, ana.Groups[0])
+	require.Equal(t, nvme.ANAGroupDesc{ID: 2, State: nvme.ANANonOptimized, ChangeCount: ana.ChangeCount, NSIDs: []uint32{1}}, ana.Groups[1])
 	w := make([]byte, 8<<20)
 	for i := range w {
 		w[i] = byte(i*7 + i>>13)
@@ -661,9 +662,9 @@ dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, gp, gp)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, ns2.Info.NSATTR, "nvmet's NSATTR")
 	_, err = ns.WriteAtContext(ctx, w[:4096], 10<<20)
-	var se *nvmeof.StatusError
+	var se *nvme.StatusError
 	require.ErrorAs(t, err, &se)
-	require.Equal(t, nvmeof.StatusNSWriteProtected, se.Status.Code(), "%v", err) // nvmet sets M, not DNR
+	require.Equal(t, nvme.StatusNSWriteProtected, se.Status.Code(), "%v", err) // nvmet sets M, not DNR
 	require.NoError(t, ns.SetWriteProtect(ctx, false))
 	_, err = ns.WriteAtContext(ctx, w[:4096], 10<<20)
 	require.NoError(t, err, "writable again")

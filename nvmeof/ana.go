@@ -2,9 +2,10 @@ package nvmeof
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // Asymmetric Namespace Access (ANA, NVMe base 2.0 section 8.1), as Linux's
@@ -20,53 +21,7 @@ import (
 // takes a path out of service, or fails over, without a host losing its
 // namespace.
 
-// ANAState is the state of an ANA group through a port.
-type ANAState uint8
-
-// ANA states.
 const (
-	ANAOptimized      ANAState = 0x01
-	ANANonOptimized   ANAState = 0x02
-	ANAInaccessible   ANAState = 0x03
-	ANAPersistentLoss ANAState = 0x04
-	ANAChange         ANAState = 0x0f
-)
-
-// anaNames are nvmet's names of the states (configfs ana_state).
-var anaNames = map[ANAState]string{
-	ANAOptimized: "optimized", ANANonOptimized: "non-optimized", ANAInaccessible: "inaccessible",
-	ANAPersistentLoss: "persistent-loss", ANAChange: "change",
-}
-
-func (s ANAState) String() string {
-	if n, ok := anaNames[s]; ok {
-		return n
-	}
-	return fmt.Sprintf("ANA state %#x", uint8(s))
-}
-
-func (s ANAState) valid() bool { _, ok := anaNames[s]; return ok }
-
-// ParseANAState returns the state nvmet's configfs (and nvmetcli's
-// configuration) names name: optimized, non-optimized, inaccessible,
-// persistent-loss or change.
-func ParseANAState(name string) (ANAState, error) {
-	for s, n := range anaNames {
-		if n == name {
-			return s, nil
-		}
-	}
-	return 0, fmt.Errorf("nvmeof: %q is not an ANA state", name)
-}
-
-const (
-	// LogANA is the Asymmetric Namespace Access log page.
-	LogANA = 0x0c
-	// MaxANAGroup is the highest ANA group ID (ANAGRPMAX, and NANAGRPID:
-	// any of them may be in use), as nvmet's.
-	MaxANAGroup = 128
-
-	cmicANA = 1 << 3 // CMIC: ANA reporting
 	// anaCap: the states a controller reports (optimized, non-optimized,
 	// inaccessible, persistent loss, change); group IDs may change while
 	// a namespace is attached (bit 6 clear). anaTT is the ANA transition
@@ -74,27 +29,9 @@ const (
 	// most, after which Linux's host resets the controller.
 	anaCap = 0x1f
 	anaTT  = 10
-	// aecANAChange enables ANA Change Notices (Async Event Configuration
-	// bit 11), and OAES announces them; aerANAChanged is the notice: type
-	// 2, information 03h, log page 0Ch.
-	aecANAChange  = uint32(1) << 11
-	aerANAChanged = 2 | 0x03<<8 | LogANA<<16
-
-	anaHeaderSize = 16 // CHGCNT, NGRPS, reserved
-	anaDescSize   = 32 // ANAGRPID, NNSID, CHGCNT, ANAS, reserved; then the NSIDs
 	// anaLogMax is the longest ANA log: every group and every NSID; the
 	// length Linux's host reads (NANAGRPID descriptors, MNAN NSIDs).
-	anaLogMax = anaHeaderSize + MaxANAGroup*anaDescSize + maxNSID*4
-)
-
-// Path related status (SCT 3): what an I/O command gets through a port
-// where its namespace's group is not accessible. No DNR: the host is to
-// retry on another path.
-const (
-	SCTPath                 = 0x3
-	StatusANAPersistentLoss = Status(0x301)
-	StatusANAInaccessible   = Status(0x302)
-	StatusANATransition     = Status(0x303)
+	anaLogMax = nvme.ANAHeaderSize + nvme.MaxANAGroup*nvme.ANADescSize + maxNSID*4
 )
 
 // ana reports whether the controller reports ANA: an NVM controller whose
@@ -106,30 +43,30 @@ func (c *controller) ana() bool { return !c.discovery() && c.t.cfg.MaxTransfer >
 
 // anaStatus is the status an I/O command on a namespace of the given state
 // completes with, or Success.
-func anaStatus(s ANAState) Status {
+func anaStatus(s nvme.ANAState) nvme.Status {
 	switch s {
-	case ANAInaccessible:
-		return StatusANAInaccessible
-	case ANAPersistentLoss:
-		return StatusANAPersistentLoss
-	case ANAChange:
-		return StatusANATransition
+	case nvme.ANAInaccessible:
+		return nvme.StatusANAInaccessible
+	case nvme.ANAPersistentLoss:
+		return nvme.StatusANAPersistentLoss
+	case nvme.ANAChange:
+		return nvme.StatusANATransition
 	}
-	return StatusSuccess
+	return nvme.StatusSuccess
 }
 
 // anaStatus is the status of an I/O command on ns through port p, where
 // the controller reports ANA.
-func (c *controller) anaStatus(p *Port, ns *Namespace) Status {
+func (c *controller) anaStatus(p *Port, ns *Namespace) nvme.Status {
 	if !c.ana() {
-		return StatusSuccess
+		return nvme.StatusSuccess
 	}
 	return anaStatus(p.ANAState(ns.ANAGroup()))
 }
 
 func checkANAGroup(g uint32) error {
-	if g < 1 || g > MaxANAGroup {
-		return fmt.Errorf("nvmeof: ANA group %d: want 1 to %d", g, MaxANAGroup)
+	if g < 1 || g > nvme.MaxANAGroup {
+		return fmt.Errorf("nvmeof: ANA group %d: want 1 to %d", g, nvme.MaxANAGroup)
 	}
 	return nil
 }
@@ -137,17 +74,17 @@ func checkANAGroup(g uint32) error {
 // ANAState returns the state of ANA group g through the port. Unless set,
 // group 1 is optimized and every other inaccessible, as on a new port of
 // nvmet.
-func (p *Port) ANAState(g uint32) ANAState {
+func (p *Port) ANAState(g uint32) nvme.ANAState {
 	if checkANAGroup(g) != nil {
-		return ANAInaccessible
+		return nvme.ANAInaccessible
 	}
-	if s := ANAState(p.ana[g].Load()); s != 0 {
+	if s := nvme.ANAState(p.ana[g].Load()); s != 0 {
 		return s
 	}
 	if g == 1 {
-		return ANAOptimized
+		return nvme.ANAOptimized
 	}
-	return ANAInaccessible
+	return nvme.ANAInaccessible
 }
 
 // SetANAState sets the state of ANA group g through the port, as writing
@@ -156,11 +93,11 @@ func (p *Port) ANAState(g uint32) ANAState {
 // commands its host sends from then on find the new state: through an
 // inaccessible port they fail with a path status, and Linux's host sends
 // them down another path.
-func (p *Port) SetANAState(g uint32, s ANAState) error {
+func (p *Port) SetANAState(g uint32, s nvme.ANAState) error {
 	if err := checkANAGroup(g); err != nil {
 		return err
 	}
-	if !s.valid() {
+	if !s.Valid() {
 		return fmt.Errorf("nvmeof: %v cannot be set", s)
 	}
 	t := p.t
@@ -228,10 +165,10 @@ func (s *Subsystem) SetANAGroup(id, g uint32) error {
 // read the log since the last one (masked until then, as in nvmet).
 func (c *controller) anaChanged() {
 	c.mu.Lock()
-	raise := !c.dead && c.aec&aecANAChange != 0 && !c.anaMasked
+	raise := !c.dead && c.aec&nvme.AECANAChange != 0 && !c.anaMasked
 	if raise {
 		c.anaMasked = true
-		c.events = append(c.events, aerANAChanged)
+		c.events = append(c.events, nvme.AERANAChanged)
 	}
 	c.mu.Unlock()
 	if raise {
@@ -268,7 +205,7 @@ func (c *controller) anaLog(rgo, rae bool) []byte {
 		}
 	})
 	le := binary.LittleEndian
-	log := make([]byte, anaHeaderSize, anaLogMax)
+	log := make([]byte, nvme.ANAHeaderSize, anaLogMax)
 	le.PutUint64(log[0:], chg)
 	le.PutUint16(log[8:], uint16(len(ids)))
 	for _, g := range ids {
@@ -277,7 +214,7 @@ func (c *controller) anaLog(rgo, rae bool) []byte {
 			nsids = nil
 		}
 		d := len(log)
-		log = append(log, make([]byte, anaDescSize)...)
+		log = append(log, make([]byte, nvme.ANADescSize)...)
 		le.PutUint32(log[d:], g)
 		le.PutUint32(log[d+4:], uint32(len(nsids)))
 		le.PutUint64(log[d+8:], chg)
@@ -287,57 +224,4 @@ func (c *controller) anaLog(rgo, rae bool) []byte {
 		}
 	}
 	return log
-}
-
-// ANAGroupDesc is a group of an ANA log page: its ID, state through the
-// controller's port, change count, and its namespaces (none if the log
-// was read with Return Groups Only).
-type ANAGroupDesc struct {
-	ID          uint32
-	State       ANAState
-	ChangeCount uint64
-	NSIDs       []uint32
-}
-
-// ANALog is an ANA log page (log page 0Ch).
-type ANALog struct {
-	ChangeCount uint64
-	Groups      []ANAGroupDesc
-}
-
-var errANALog = errors.New("nvmeof: ANA log page cut short")
-
-// ParseANALog decodes an ANA log page, checked as Linux's host checks it:
-// every descriptor inside b, group IDs 1 to maxGroup (the controller's
-// ANAGRPMAX), states known.
-func ParseANALog(b []byte, maxGroup uint32) (ANALog, error) {
-	le := binary.LittleEndian
-	if len(b) < anaHeaderSize {
-		return ANALog{}, errANALog
-	}
-	log := ANALog{ChangeCount: le.Uint64(b[0:])}
-	n, off := int(le.Uint16(b[8:])), anaHeaderSize
-	for range n {
-		if len(b)-off < anaDescSize {
-			return log, errANALog
-		}
-		d := ANAGroupDesc{ID: le.Uint32(b[off:]), ChangeCount: le.Uint64(b[off+8:]), State: ANAState(b[off+16] & 0xf)}
-		nn := uint64(le.Uint32(b[off+4:]))
-		off += anaDescSize
-		if d.ID == 0 || d.ID > maxGroup {
-			return log, fmt.Errorf("nvmeof: ANA log: group %d outside 1 .. %d", d.ID, maxGroup)
-		}
-		if !d.State.valid() {
-			return log, fmt.Errorf("nvmeof: ANA log: group %d: %v", d.ID, d.State)
-		}
-		if nn > uint64(len(b)-off)/4 {
-			return log, errANALog
-		}
-		for range nn {
-			d.NSIDs = append(d.NSIDs, le.Uint32(b[off:]))
-			off += 4
-		}
-		log.Groups = append(log.Groups, d)
-	}
-	return log, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,7 +28,7 @@ func anaTarget(t *testing.T) (tg *Target, sub *Subsystem, p1, p2 *Port) {
 	p1, err = tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{sub.NQN}})
 	require.NoError(t, err)
 	p2, err = tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{sub.NQN},
-		ANA: map[uint32]ANAState{1: ANANonOptimized, 5: ANAOptimized}})
+		ANA: map[uint32]nvme.ANAState{1: nvme.ANANonOptimized, 5: nvme.ANAOptimized}})
 	require.NoError(t, err)
 	return tg, sub, p1, p2
 }
@@ -53,22 +54,22 @@ func TestANALog(t *testing.T) {
 	la, err := a.ANALog(ctx)
 	require.NoError(t, err)
 	require.Len(t, la.Groups, 2)
-	require.Equal(t, ANAGroupDesc{ID: 1, State: ANAOptimized, NSIDs: []uint32{1}}, la.Groups[0])
-	require.Equal(t, ANAGroupDesc{ID: 5, State: ANAInaccessible, NSIDs: []uint32{2}}, la.Groups[1])
+	require.Equal(t, nvme.ANAGroupDesc{ID: 1, State: nvme.ANAOptimized, NSIDs: []uint32{1}}, la.Groups[0])
+	require.Equal(t, nvme.ANAGroupDesc{ID: 5, State: nvme.ANAInaccessible, NSIDs: []uint32{2}}, la.Groups[1])
 	lb, err := b.ANALog(ctx)
 	require.NoError(t, err)
-	require.Equal(t, ANANonOptimized, lb.Groups[0].State)
-	require.Equal(t, ANAOptimized, lb.Groups[1].State)
+	require.Equal(t, nvme.ANANonOptimized, lb.Groups[0].State)
+	require.Equal(t, nvme.ANAOptimized, lb.Groups[1].State)
 
-	buf := make([]byte, IdentifySize)
-	require.NoError(t, a.Identify(ctx, CNSNamespace, 2, buf))
-	ni, err := ParseNamespaceInfo(buf)
+	buf := make([]byte, nvme.IdentifySize)
+	require.NoError(t, a.Identify(ctx, nvme.CNSNamespace, 2, buf))
+	ni, err := nvme.ParseNamespaceInfo(buf)
 	require.NoError(t, err)
 	require.EqualValues(t, 5, ni.ANAGroup)
 	require.EqualValues(t, 2048, ni.Size, "the size stays, as nvmet's")
 	require.Zero(t, ni.Utilization, "inaccessible through port 1")
-	require.NoError(t, b.Identify(ctx, CNSNamespace, 2, buf))
-	ni, err = ParseNamespaceInfo(buf)
+	require.NoError(t, b.Identify(ctx, nvme.CNSNamespace, 2, buf))
+	ni, err = nvme.ParseNamespaceInfo(buf)
 	require.NoError(t, err)
 	require.EqualValues(t, 2048, ni.Utilization)
 
@@ -76,10 +77,10 @@ func TestANALog(t *testing.T) {
 	// octets), zeros past the groups: nvme-cli reads it in 4 KiB pieces,
 	// and refused every piece after the first.
 	piece := make([]byte, 4096)
-	require.NoError(t, a.GetLogPage(ctx, LogANA, 0xffffffff, 4096, piece))
+	require.NoError(t, a.GetLogPage(ctx, nvme.LogANA, 0xffffffff, 4096, piece))
 	require.Equal(t, make([]byte, 4096), piece)
-	require.NoError(t, a.GetLogPage(ctx, LogANA, 0xffffffff, 8192, piece[:16]))
-	requireStatus(t, a.GetLogPage(ctx, LogANA, 0xffffffff, 8212, piece[:4]), StatusInvalidField|DNR)
+	require.NoError(t, a.GetLogPage(ctx, nvme.LogANA, 0xffffffff, 8192, piece[:16]))
+	requireStatus(t, a.GetLogPage(ctx, nvme.LogANA, 0xffffffff, 8212, piece[:4]), nvme.StatusInvalidField|nvme.DNR)
 }
 
 // Return Groups Only leaves the NSIDs out; checked on the log as built.
@@ -89,7 +90,7 @@ func TestANALogGroupsOnly(t *testing.T) {
 	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{})
 	c := tg.controller(a.ID)
 	require.NotNil(t, c)
-	l, err := ParseANALog(c.anaLog(true, true), MaxANAGroup)
+	l, err := nvme.ParseANALog(c.anaLog(true, true), nvme.MaxANAGroup)
 	require.NoError(t, err)
 	require.Len(t, l.Groups, 2)
 	for _, g := range l.Groups {
@@ -110,12 +111,12 @@ func TestANAStatus(t *testing.T) {
 
 	data := bytes.Repeat([]byte{0x5a}, 4096)
 	_, err = na.WriteAt(data, 0)
-	requireStatus(t, err, StatusANAInaccessible)
+	requireStatus(t, err, nvme.StatusANAInaccessible)
 	_, err = na.ReadAt(make([]byte, 512), 0)
-	requireStatus(t, err, StatusANAInaccessible)
-	requireStatus(t, na.Flush(ctx), StatusANAInaccessible)
-	requireStatus(t, na.WriteZeroes(ctx, 0, 512), StatusANAInaccessible)
-	requireStatus(t, na.Deallocate(ctx, 0, 512), StatusANAInaccessible)
+	requireStatus(t, err, nvme.StatusANAInaccessible)
+	requireStatus(t, na.Flush(ctx), nvme.StatusANAInaccessible)
+	requireStatus(t, na.WriteZeroes(ctx, 0, 512), nvme.StatusANAInaccessible)
+	requireStatus(t, na.Deallocate(ctx, 0, 512), nvme.StatusANAInaccessible)
 	got := make([]byte, 4096)
 	_, err = nb.ReadAt(got, 0)
 	require.NoError(t, err)
@@ -124,15 +125,15 @@ func TestANAStatus(t *testing.T) {
 	_, err = nb.WriteAt(data, 0)
 	require.NoError(t, err)
 	for _, c := range []struct {
-		s  ANAState
-		st Status
-	}{{ANAPersistentLoss, StatusANAPersistentLoss}, {ANAChange, StatusANATransition}, {ANAInaccessible, StatusANAInaccessible}} {
+		s  nvme.ANAState
+		st nvme.Status
+	}{{nvme.ANAPersistentLoss, nvme.StatusANAPersistentLoss}, {nvme.ANAChange, nvme.StatusANATransition}, {nvme.ANAInaccessible, nvme.StatusANAInaccessible}} {
 		require.NoError(t, p2.SetANAState(5, c.s))
 		require.Equal(t, c.s, p2.ANAState(5))
 		_, err = nb.ReadAt(got, 0)
 		requireStatus(t, err, c.st)
 	}
-	require.NoError(t, p1.SetANAState(5, ANANonOptimized))
+	require.NoError(t, p1.SetANAState(5, nvme.ANANonOptimized))
 	_, err = na.ReadAt(got, 0)
 	require.NoError(t, err, "non-optimized serves I/O")
 	require.Equal(t, data, got)
@@ -145,13 +146,13 @@ func TestANAStatus(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sub.SetANAGroup(1, 5))
 	_, err = n1.ReadAt(got, 0)
-	requireStatus(t, err, StatusANAInaccessible)
-	st, _ := raw(t, b.io[0], func(cm Command, _ []byte) int { NewAdmin(cm, IOFlush, 0, 0xffffffff, 0, 0); return 0 })
-	require.Equal(t, StatusSuccess, st)
-	var se *StatusError
+	requireStatus(t, err, nvme.StatusANAInaccessible)
+	st, _ := raw(t, b.io[0], func(cm nvme.Command, _ []byte) int { nvme.NewAdmin(cm, nvme.IOFlush, 0, 0xffffffff, 0, 0); return 0 })
+	require.Equal(t, nvme.StatusSuccess, st)
+	var se *nvme.StatusError
 	_, err = n1.ReadAt(got, 0)
 	require.ErrorAs(t, err, &se)
-	require.Zero(t, se.Status&DNR, "a path status is to be retried elsewhere")
+	require.Zero(t, se.Status&nvme.DNR, "a path status is to be retried elsewhere")
 }
 
 // A state changed raises an ANA Change notice on the controllers through
@@ -160,16 +161,16 @@ func TestANAStatus(t *testing.T) {
 func TestANAChange(t *testing.T) {
 	ctx, sub, p1, _, a, b := anaHosts(t)
 	for _, c := range []*Controller{a, b} {
-		v, err := c.SetFeatures(ctx, FeatAsyncEvent, aecANAChange)
+		v, err := c.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECANAChange)
 		require.NoError(t, err)
-		require.EqualValues(t, aecANAChange, v)
+		require.EqualValues(t, nvme.AECANAChange, v)
 	}
-	postA, noticedA := aerProbe(t, a, aerANAChanged)
-	postB, noticedB := aerProbe(t, b, aerANAChanged)
+	postA, noticedA := aerProbe(t, a, nvme.AERANAChanged)
+	postB, noticedB := aerProbe(t, b, nvme.AERANAChanged)
 	ia, ib := postA(), postB()
 	require.False(t, noticedA(ia, 100*time.Millisecond), "no change yet")
 
-	require.NoError(t, p1.SetANAState(1, ANAInaccessible))
+	require.NoError(t, p1.SetANAState(1, nvme.ANAInaccessible))
 	require.True(t, noticedA(ia, 5*time.Second), "the notice through port 1")
 	require.False(t, noticedB(ib, 200*time.Millisecond), "none through port 2")
 	// The same state again: no notice, no count (a's log read first, so
@@ -177,7 +178,7 @@ func TestANAChange(t *testing.T) {
 	before, err := a.ANALog(ctx)
 	require.NoError(t, err)
 	ia = postA()
-	require.NoError(t, p1.SetANAState(1, ANAInaccessible), "the same state again")
+	require.NoError(t, p1.SetANAState(1, nvme.ANAInaccessible), "the same state again")
 	require.False(t, noticedA(ia, 200*time.Millisecond), "no notice for the same state")
 	after, err := a.ANALog(ctx)
 	require.NoError(t, err)
@@ -185,16 +186,16 @@ func TestANAChange(t *testing.T) {
 
 	// A change: the notice (a's AER is still outstanding); the next is
 	// masked until the log is read, and unmasked by the read.
-	require.NoError(t, p1.SetANAState(1, ANAOptimized))
+	require.NoError(t, p1.SetANAState(1, nvme.ANAOptimized))
 	require.True(t, noticedA(ia, 5*time.Second))
 	ia = postA()
-	require.NoError(t, p1.SetANAState(1, ANANonOptimized))
+	require.NoError(t, p1.SetANAState(1, nvme.ANANonOptimized))
 	require.False(t, noticedA(ia, 200*time.Millisecond), "masked until the log is read")
 	l, err := a.ANALog(ctx)
 	require.NoError(t, err)
-	require.Equal(t, ANANonOptimized, l.Groups[0].State)
+	require.Equal(t, nvme.ANANonOptimized, l.Groups[0].State)
 	chg := l.ChangeCount
-	require.NoError(t, p1.SetANAState(1, ANAOptimized))
+	require.NoError(t, p1.SetANAState(1, nvme.ANAOptimized))
 	require.True(t, noticedA(ia, 5*time.Second), "unmasked by the read")
 	l, err = a.ANALog(ctx)
 	require.NoError(t, err)
@@ -216,42 +217,42 @@ func TestANAConfigChecks(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
 	tg, sub, p1, _ := anaTarget(t)
-	_, err := sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ANAGroup: MaxANAGroup + 1})
+	_, err := sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ANAGroup: nvme.MaxANAGroup + 1})
 	require.ErrorContains(t, err, "ANA group 129")
-	_, err = tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{ANA: map[uint32]ANAState{0: ANAOptimized}})
+	_, err = tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{ANA: map[uint32]nvme.ANAState{0: nvme.ANAOptimized}})
 	require.ErrorContains(t, err, "ANA group 0")
-	_, err = tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{ANA: map[uint32]ANAState{2: 7}})
+	_, err = tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{ANA: map[uint32]nvme.ANAState{2: 7}})
 	require.Error(t, err)
 	require.Error(t, p1.SetANAState(1, 0))
-	require.Error(t, p1.SetANAState(MaxANAGroup+1, ANAOptimized))
+	require.Error(t, p1.SetANAState(nvme.MaxANAGroup+1, nvme.ANAOptimized))
 	require.Error(t, sub.SetANAGroup(9, 1), "no namespace 9")
 	require.Error(t, sub.SetANAGroup(1, 0))
-	for _, s := range []ANAState{ANAOptimized, ANANonOptimized, ANAInaccessible, ANAPersistentLoss, ANAChange} {
-		back, err := ParseANAState(s.String())
+	for _, s := range []nvme.ANAState{nvme.ANAOptimized, nvme.ANANonOptimized, nvme.ANAInaccessible, nvme.ANAPersistentLoss, nvme.ANAChange} {
+		back, err := nvme.ParseANAState(s.String())
 		require.NoError(t, err)
 		require.Equal(t, s, back)
 	}
-	_, err = ParseANAState("offline")
+	_, err = nvme.ParseANAState("offline")
 	require.Error(t, err)
 
-	d := connectHost(t, p1.Addr().String(), DiscoveryNQN, HostConfig{})
+	d := connectHost(t, p1.Addr().String(), nvme.DiscoveryNQN, HostConfig{})
 	_, err = d.ANALog(ctx)
 	require.ErrorIs(t, err, ErrNoANA)
-	err = d.GetLogPage(ctx, LogANA, 0, 0, make([]byte, 64))
-	requireStatus(t, err, StatusInvalidLogPage|DNR)
+	err = d.GetLogPage(ctx, nvme.LogANA, 0, 0, make([]byte, 64))
+	requireStatus(t, err, nvme.StatusInvalidLogPage|nvme.DNR)
 }
 
 func FuzzANALog(f *testing.F) {
 	c := &controller{t: &Target{}, sub: &Subsystem{}, admin: &tqueue{port: &Port{}}}
 	f.Add(c.anaLog(false, true))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		l, err := ParseANALog(b, MaxANAGroup)
+		l, err := nvme.ParseANALog(b, nvme.MaxANAGroup)
 		if err != nil {
 			return
 		}
 		for _, g := range l.Groups {
-			require.True(t, g.ID >= 1 && g.ID <= MaxANAGroup, "group %d", g.ID)
-			require.True(t, g.State.valid(), "%v", g.State)
+			require.True(t, g.ID >= 1 && g.ID <= nvme.MaxANAGroup, "group %d", g.ID)
+			require.True(t, g.State.Valid(), "%v", g.State)
 		}
 	})
 }
@@ -264,14 +265,14 @@ func TestANAResetUnmasks(t *testing.T) {
 	ctx := testCtx(t)
 	_, _, p1, _ := anaTarget(t)
 	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1})
-	_, err := a.SetFeatures(ctx, FeatAsyncEvent, aecANAChange)
+	_, err := a.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECANAChange)
 	require.NoError(t, err)
-	require.NoError(t, p1.SetANAState(1, ANANonOptimized)) // queued, masked: no AER is posted
-	require.NoError(t, a.propertySet(ctx, PropCC, 0))      // a reset
+	require.NoError(t, p1.SetANAState(1, nvme.ANANonOptimized)) // queued, masked: no AER is posted
+	require.NoError(t, a.propertySet(ctx, nvme.PropCC, 0))      // a reset
 	require.NoError(t, a.enable(ctx))
-	post, noticed := aerProbe(t, a, aerANAChanged)
+	post, noticed := aerProbe(t, a, nvme.AERANAChanged)
 	i := post()
-	require.NoError(t, p1.SetANAState(1, ANAOptimized))
+	require.NoError(t, p1.SetANAState(1, nvme.ANAOptimized))
 	require.True(t, noticed(i, 5*time.Second), "a notice after the reset")
 }
 
@@ -292,13 +293,13 @@ func TestANANotReportedOnSmallMDTS(t *testing.T) {
 	p, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{sub.NQN}})
 	require.NoError(t, err)
 	c := connectHost(t, p.Addr().String(), testNQN, HostConfig{IOQueues: 1, WatchANA: true})
-	require.Zero(t, c.Info.CMIC&cmicANA)
-	require.Zero(t, c.Info.OAES&aecANAChange)
+	require.Zero(t, c.Info.CMIC&nvme.CMICANA)
+	require.Zero(t, c.Info.OAES&nvme.AECANAChange)
 	_, err = c.ANALog(ctx)
 	require.ErrorIs(t, err, ErrNoANA)
-	requireStatus(t, c.GetLogPage(ctx, LogANA, 0xffffffff, 0, make([]byte, 4096)), StatusInvalidLogPage|DNR)
-	_, err = c.SetFeatures(ctx, FeatAsyncEvent, aecANAChange)
-	requireStatus(t, err, StatusInvalidField|DNR)
+	requireStatus(t, c.GetLogPage(ctx, nvme.LogANA, 0xffffffff, 0, make([]byte, 4096)), nvme.StatusInvalidLogPage|nvme.DNR)
+	_, err = c.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECANAChange)
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
 	n, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	require.Zero(t, n.Info.ANAGroup)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // controller is a controller of the dynamic model: created by an admin
@@ -68,7 +70,7 @@ func (c *controller) touch() { c.lastSeen.Store(int64(time.Since(c.t.start))) }
 func (c *controller) ready() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.cc&CCEnable != 0 && c.csts&CSTSReady != 0 && !c.dead
+	return c.cc&nvme.CCEnable != 0 && c.csts&nvme.CSTSReady != 0 && !c.dead
 }
 
 // maxQueues is how many I/O queues the controller allows.
@@ -136,7 +138,7 @@ func (c *controller) stopKeepAlive() {
 
 func (c *controller) nqn() string {
 	if c.sub == nil {
-		return DiscoveryNQN
+		return nvme.DiscoveryNQN
 	}
 	return c.sub.NQN
 }
@@ -220,7 +222,7 @@ func (c *controller) setKATO(ms uint32) {
 }
 
 // addIOQueue joins q to the controller.
-func (c *controller) addIOQueue(q *tqueue) (uint64, Status) {
+func (c *controller) addIOQueue(q *tqueue) (uint64, nvme.Status) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	limit := c.t.cfg.MaxIOQueues
@@ -228,88 +230,88 @@ func (c *controller) addIOQueue(q *tqueue) (uint64, Status) {
 		limit = c.nrQueues
 	}
 	switch {
-	case c.dead || c.cc&CCEnable == 0 || c.csts&CSTSReady == 0:
-		return 0, StatusCommandSequenceError | DNR
+	case c.dead || c.cc&nvme.CCEnable == 0 || c.csts&nvme.CSTSReady == 0:
+		return 0, nvme.StatusCommandSequenceError | nvme.DNR
 	case int(q.qid) > limit:
 		return invalidParam(false, 42)
 	case c.ioq[q.qid] != nil:
 		return invalidParam(false, 42)
 	}
 	c.ioq[q.qid] = q
-	return uint64(c.id), StatusSuccess
+	return uint64(c.id), nvme.StatusSuccess
 }
 
 // invalidParam is a Connect's failure with the Invalid Parameter Offset
 // and the attribute saying whether it is in the SQE or the data.
-func invalidParam(inData bool, off uint16) (uint64, Status) {
+func invalidParam(inData bool, off uint16) (uint64, nvme.Status) {
 	var attr uint64
 	if inData {
 		attr = 1
 	}
-	return attr<<16 | uint64(off), StatusConnectInvalidParm | DNR
+	return attr<<16 | uint64(off), nvme.StatusConnectInvalidParm | nvme.DNR
 }
 
 // connect serves a Fabrics Connect: a new controller on an admin queue,
 // an I/O queue joining one otherwise.
-func (q *tqueue) connect(r *request) (uint64, Status) {
+func (q *tqueue) connect(r *request) (uint64, nvme.Status) {
 	cmd, t := r.cmd, q.t
 	switch {
 	case cmd.RecFmt() != 0:
-		return 0, StatusConnectIncompatFmt | DNR
+		return 0, nvme.StatusConnectIncompatFmt | nvme.DNR
 	case cmd.QID() != q.qid:
 		return invalidParam(false, 42)
 	case int(cmd.SQSize())+1 != q.depth:
 		// The binding: HSQSIZE in the CM request is the Connect's SQSIZE.
 		return invalidParam(false, 44)
 	}
-	cd, err := ParseConnectData(r.in)
+	cd, err := nvme.ParseConnectData(r.in)
 	if err != nil {
-		return 0, StatusSGLInvalidData | DNR
+		return 0, nvme.StatusSGLInvalidData | nvme.DNR
 	}
-	if !validNQN(cd.HostNQN) {
-		return invalidParam(true, connOffHostNQN)
+	if !nvme.ValidNQN(cd.HostNQN) {
+		return invalidParam(true, nvme.ConnectOffHostNQN)
 	}
 	var sub *Subsystem
-	if cd.SubNQN != DiscoveryNQN {
+	if cd.SubNQN != nvme.DiscoveryNQN {
 		// Only the subsystems linked to the port the queue came
 		// through, as nvmet_find_get_subsys.
 		if sub = t.portSubsystem(q.port, cd.SubNQN); sub == nil {
-			return invalidParam(true, connOffSubNQN)
+			return invalidParam(true, nvme.ConnectOffSubNQN)
 		}
 		if !sub.Allowed(cd.HostNQN) {
 			q.logf("host %s may not connect to %s", cd.HostNQN, sub.NQN)
-			return 0, StatusConnectInvalidHost | DNR
+			return 0, nvme.StatusConnectInvalidHost | nvme.DNR
 		}
 	}
 	if q.qid == 0 {
-		if cd.CntlID != DynamicCntlID {
-			return invalidParam(true, connOffCntlID)
+		if cd.CntlID != nvme.DynamicCntlID {
+			return invalidParam(true, nvme.ConnectOffCntlID)
 		}
 		if sub != nil {
 			if err := awaitQuiet(t.done(), sub, cd.HostNQN, cd.HostID, nil); err != nil {
 				q.logf("host %s: %v: Controller Busy", cd.HostNQN, err)
-				return 0, StatusConnectCtrlBusy // no DNR: a reconnecting host tries again
+				return 0, nvme.StatusConnectCtrlBusy // no DNR: a reconnecting host tries again
 			}
 		}
 		c := &controller{t: t, sub: sub, hostNQN: cd.HostNQN, hostID: cd.HostID, admin: q, ioq: map[uint16]*tqueue{}}
 		switch t.addController(c, q.port) {
 		case addBusy:
-			return 0, StatusConnectCtrlBusy | DNR
+			return 0, nvme.StatusConnectCtrlBusy | nvme.DNR
 		case addUnlinked: // the port let go of the subsystem since the look-up
-			return invalidParam(true, connOffSubNQN)
+			return invalidParam(true, nvme.ConnectOffSubNQN)
 		}
 		if sub != nil && !sub.attach(c) { // before the keep-alive timer, whose expiry detaches it
 			t.removeController(c)
-			return invalidParam(true, connOffSubNQN)
+			return invalidParam(true, nvme.ConnectOffSubNQN)
 		}
 		q.ctrl = c // only now: a refused Connect leaves the queue with none
 		q.noSQFlow = cmd.CATTR()&4 != 0
 		c.setKATO(cmd.KATO())
 		t.logf("nvmeof: controller %d: host %s (%v) connected to %s, KATO %d ms", c.id, cd.HostNQN, q.qp.RemoteAddr(), c.nqn(), cmd.KATO())
-		return uint64(c.id), StatusSuccess
+		return uint64(c.id), nvme.StatusSuccess
 	}
 	if sub == nil {
-		return invalidParam(true, connOffSubNQN) // discovery controllers have no I/O queues
+		return invalidParam(true, nvme.ConnectOffSubNQN) // discovery controllers have no I/O queues
 	}
 	// The association's host, subsystem and controller, and its port (NVMe
 	// Base 2.0 section 3.3.2.1: I/O queues join a controller through the
@@ -317,7 +319,7 @@ func (q *tqueue) connect(r *request) (uint64, Status) {
 	// follow that port's ANA state while the controller reports its own.
 	c := t.controller(cd.CntlID)
 	if c == nil || c.sub != sub || c.hostNQN != cd.HostNQN || c.hostID != cd.HostID || c.admin.port != q.port {
-		return invalidParam(true, connOffCntlID)
+		return invalidParam(true, nvme.ConnectOffCntlID)
 	}
 	res, st := c.addIOQueue(q)
 	if st.OK() {
@@ -334,30 +336,30 @@ func (t *Target) capability() uint64 {
 }
 
 // propertyGet serves Property Get.
-func (q *tqueue) propertyGet(cmd Command) (uint64, Status) {
+func (q *tqueue) propertyGet(cmd nvme.Command) (uint64, nvme.Status) {
 	c := q.ctrl
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch size, off := cmd.PropSize(), cmd.PropOffset(); {
-	case size == 8 && off == PropCAP:
-		return q.t.capability(), StatusSuccess
-	case size == 4 && off == PropVS:
-		return Version13, StatusSuccess
-	case size == 4 && off == PropCC:
-		return uint64(c.cc), StatusSuccess
-	case size == 4 && off == PropCSTS:
-		if c.csts&CSTSShstMask == cstsShstBusy && !time.Now().Before(c.shstDone) {
-			c.csts = c.csts&^CSTSShstMask | CSTSShstDone
+	case size == 8 && off == nvme.PropCAP:
+		return q.t.capability(), nvme.StatusSuccess
+	case size == 4 && off == nvme.PropVS:
+		return nvme.Version13, nvme.StatusSuccess
+	case size == 4 && off == nvme.PropCC:
+		return uint64(c.cc), nvme.StatusSuccess
+	case size == 4 && off == nvme.PropCSTS:
+		if c.csts&nvme.CSTSShstMask == cstsShstBusy && !time.Now().Before(c.shstDone) {
+			c.csts = c.csts&^nvme.CSTSShstMask | nvme.CSTSShstDone
 		}
-		return uint64(c.csts), StatusSuccess
+		return uint64(c.csts), nvme.StatusSuccess
 	}
-	return 0, StatusInvalidField | DNR
+	return 0, nvme.StatusInvalidField | nvme.DNR
 }
 
 // propertySet serves Property Set: CC, whose EN and SHN drive CSTS.
-func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
-	if cmd.PropSize() != 4 || cmd.PropOffset() != PropCC {
-		return 0, StatusInvalidField | DNR
+func (q *tqueue) propertySet(cmd nvme.Command) (uint64, nvme.Status) {
+	if cmd.PropSize() != 4 || cmd.PropOffset() != nvme.PropCC {
+		return 0, nvme.StatusInvalidField | nvme.DNR
 	}
 	c := q.ctrl
 	v := uint32(cmd.PropValue())
@@ -367,16 +369,16 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 	var drop []*tqueue
 	resetMasks, reset := false, false
 	switch {
-	case v&CCEnable != 0 && old&CCEnable == 0:
+	case v&nvme.CCEnable != 0 && old&nvme.CCEnable == 0:
 		// Entry sizes 64 and 16, the NVM (or no I/O) command set, 4 KiB
 		// pages (MPS 0, CAP.MPSMIN = MPSMAX) and round robin arbitration
 		// (AMS 0): anything else is a fatal status, as in Linux's nvmet.
-		if ccIOSQES(v) != 6 || ccIOCQES(v) != 4 || v>>4&7 != 0 && v>>4&7 != 6 || v>>7&0xf != 0 || v>>11&7 != 0 {
-			c.csts = CSTSFatal
+		if nvme.CCIOSQES(v) != 6 || nvme.CCIOCQES(v) != 4 || v>>4&7 != 0 && v>>4&7 != 6 || v>>7&0xf != 0 || v>>11&7 != 0 {
+			c.csts = nvme.CSTSFatal
 		} else {
-			c.csts = CSTSReady
+			c.csts = nvme.CSTSReady
 		}
-	case v&CCEnable == 0 && old&CCEnable != 0:
+	case v&nvme.CCEnable == 0 && old&nvme.CCEnable != 0:
 		// A reset: the I/O queues go, CSTS.RDY clears once their
 		// commands have left the Backends (below: a write the host sends
 		// again after the reset must not be overtaken by its old copy,
@@ -384,7 +386,7 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 		// are aborted with every other outstanding command (the host
 		// reposts its own; one answered later would carry a CID the host
 		// may have reused).
-		c.csts &^= CSTSFatal
+		c.csts &^= nvme.CSTSFatal
 		reset = true
 		for _, q := range c.ioq {
 			drop = append(drop, q)
@@ -405,14 +407,14 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 		}
 		c.heldAER = nil
 	}
-	shn := v&CCShnMask != 0 && old&CCShnMask == 0
+	shn := v&nvme.CCShnMask != 0 && old&nvme.CCShnMask == 0
 	if shn {
 		for _, q := range c.ioq {
 			drop = append(drop, q)
 		}
 		clear(c.ioq)
-	} else if v&CCShnMask == 0 && old&CCShnMask != 0 {
-		c.csts &^= CSTSShstMask
+	} else if v&nvme.CCShnMask == 0 && old&nvme.CCShnMask != 0 {
+		c.csts &^= nvme.CSTSShstMask
 	}
 	id := c.id
 	c.mu.Unlock()
@@ -428,8 +430,8 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 	if reset {
 		c.awaitIdle()
 		c.mu.Lock()
-		if c.cc&CCEnable == 0 {
-			c.csts &^= CSTSReady
+		if c.cc&nvme.CCEnable == 0 {
+			c.csts &^= nvme.CSTSReady
 		}
 		c.mu.Unlock()
 	}
@@ -447,14 +449,14 @@ func (q *tqueue) propertySet(cmd Command) (uint64, Status) {
 			c.csts |= cstsShstBusy
 			c.shstDone = time.Now().Add(testShutdownLag)
 		} else {
-			c.csts |= CSTSShstDone
+			c.csts |= nvme.CSTSShstDone
 		}
 		if fatal {
-			c.csts |= CSTSFatal
+			c.csts |= nvme.CSTSFatal
 		}
 		c.mu.Unlock()
 	}
-	return 0, StatusSuccess
+	return 0, nvme.StatusSuccess
 }
 
 // testShutdownLag, if set, keeps CSTS.SHST at "occurring" this long after
@@ -476,27 +478,27 @@ func (c *controller) flushAll() bool {
 
 // plan checks a command before its data moves: whether the queue and
 // controller may run it, and the direction and length of its data.
-func (q *tqueue) plan(idx int, cmd Command) (dir, need int, st Status) {
+func (q *tqueue) plan(idx int, cmd nvme.Command) (dir, need int, st nvme.Status) {
 	c := q.ctrl
 	if cmd.IsFabrics() {
 		switch fc := cmd.FCType(); {
-		case fc == FabricsConnect:
+		case fc == nvme.FabricsConnect:
 			if c != nil {
-				return 0, 0, StatusCommandSequenceError | DNR
+				return 0, 0, nvme.StatusCommandSequenceError | nvme.DNR
 			}
-			return dirIn, ConnectDataSize, StatusSuccess
+			return dirIn, nvme.ConnectDataSize, nvme.StatusSuccess
 		case q.qid != 0:
-			return 0, 0, StatusInvalidOpcode | DNR
-		case fc == FabricsPropertyGet || fc == FabricsPropertySet:
+			return 0, 0, nvme.StatusInvalidOpcode | nvme.DNR
+		case fc == nvme.FabricsPropertyGet || fc == nvme.FabricsPropertySet:
 			if c == nil {
-				return 0, 0, StatusCommandSequenceError | DNR
+				return 0, 0, nvme.StatusCommandSequenceError | nvme.DNR
 			}
-			return dirNone, 0, StatusSuccess
+			return dirNone, 0, nvme.StatusSuccess
 		}
-		return 0, 0, StatusInvalidOpcode | DNR
+		return 0, 0, nvme.StatusInvalidOpcode | nvme.DNR
 	}
 	if c == nil || !c.ready() {
-		return 0, 0, StatusCommandSequenceError | DNR
+		return 0, 0, nvme.StatusCommandSequenceError | nvme.DNR
 	}
 	if q.qid == 0 {
 		return c.planAdmin(cmd)
@@ -507,14 +509,14 @@ func (q *tqueue) plan(idx int, cmd Command) (dir, need int, st Status) {
 
 // handle executes a planned command whose data is here. held means the
 // command stays outstanding (an Asynchronous Event Request).
-func (q *tqueue) handle(r *request) (res uint64, st Status, out []byte, held bool) {
+func (q *tqueue) handle(r *request) (res uint64, st nvme.Status, out []byte, held bool) {
 	if r.cmd.IsFabrics() {
 		switch r.cmd.FCType() {
-		case FabricsConnect:
+		case nvme.FabricsConnect:
 			res, st = q.connect(r)
-		case FabricsPropertyGet:
+		case nvme.FabricsPropertyGet:
 			res, st = q.propertyGet(r.cmd)
-		case FabricsPropertySet:
+		case nvme.FabricsPropertySet:
 			res, st = q.propertySet(r.cmd)
 		}
 		return res, st, nil, false

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 )
 
@@ -25,8 +26,8 @@ func TestDiscoveryChangeNotice(t *testing.T) {
 	checkRoutines(t)
 	tg, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	ctx := testCtx(t)
-	c := connectHost(t, addr, DiscoveryNQN, HostConfig{})
-	require.EqualValues(t, aecDiscChange, c.Info.OAES, "OAES announces the discovery notice only")
+	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{})
+	require.EqualValues(t, nvme.AECDiscChange, c.Info.OAES, "OAES announces the discovery notice only")
 	postAER, noticed := aerProbe(t, c, 0x70f002) // a notice: discovery log page change, log page 70h
 	n := 1
 	add := func() *Subsystem {
@@ -42,9 +43,9 @@ func TestDiscoveryChangeNotice(t *testing.T) {
 	aer := postAER()
 	add()
 	require.False(t, noticed(aer, quiet), "not enabled")
-	_, err := c.SetFeatures(ctx, FeatAsyncEvent, aecNSAttr)
-	requireStatus(t, err, StatusInvalidField|DNR)
-	_, err = c.SetFeatures(ctx, FeatAsyncEvent, aecDiscChange)
+	_, err := c.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECNSAttr)
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
+	_, err = c.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECDiscChange)
 	require.NoError(t, err)
 	s3 := add()
 	require.True(t, noticed(aer, 5*time.Second), "a subsystem added")
@@ -73,10 +74,10 @@ func TestHostWatchesDiscovery(t *testing.T) {
 	tg, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	ctx := testCtx(t)
 	const me = "nqn.2014-08.org.nvmexpress:uuid:0d0d0d0d-0000-4000-8000-00000000000d"
-	c := connectHost(t, addr, DiscoveryNQN, HostConfig{HostNQN: me, WatchDiscovery: true, WatchNamespaces: true})
+	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{HostNQN: me, WatchDiscovery: true, WatchNamespaces: true})
 	_, err := c.WaitNamespaceChange(ctx)
 	require.ErrorIs(t, err, ErrNoWatch)
-	nqns := func(ents []DiscoveryEntry) []string {
+	nqns := func(ents []nvme.DiscoveryEntry) []string {
 		var s []string
 		for _, e := range ents {
 			s = append(s, e.SubNQN)
@@ -129,8 +130,8 @@ func TestDiscoveryNoticeAfterRead(t *testing.T) {
 	}
 	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	ctx := testCtx(t)
-	c := connectHost(t, addr, DiscoveryNQN, HostConfig{})
-	_, err = c.SetFeatures(ctx, FeatAsyncEvent, aecDiscChange)
+	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{})
+	_, err = c.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECDiscChange)
 	require.NoError(t, err)
 	postAER, noticed := aerProbe(t, c, 0x70f002)
 	aer := postAER()
@@ -141,8 +142,8 @@ func TestDiscoveryNoticeAfterRead(t *testing.T) {
 	aer = postAER()
 	armed.Store(true)
 	log := make([]byte, 16<<10)
-	require.NoError(t, c.GetLogPage(ctx, LogDiscovery, 0, 0, log)) // RAE 0
-	_, n, _, err := ParseDiscoveryLog(log)
+	require.NoError(t, c.GetLogPage(ctx, nvme.LogDiscovery, 0, 0, log)) // RAE 0
+	_, n, _, err := nvme.ParseDiscoveryLog(log)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n, "the log as built, before x")
 	require.True(t, noticed(aer, 5*time.Second), "x was added after the log was built: a notice")
@@ -158,7 +159,7 @@ func TestDiscoveryLogLong(t *testing.T) {
 	t.Cleanup(func() { testDiscoveryLog = nil }) // after the target stops
 	testDiscoveryLog = func(n int) {
 		// The second piece of the first whole read: a subsystem more.
-		if n > discHeaderSize && reads.Add(1) == 2 {
+		if n > nvme.DiscHeaderSize && reads.Add(1) == 2 {
 			s, err := NewSubsystem("nqn.2024-01.io.goiwarp:late")
 			if err == nil {
 				err = tg.AddSubsystem(s)
@@ -207,7 +208,7 @@ func TestHostWatchEndsWithError(t *testing.T) {
 	}
 	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{Logf: func(string, ...any) {}})
 	ctx := testCtx(t)
-	c := connectHost(t, addr, DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{WatchDiscovery: true})
 	armed.Store(true)
 	s, err := NewSubsystem(testNQN + "-first")
 	require.NoError(t, err)
@@ -244,7 +245,7 @@ func TestDiscoveryLogShrinks(t *testing.T) {
 	var tg *Target
 	t.Cleanup(func() { testDiscoveryLog = nil })
 	testDiscoveryLog = func(n int) {
-		if armed.Load() && n > discHeaderSize && reads.Add(1) == 2 { // after the first piece
+		if armed.Load() && n > nvme.DiscHeaderSize && reads.Add(1) == 2 { // after the first piece
 			for i := range 250 {
 				if err := tg.RemoveSubsystem(context.Background(), fmt.Sprintf("%s-%03d", testNQN, i)); err != nil {
 					t.Error(err)
@@ -267,7 +268,7 @@ func TestDiscoveryLogShrinks(t *testing.T) {
 	require.Len(t, ents, 50, "the log as it is after the removals")
 
 	add(0, 250)
-	c := connectHost(t, addr, DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{WatchDiscovery: true})
 	reads.Store(0)
 	s, err := NewSubsystem(testNQN + "-new")
 	require.NoError(t, err)
@@ -301,7 +302,7 @@ func TestDiscoveryLogNotTorn(t *testing.T) {
 	setDone := make(chan error, 1)
 	t.Cleanup(func() { testDiscoveryLog = nil })
 	testDiscoveryLog = func(n int) {
-		if n > discHeaderSize && pieces.Add(1) == 1 { // after the first piece
+		if n > nvme.DiscHeaderSize && pieces.Add(1) == 1 { // after the first piece
 			go func() { setDone <- p.SetSubsystems(append(slices.Clone(nqns[1:]), late.NQN)...) }()
 			<-mutated
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,9 +27,9 @@ func TestDSMLongerBuffer(t *testing.T) {
 	pattern := bytes.Repeat([]byte{0xa5}, 1<<20)
 	// dsm builds a Deallocate of blocks [slba, slba+8) with a buffer of
 	// size octets, whose unused ranges name the rest of the namespace.
-	dsm := func(slba uint64, size int, inCap bool) func(Command, []byte) int {
-		return func(cmd Command, d []byte) int {
-			NewAdmin(cmd, IODSM, 0, 1, 0, 1<<2) // NR 0: one range
+	dsm := func(slba uint64, size int, inCap bool) func(nvme.Command, []byte) int {
+		return func(cmd nvme.Command, d []byte) int {
+			nvme.NewAdmin(cmd, nvme.IODSM, 0, 1, 0, 1<<2) // NR 0: one range
 			buf := d[:size]
 			if !inCap { // the buffer of the slot raw took
 				for j := range io.slots {
@@ -66,7 +67,7 @@ func TestDSMLongerBuffer(t *testing.T) {
 			_, err := ns.WriteAt(pattern, 0)
 			require.NoError(t, err)
 			st, _ := raw(t, io, dsm(tc.slba, tc.size, tc.inCap))
-			require.Equal(t, StatusSuccess, st)
+			require.Equal(t, nvme.StatusSuccess, st)
 			got := make([]byte, 1<<20)
 			_, err = ns.ReadAt(got, 0)
 			require.NoError(t, err)
@@ -76,20 +77,20 @@ func TestDSMLongerBuffer(t *testing.T) {
 		})
 	}
 	t.Run("shorter than the ranges", func(t *testing.T) {
-		st, _ := raw(t, io, func(cmd Command, d []byte) int {
-			NewAdmin(cmd, IODSM, 0, 1, 1, 1<<2) // NR 1: two ranges
+		st, _ := raw(t, io, func(cmd nvme.Command, d []byte) int {
+			nvme.NewAdmin(cmd, nvme.IODSM, 0, 1, 1, 1<<2) // NR 1: two ranges
 			clear(d[:dsmRange])
 			cmd.SGL().SetInCapsule(0, dsmRange)
 			return dsmRange
 		})
-		require.Equal(t, StatusSGLInvalidData|DNR, st)
+		require.Equal(t, nvme.StatusSGLInvalidData|nvme.DNR, st)
 	})
 	t.Run("Set Features with data it ignores", func(t *testing.T) {
-		st, _ := raw(t, c.admin, func(cmd Command, d []byte) int {
-			NewAdmin(cmd, AdminSetFeatures, 0, 0, FeatKATO, 30000)
+		st, _ := raw(t, c.admin, func(cmd nvme.Command, d []byte) int {
+			nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, 0, nvme.FeatKATO, 30000)
 			cmd.SGL().SetKeyed(0, 512, 0, false)
 			return 0
 		})
-		require.Equal(t, StatusSuccess, st)
+		require.Equal(t, nvme.StatusSuccess, st)
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"slices"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // Asynchronous events: a namespace added to a subsystem while hosts are
@@ -11,28 +13,6 @@ import (
 // controllers that enabled it (Async Event Configuration bit 8), completing
 // a held Asynchronous Event Request, as Linux's nvmet does. The host then
 // reads the Changed Namespace List (log page 04h) and rescans.
-
-// LogChangedNS is the Changed Namespace List log page.
-const LogChangedNS = 0x04
-
-const (
-	// aecNSAttr enables Namespace Attribute Notices (Async Event
-	// Configuration), and OAES announces them.
-	aecNSAttr = 1 << 8
-	// maxChangedNS is how many NSIDs the Changed Namespace List holds
-	// (4 KiB); past that it holds 0xFFFFFFFF alone.
-	maxChangedNS = 1024
-	// aerNSChanged is the completion dword 0 of the notice: type 2
-	// (notice), information 0 (namespace attribute changed), log page
-	// 04h.
-	aerNSChanged = 2 | 0<<8 | LogChangedNS<<16
-	// aecDiscChange enables Discovery Log Page Change Notices on a
-	// discovery controller (Async Event Configuration), and OAES
-	// announces them; aerDiscChanged is the notice: type 2, information
-	// F0h, log page 70h (the discovery log).
-	aecDiscChange  = uint32(1) << 31
-	aerDiscChanged = 2 | 0xf0<<8 | LogDiscovery<<16
-)
 
 // discChanged raises a Discovery Log Page Change notice on the discovery
 // controllers whose log changed, that enabled it and have read the log
@@ -55,10 +35,10 @@ func (t *Target) discChanged(only *Port, nqn string) {
 	t.mu.Unlock()
 	for _, c := range ctrls {
 		c.mu.Lock()
-		raise := !c.dead && c.aec&aecDiscChange != 0 && !c.discMasked
+		raise := !c.dead && c.aec&nvme.AECDiscChange != 0 && !c.discMasked
 		if raise {
 			c.discMasked = true
-			c.events = append(c.events, aerDiscChanged)
+			c.events = append(c.events, nvme.AERDiscChanged)
 		}
 		c.mu.Unlock()
 		if raise {
@@ -89,15 +69,15 @@ func (c *controller) nsChanged(id uint32) {
 	switch {
 	case c.changedNS == nil && c.nsOverflow:
 	case slices.Contains(c.changedNS, id): // removed and added again: listed once, as nvmet
-	case len(c.changedNS) == maxChangedNS:
+	case len(c.changedNS) == nvme.MaxChangedNS:
 		c.changedNS, c.nsOverflow = nil, true
 	default:
 		c.changedNS = append(c.changedNS, id)
 	}
-	raise := c.aec&aecNSAttr != 0 && !c.nsMasked
+	raise := c.aec&nvme.AECNSAttr != 0 && !c.nsMasked
 	if raise {
 		c.nsMasked = true
-		c.events = append(c.events, aerNSChanged)
+		c.events = append(c.events, nvme.AERNSChanged)
 	}
 	c.mu.Unlock()
 	if raise {
@@ -191,7 +171,7 @@ func (q *tqueue) deliver() bool {
 		}
 		idx := c.heldAER[0]
 		c.heldAER = c.heldAER[1:]
-		if !q.respond(idx, ev, StatusSuccess, nil) {
+		if !q.respond(idx, ev, nvme.StatusSuccess, nil) {
 			return false
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 	"github.com/stretchr/testify/require"
 )
@@ -28,7 +29,7 @@ func TestNamespaceAddedNotice(t *testing.T) {
 	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
 	ctx := testCtx(t)
 	q := c.admin
-	postAER, noticed := aerProbe(t, c, 2|LogChangedNS<<16) // a notice: namespace attribute changed, log page 04h
+	postAER, noticed := aerProbe(t, c, 2|nvme.LogChangedNS<<16) // a notice: namespace attribute changed, log page 04h
 	add := func() uint32 {
 		t.Helper()
 		ns, err := sub.AddNamespace(NewMemBackend(1<<20), 512)
@@ -38,7 +39,7 @@ func TestNamespaceAddedNotice(t *testing.T) {
 	changed := func() []uint32 {
 		t.Helper()
 		log := make([]byte, 4096)
-		require.NoError(t, c.GetLogPage(ctx, LogChangedNS, 0xffffffff, 0, log))
+		require.NoError(t, c.GetLogPage(ctx, nvme.LogChangedNS, 0xffffffff, 0, log))
 		var ids []uint32
 		for i := 0; i < len(log); i += 4 {
 			if id := binary.LittleEndian.Uint32(log[i:]); id != 0 {
@@ -57,7 +58,7 @@ func TestNamespaceAddedNotice(t *testing.T) {
 	require.Empty(t, changed(), "a read empties the list")
 
 	// Enabled: the held AER completes.
-	_, err := c.SetFeatures(ctx, FeatAsyncEvent, aecNSAttr)
+	_, err := c.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECNSAttr)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, add())
 	require.True(t, noticed(aer, 5*time.Second), "the held AER completes with the notice")
@@ -67,12 +68,12 @@ func TestNamespaceAddedNotice(t *testing.T) {
 	aer = postAER()
 	require.EqualValues(t, 4, add())
 	require.False(t, noticed(aer, quiet), "masked: the host has not read the list")
-	st, _ := raw(t, q, func(cm Command, _ []byte) int {
-		NewAdmin(cm, AdminGetLogPage, 0, 0xffffffff, LogChangedNS|1<<15|1023<<16, 0)
+	st, _ := raw(t, q, func(cm nvme.Command, _ []byte) int {
+		nvme.NewAdmin(cm, nvme.AdminGetLogPage, 0, 0xffffffff, nvme.LogChangedNS|1<<15|1023<<16, 0)
 		cm.SGL().SetKeyed(0, 4096, 0, false)
 		return 0
 	})
-	require.Equal(t, StatusSuccess, st)
+	require.Equal(t, nvme.StatusSuccess, st)
 	require.EqualValues(t, 5, add())
 	require.False(t, noticed(aer, quiet), "still masked after a read with RAE")
 	require.Equal(t, []uint32{5}, changed(), "the RAE read emptied the list too, as nvmet's does")
@@ -85,8 +86,8 @@ func TestNamespaceAddedNotice(t *testing.T) {
 	require.True(t, noticed(postAER(), 5*time.Second))
 
 	// The host finds the new namespaces and uses one.
-	list := make([]byte, IdentifySize)
-	require.NoError(t, c.Identify(ctx, CNSActiveNSList, 0, list))
+	list := make([]byte, nvme.IdentifySize)
+	require.NoError(t, c.Identify(ctx, nvme.CNSActiveNSList, 0, list))
 	for i := range 7 {
 		require.EqualValues(t, i+1, binary.LittleEndian.Uint32(list[4*i:]), "active namespace %d", i)
 	}
@@ -119,9 +120,9 @@ func TestHostWatchesNamespaces(t *testing.T) {
 	c, err := Connect(testCtx(t), "tcp", addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true})
 	require.NoError(t, err)
 	ctx := testCtx(t)
-	v, err := c.GetFeatures(ctx, FeatAsyncEvent)
+	v, err := c.GetFeatures(ctx, nvme.FeatAsyncEvent)
 	require.NoError(t, err)
-	require.EqualValues(t, aecNSAttr, v, "the host enabled the notice")
+	require.EqualValues(t, nvme.AECNSAttr, v, "the host enabled the notice")
 
 	add := func() uint32 {
 		t.Helper()
@@ -189,16 +190,16 @@ func TestChangedNSRefusedReadKeepsList(t *testing.T) {
 		name      string
 		numd, lpo uint32
 	}{{"offset 2", 1023, 2}, {"offset 4", 1022, 4}, {"512 octets", 127, 0}} {
-		st, _ := raw(t, c.admin, func(cm Command, _ []byte) int {
-			NewAdmin(cm, AdminGetLogPage, 0, 0xffffffff, LogChangedNS|tc.numd<<16, 0)
+		st, _ := raw(t, c.admin, func(cm nvme.Command, _ []byte) int {
+			nvme.NewAdmin(cm, nvme.AdminGetLogPage, 0, 0xffffffff, nvme.LogChangedNS|tc.numd<<16, 0)
 			cm.SetCDW(12, tc.lpo)
 			cm.SGL().SetKeyed(0, (tc.numd+1)*4, 0, false)
 			return 0
 		})
-		require.Equal(t, StatusInvalidField|DNR, st, tc.name)
+		require.Equal(t, nvme.StatusInvalidField|nvme.DNR, st, tc.name)
 	}
 	log := make([]byte, 4096)
-	require.NoError(t, c.GetLogPage(testCtx(t), LogChangedNS, 0xffffffff, 0, log))
+	require.NoError(t, c.GetLogPage(testCtx(t), nvme.LogChangedNS, 0xffffffff, 0, log))
 	require.EqualValues(t, ns.ID, binary.LittleEndian.Uint32(log), "the refused reads left the list")
 }
 
@@ -239,7 +240,7 @@ func TestAdminCQOverrunEndsQueue(t *testing.T) {
 	tq := tc.admin
 	// CC.SHN flushes the namespace: the admin queue's goroutine waits in
 	// the gate while its CQ fills with completions it never takes.
-	go c.propertySet(context.Background(), PropCC, CCEnable|6<<16|4<<20|1<<14)
+	go c.propertySet(context.Background(), nvme.PropCC, nvme.CCEnable|6<<16|4<<20|1<<14)
 	select {
 	case <-g.entered:
 	case <-time.After(10 * time.Second):
@@ -272,27 +273,27 @@ func TestResetDropsHeldAERs(t *testing.T) {
 	checkRoutines(t)
 	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	q := rawQueue(t, addr, 0, 16, 16)
-	st, _ := raw(t, q, func(c Command, d []byte) int {
-		NewConnect(c, 0, 0, 15, 0)
-		ConnectData{CntlID: DynamicCntlID, SubNQN: testNQN, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555555"}.Append(d[:0])
+	st, _ := raw(t, q, func(c nvme.Command, d []byte) int {
+		nvme.NewConnect(c, 0, 0, 15, 0)
+		nvme.ConnectData{CntlID: nvme.DynamicCntlID, SubNQN: testNQN, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555555"}.Append(d[:0])
 		c.SGL().SetInCapsule(0, 1024)
 		return 1024
 	})
-	require.Equal(t, StatusSuccess, st)
+	require.Equal(t, nvme.StatusSuccess, st)
 	enable := func(on bool) {
 		t.Helper()
 		v := uint32(6<<16 | 4<<20)
 		if on {
-			v |= CCEnable
+			v |= nvme.CCEnable
 		}
-		st, _ := raw(t, q, func(c Command, _ []byte) int { NewPropertySet(c, 0, PropCC, v); return 0 })
-		require.Equal(t, StatusSuccess, st)
+		st, _ := raw(t, q, func(c nvme.Command, _ []byte) int { nvme.NewPropertySet(c, 0, nvme.PropCC, v); return 0 })
+		require.Equal(t, nvme.StatusSuccess, st)
 	}
 	postAER := func() int {
 		t.Helper()
 		i, err := q.acquire(testCtx(t))
 		require.NoError(t, err)
-		NewAdmin(q.cmd(i), AdminAER, 0, 0, 0, 0)
+		nvme.NewAdmin(q.cmd(i), nvme.AdminAER, 0, 0, 0, 0)
 		require.NoError(t, q.submit(i, 0))
 		return i
 	}
@@ -304,8 +305,8 @@ func TestResetDropsHeldAERs(t *testing.T) {
 	for range aerl + 1 {
 		fresh = append(fresh, postAER())
 	}
-	st, _ = raw(t, q, func(c Command, _ []byte) int { NewAdmin(c, AdminAER, 0, 0, 0, 0); return 0 })
-	require.Equal(t, StatusAERLimitExceeded|DNR, st, "a fifth")
+	st, _ = raw(t, q, func(c nvme.Command, _ []byte) int { nvme.NewAdmin(c, nvme.AdminAER, 0, 0, 0, 0); return 0 })
+	require.Equal(t, nvme.StatusAERLimitExceeded|nvme.DNR, st, "a fifth")
 	for _, i := range append(stale, fresh...) {
 		select {
 		case <-q.slots[i].done:
@@ -382,15 +383,15 @@ func TestNamespaceRemoved(t *testing.T) {
 	ids, err := c.WaitNamespaceChange(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []uint32{ns2.ID}, ids)
-	list := make([]byte, IdentifySize)
-	require.NoError(t, c.Identify(ctx, CNSActiveNSList, 0, list))
+	list := make([]byte, nvme.IdentifySize)
+	require.NoError(t, c.Identify(ctx, nvme.CNSActiveNSList, 0, list))
 	require.EqualValues(t, 1, binary.LittleEndian.Uint32(list))
 	require.Zero(t, binary.LittleEndian.Uint32(list[4:]), "namespace 2 is not active")
-	id := make([]byte, IdentifySize)
-	require.NoError(t, c.Identify(ctx, CNSNamespace, ns2.ID, id))
+	id := make([]byte, nvme.IdentifySize)
+	require.NoError(t, c.Identify(ctx, nvme.CNSNamespace, ns2.ID, id))
 	require.Zero(t, binary.LittleEndian.Uint64(id), "NSZE of an inactive NSID")
 	_, err = h2.ReadAt(make([]byte, 512), 0)
-	requireStatus(t, err, StatusInvalidField|DNR) // an inactive NSID
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR) // an inactive NSID
 	require.Error(t, sub.RemoveNamespace(ctx, ns2.ID), "removed already")
 	require.Error(t, sub.RemoveNamespace(ctx, 9), "never there")
 

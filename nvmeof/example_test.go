@@ -7,6 +7,7 @@ import (
 	"log"
 
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // A target with one 1 MiB RAM namespace, and a host that writes a block
@@ -108,9 +109,9 @@ func ExampleConnectMultipath() {
 	defer t.Close()
 	var addrs []string
 	var ports []*nvmeof.Port
-	for _, s := range []nvmeof.ANAState{nvmeof.ANAOptimized, nvmeof.ANANonOptimized} {
+	for _, s := range []nvme.ANAState{nvme.ANAOptimized, nvme.ANANonOptimized} {
 		p, err := t.ListenPort(ctx, "tcp", "127.0.0.1:0", nvmeof.PortConfig{Subsystems: []string{sub.NQN},
-			ANA: map[uint32]nvmeof.ANAState{1: s}})
+			ANA: map[uint32]nvme.ANAState{1: s}})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -131,8 +132,8 @@ func ExampleConnectMultipath() {
 	// Port 1 out of service: port 2's group optimized, port 1's
 	// inaccessible. The next write goes down port 2: at once if the
 	// notices came first, or after port 1 refused it (a path status).
-	ports[1].SetANAState(1, nvmeof.ANAOptimized)
-	ports[0].SetANAState(1, nvmeof.ANAInaccessible)
+	ports[1].SetANAState(1, nvme.ANAOptimized)
+	ports[0].SetANAState(1, nvme.ANAInaccessible)
 	_, err = ns.WriteAt(bytes.Repeat([]byte("b"), 4096), 4096)
 	fmt.Println("write during the change:", err)
 	got := make([]byte, 8192)
@@ -185,9 +186,9 @@ func ExampleHostNamespace_Preempt() {
 	a, b := node(0xa), node(0xb)
 	a.RegisterKey(ctx, 0xa)
 	b.RegisterKey(ctx, 0xb)
-	a.Reserve(ctx, 0xa, nvmeof.ResvWriteExclusiveRegsOnly)
+	a.Reserve(ctx, 0xa, nvme.ResvWriteExclusiveRegsOnly)
 
-	b.Preempt(ctx, 0xb, 0xa, nvmeof.ResvWriteExclusiveRegsOnly, true) // A is fenced
+	b.Preempt(ctx, 0xb, 0xa, nvme.ResvWriteExclusiveRegsOnly, true) // A is fenced
 	notes, _ := ctrls[0].WaitReservationNotice(ctx)
 	fmt.Printf("A is told: %v on namespace %d\n", notes[0].Type, notes[0].NSID)
 	_, err = a.WriteAt(make([]byte, 512), 0)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 	"github.com/stretchr/testify/require"
 )
@@ -18,14 +19,14 @@ type fakeTarget struct {
 }
 
 // answer sends a response capsule for cid.
-func (f *fakeTarget) answer(cid uint16, st Status) {
-	f.qp.PostSend(verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: AppendCompletion(nil, 0, 0, 1, cid, st)})
+func (f *fakeTarget) answer(cid uint16, st nvme.Status) {
+	f.qp.PostSend(verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: nvme.AppendCompletion(nil, 0, 0, 1, cid, st)})
 }
 
 // newFakeTarget listens on loopback and returns the address.
-func newFakeTarget(t *testing.T, handle func(f *fakeTarget, cmd Command)) string {
+func newFakeTarget(t *testing.T, handle func(f *fakeTarget, cmd nvme.Command)) string {
 	t.Helper()
-	dev, err := verbs.Open(verbs.DeviceAttr{MaxInline: CommandSize + 4096})
+	dev, err := verbs.Open(verbs.DeviceAttr{MaxInline: nvme.CommandSize + 4096})
 	require.NoError(t, err)
 	ln, err := dev.Listen(context.Background(), "tcp", "127.0.0.1:0", verbs.ConnConfig{})
 	require.NoError(t, err)
@@ -43,13 +44,13 @@ func newFakeTarget(t *testing.T, handle func(f *fakeTarget, cmd Command)) string
 			Cap: verbs.QPCap{MaxSendWR: 128, MaxRecvWR: 64, MaxInline: 64}}); err != nil {
 			return
 		}
-		const size = CommandSize + 4096
+		const size = nvme.CommandSize + 4096
 		buf := make([]byte, 64*size)
 		mr, _ := pd.RegMR(buf, verbs.LocalWrite)
 		for i := range 64 {
 			f.qp.PostRecv(verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{mr.SGE(i*size, size)}})
 		}
-		if req.Accept(context.Background(), f.qp, CMReply{CRQSize: 64}.Append(nil)) != nil {
+		if req.Accept(context.Background(), f.qp, nvme.CMReply{CRQSize: 64}.Append(nil)) != nil {
 			return
 		}
 		wcs := make([]verbs.WC, 16)
@@ -64,7 +65,7 @@ func newFakeTarget(t *testing.T, handle func(f *fakeTarget, cmd Command)) string
 				}
 				if wc.Opcode == verbs.WCRecv {
 					i := int(wc.ID)
-					cmd := Command(append([]byte(nil), buf[i*size:i*size+int(wc.ByteLen)]...))
+					cmd := nvme.Command(append([]byte(nil), buf[i*size:i*size+int(wc.ByteLen)]...))
 					f.qp.PostRecv(verbs.RecvWR{ID: wc.ID, SGL: []verbs.SGE{mr.SGE(i*size, size)}})
 					handle(f, cmd)
 				}

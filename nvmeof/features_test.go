@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -32,42 +33,42 @@ func TestDiscovery(t *testing.T) {
 	require.Len(t, ents, 1, "a host not on the private list sees only the open subsystem")
 	e := ents[0]
 	require.Equal(t, testNQN, e.SubNQN)
-	require.EqualValues(t, TrTypeRDMA, e.TrType)
-	require.EqualValues(t, AdrFamIPv4, e.AdrFam)
-	require.EqualValues(t, SubTypeNVM, e.SubType)
+	require.EqualValues(t, nvme.TrTypeRDMA, e.TrType)
+	require.EqualValues(t, nvme.AdrFamIPv4, e.AdrFam)
+	require.EqualValues(t, nvme.SubTypeNVM, e.SubType)
 	require.Equal(t, addr, e.TrAddr+":"+e.TrSvcID)
 	ents, err = Discover(testCtx(t), "tcp", addr, HostConfig{HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa"})
 	require.NoError(t, err)
 	require.Len(t, ents, 2)
 	require.Equal(t, "nqn.2024-01.io.goiwarp:private", ents[0].SubNQN)
 
-	c := connectHost(t, addr, DiscoveryNQN, HostConfig{})
-	require.EqualValues(t, ControllerDisc, c.Info.CtrlType)
-	require.Equal(t, DiscoveryNQN, c.Info.SubNQN)
+	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{})
+	require.EqualValues(t, nvme.ControllerDisc, c.Info.CtrlType)
+	require.Equal(t, nvme.DiscoveryNQN, c.Info.SubNQN)
 	require.Zero(t, c.IOQueues())
 	// Identify Namespace and I/O queues do not exist on a discovery controller.
-	err = c.Identify(testCtx(t), CNSNamespace, 1, make([]byte, IdentifySize))
-	requireStatus(t, err, StatusInvalidField|DNR)
-	err = c.GetLogPage(testCtx(t), LogSMART, 0, 0, make([]byte, 512))
-	requireStatus(t, err, StatusInvalidLogPage|DNR)
+	err = c.Identify(testCtx(t), nvme.CNSNamespace, 1, make([]byte, nvme.IdentifySize))
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
+	err = c.GetLogPage(testCtx(t), nvme.LogSMART, 0, 0, make([]byte, 512))
+	requireStatus(t, err, nvme.StatusInvalidLogPage|nvme.DNR)
 	// Nor SMART warnings, nor namespace notices: of the asynchronous
 	// events only Discovery Log Page Change Notices (OAES) may be enabled.
 	for _, aec := range []uint32{1, 1 << 8, 1<<31 | 1} {
-		_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, aec)
-		requireStatus(t, err, StatusInvalidField|DNR)
+		_, err = c.SetFeatures(testCtx(t), nvme.FeatAsyncEvent, aec)
+		requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
 	}
 	for _, aec := range []uint32{1 << 31, 0} {
-		_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, aec)
+		_, err = c.SetFeatures(testCtx(t), nvme.FeatAsyncEvent, aec)
 		require.NoError(t, err)
 	}
 	// Discovery has no I/O queues: a Connect for one is refused.
 	_, err = Connect(testCtx(t), "tcp", addr, "nqn.2024-01.io.goiwarp:nothere", HostConfig{})
-	requireStatus(t, err, StatusConnectInvalidParm|DNR)
+	requireStatus(t, err, nvme.StatusConnectInvalidParm|nvme.DNR)
 }
 
-func requireStatus(t *testing.T, err error, st Status) {
+func requireStatus(t *testing.T, err error, st nvme.Status) {
 	t.Helper()
-	var se *StatusError
+	var se *nvme.StatusError
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, st, se.Status, "%v", err)
 }
@@ -119,16 +120,16 @@ func TestNamespacesAndFiles(t *testing.T) {
 	require.Equal(t, 1024, k)
 	require.ErrorIs(t, err, io.EOF)
 	// NS ID descriptors: NGUID and UUID as the target derives them.
-	buf := make([]byte, IdentifySize)
-	require.NoError(t, c.Identify(testCtx(t), CNSNSDescriptors, 2, buf))
-	require.EqualValues(t, nidtNGUID, buf[0])
+	buf := make([]byte, nvme.IdentifySize)
+	require.NoError(t, c.Identify(testCtx(t), nvme.CNSNSDescriptors, 2, buf))
+	require.EqualValues(t, nvme.NIDTNGUID, buf[0])
 	require.Equal(t, ns2.NGUID[:], buf[4:20])
-	require.EqualValues(t, nidtUUID, buf[20])
+	require.EqualValues(t, nvme.NIDTUUID, buf[20])
 	require.Equal(t, ns2.UUID[:], buf[24:40])
 	// An inactive NSID reads as zeros; CNS 2 from NSID 1 lists 2 only.
-	require.NoError(t, c.Identify(testCtx(t), CNSNamespace, 7, buf))
-	require.Equal(t, make([]byte, IdentifySize), buf)
-	require.NoError(t, c.Identify(testCtx(t), CNSActiveNSList, 1, buf))
+	require.NoError(t, c.Identify(testCtx(t), nvme.CNSNamespace, 7, buf))
+	require.Equal(t, make([]byte, nvme.IdentifySize), buf)
+	require.NoError(t, c.Identify(testCtx(t), nvme.CNSActiveNSList, 1, buf))
 	require.EqualValues(t, 2, binary.LittleEndian.Uint32(buf))
 	require.Zero(t, binary.LittleEndian.Uint32(buf[4:]))
 }
@@ -158,48 +159,48 @@ func TestAdminAndIOCommands(t *testing.T) {
 	require.Error(t, ns.WriteZeroes(testCtx(t), ns.Size()-512, 1024), "beyond the end")
 
 	smart := make([]byte, 512)
-	require.NoError(t, c.GetLogPage(testCtx(t), LogSMART, 0xffffffff, 0, smart))
+	require.NoError(t, c.GetLogPage(testCtx(t), nvme.LogSMART, 0xffffffff, 0, smart))
 	require.EqualValues(t, 100, smart[3], "available spare")
 	require.EqualValues(t, 1, binary.LittleEndian.Uint64(smart[64:]), "host read commands")
 	require.EqualValues(t, 1, binary.LittleEndian.Uint64(smart[48:]), "data units written (64 KiB, rounded up)")
 	// The log read from an offset.
 	part := make([]byte, 32)
-	require.NoError(t, c.GetLogPage(testCtx(t), LogSMART, 0xffffffff, 64, part))
+	require.NoError(t, c.GetLogPage(testCtx(t), nvme.LogSMART, 0xffffffff, 64, part))
 	require.Equal(t, smart[64:96], part)
-	require.NoError(t, c.GetLogPage(testCtx(t), LogError, 0, 0, make([]byte, 64)))
-	require.NoError(t, c.GetLogPage(testCtx(t), LogFirmware, 0, 0, make([]byte, 512)))
+	require.NoError(t, c.GetLogPage(testCtx(t), nvme.LogError, 0, 0, make([]byte, 64)))
+	require.NoError(t, c.GetLogPage(testCtx(t), nvme.LogFirmware, 0, 0, make([]byte, 512)))
 
-	v, err := c.GetFeatures(testCtx(t), FeatNumQueues)
+	v, err := c.GetFeatures(testCtx(t), nvme.FeatNumQueues)
 	require.NoError(t, err)
 	require.EqualValues(t, 2|2<<16, v)
-	_, err = c.SetFeatures(testCtx(t), FeatKATO, 7000)
+	_, err = c.SetFeatures(testCtx(t), nvme.FeatKATO, 7000)
 	require.NoError(t, err)
-	v, err = c.GetFeatures(testCtx(t), FeatKATO)
+	v, err = c.GetFeatures(testCtx(t), nvme.FeatKATO)
 	require.NoError(t, err)
 	require.EqualValues(t, 7000, v)
-	_, err = c.SetFeatures(testCtx(t), FeatVWC, 1)
+	_, err = c.SetFeatures(testCtx(t), nvme.FeatVWC, 1)
 	require.NoError(t, err)
-	v, err = c.GetFeatures(testCtx(t), FeatVWC)
+	v, err = c.GetFeatures(testCtx(t), nvme.FeatVWC)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, v)
 	_, err = c.GetFeatures(testCtx(t), 0x77)
-	requireStatus(t, err, StatusInvalidField|DNR)
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
 	// Async Event Configuration: the SMART critical warnings and
 	// Namespace Attribute Notices may be enabled; a notice this target
 	// never raises (firmware activation, bit 9) may not, as with Linux's
 	// nvmet, whose OAES does not announce it either.
-	_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, 0x1f|1<<8)
+	_, err = c.SetFeatures(testCtx(t), nvme.FeatAsyncEvent, 0x1f|1<<8)
 	require.NoError(t, err)
-	_, err = c.SetFeatures(testCtx(t), FeatAsyncEvent, 0x1f|1<<9)
-	requireStatus(t, err, StatusInvalidField|DNR)
-	v, err = c.GetFeatures(testCtx(t), FeatAsyncEvent)
+	_, err = c.SetFeatures(testCtx(t), nvme.FeatAsyncEvent, 0x1f|1<<9)
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
+	v, err = c.GetFeatures(testCtx(t), nvme.FeatAsyncEvent)
 	require.NoError(t, err)
 	require.EqualValues(t, 0x1f|1<<8, v, "the refused value changed nothing")
 	require.Equal(t, "goiwarp NVMe/iWARP target", c.Info.Model)
-	require.EqualValues(t, ControllerIO, c.Info.CtrlType)
+	require.EqualValues(t, nvme.ControllerIO, c.Info.CtrlType)
 	require.EqualValues(t, 5, c.Info.MDTS)
 	require.EqualValues(t, 260, c.Info.IOCCSZ)
-	require.EqualValues(t, sglsSupported|sglsKeyed|sglsOffset, c.Info.SGLS)
+	require.EqualValues(t, nvme.SGLSSupported|nvme.SGLSKeyed|nvme.SGLSOffset, c.Info.SGLS)
 	require.NotZero(t, c.Info.KAS)
 }
 
@@ -363,10 +364,10 @@ func TestShutdownUnderWrites(t *testing.T) {
 		return b.writes >= 4 && b.inFlight > 0
 	}, 10*time.Second, time.Millisecond, "writes under way")
 	ctx := testCtx(t)
-	require.NoError(t, c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20|1<<14))
-	csts, err := c.propertyGet(ctx, PropCSTS, 4)
+	require.NoError(t, c.propertySet(ctx, nvme.PropCC, nvme.CCEnable|6<<16|4<<20|1<<14))
+	csts, err := c.propertyGet(ctx, nvme.PropCSTS, 4)
 	require.NoError(t, err)
-	require.EqualValues(t, CSTSShstDone, csts&CSTSShstMask, "CSTS %#x", csts)
+	require.EqualValues(t, nvme.CSTSShstDone, csts&nvme.CSTSShstMask, "CSTS %#x", csts)
 	wg.Wait() // the I/O queues are gone: every writer's call failed
 	require.Eventually(t, func() bool {
 		b.mu.Lock()

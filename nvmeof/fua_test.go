@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -72,7 +73,7 @@ func TestWriteFUA(t *testing.T) {
 	}
 	p := bytes.Repeat([]byte{7}, 8192)
 
-	vwc, err := c.GetFeatures(ctx, FeatVWC)
+	vwc, err := c.GetFeatures(ctx, nvme.FeatVWC)
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), vwc, "the volatile write cache is on")
 	_, err = ns.WriteAt(p, 0)
@@ -89,9 +90,9 @@ func TestWriteFUA(t *testing.T) {
 	// Write Zeroes with FUA (the cache on) is flushed; without, not.
 	require.NoError(t, ns.WriteZeroes(ctx, 0, 4096))
 	require.Equal(t, [3]int64{0, 0, 0}, counts(), "Write Zeroes")
-	_, err = c.io[0].adminCmd(ctx, func(cmd Command) {
-		NewRW(cmd, IOWriteZeroes, 0, 1, 0, 7)
-		cmd.SetCDW(12, cmd.CDW(12)|RWFUA)
+	_, err = c.io[0].adminCmd(ctx, func(cmd nvme.Command) {
+		nvme.NewRW(cmd, nvme.IOWriteZeroes, 0, 1, 0, 7)
+		cmd.SetCDW(12, cmd.CDW(12)|nvme.RWFUA)
 		cmd.SGL().SetKeyed(0, 0, 0, false)
 	}, 0, "Write Zeroes, FUA", nil)
 	require.NoError(t, err)
@@ -100,20 +101,20 @@ func TestWriteFUA(t *testing.T) {
 	// Turning the cache off flushes what it holds; a flush that fails
 	// leaves it on.
 	be.failFlush.Store(true)
-	_, err = c.SetFeatures(ctx, FeatVWC, 0)
-	requireStatus(t, err, 0x280|DNR)
+	_, err = c.SetFeatures(ctx, nvme.FeatVWC, 0)
+	requireStatus(t, err, 0x280|nvme.DNR)
 	be.failFlush.Store(false)
-	vwc, err = c.GetFeatures(ctx, FeatVWC)
+	vwc, err = c.GetFeatures(ctx, nvme.FeatVWC)
 	require.NoError(t, err)
 	require.Equal(t, uint32(1), vwc, "still on after the failed flush")
 	counts()
-	_, err = c.SetFeatures(ctx, FeatVWC, 0)
+	_, err = c.SetFeatures(ctx, nvme.FeatVWC, 0)
 	require.NoError(t, err)
 	require.Equal(t, [3]int64{0, 0, 1}, counts(), "turning the cache off flushed it")
-	_, err = c.SetFeatures(ctx, FeatVWC, 0)
+	_, err = c.SetFeatures(ctx, nvme.FeatVWC, 0)
 	require.NoError(t, err)
 	require.Equal(t, [3]int64{0, 0, 0}, counts(), "off already: nothing to flush")
-	vwc, err = c.GetFeatures(ctx, FeatVWC)
+	vwc, err = c.GetFeatures(ctx, nvme.FeatVWC)
 	require.NoError(t, err)
 	require.Equal(t, uint32(0), vwc, "turned off")
 	_, err = ns.WriteAt(p, 0)
@@ -122,7 +123,7 @@ func TestWriteFUA(t *testing.T) {
 	require.NoError(t, ns.WriteZeroes(ctx, 0, 4096))
 	require.NoError(t, ns.Deallocate(ctx, 4096, 4096))
 	require.Equal(t, [3]int64{0, 0, 2}, counts(), "the cache off: Write Zeroes and Deallocate flushed")
-	_, err = c.SetFeatures(ctx, FeatVWC, 1)
+	_, err = c.SetFeatures(ctx, nvme.FeatVWC, 1)
 	require.NoError(t, err)
 	_, err = ns.WriteAt(p, 0)
 	require.NoError(t, err)

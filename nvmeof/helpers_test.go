@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -122,7 +123,7 @@ func aerProbe(t *testing.T, c *Controller, want uint64) (post func() int, notice
 		t.Helper()
 		i, err := q.acquire(testCtx(t))
 		require.NoError(t, err)
-		NewAdmin(q.cmd(i), AdminAER, 0, 0, 0, 0)
+		nvme.NewAdmin(q.cmd(i), nvme.AdminAER, 0, 0, 0, 0)
 		require.NoError(t, q.submit(i, 0))
 		return i
 	}
@@ -130,7 +131,7 @@ func aerProbe(t *testing.T, c *Controller, want uint64) (post func() int, notice
 		t.Helper()
 		select {
 		case <-q.slots[i].done:
-			require.Equal(t, StatusSuccess, q.slots[i].st)
+			require.Equal(t, nvme.StatusSuccess, q.slots[i].st)
 			require.EqualValues(t, want, q.slots[i].res, "the event")
 			q.releaseSlot(i)
 			return true

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 )
 
@@ -96,7 +97,7 @@ type Controller struct {
 	// ID is the controller ID the target assigned; Info its Identify
 	// Controller data; CAP its capabilities property.
 	ID   uint16
-	Info ControllerInfo
+	Info nvme.ControllerInfo
 	CAP  uint64
 
 	admin   *hqueue
@@ -134,7 +135,7 @@ func NewHostNQN() string {
 // admin queue, Connect, enabling the controller, Identify, then the I/O
 // queues (none for the discovery subsystem). ctx bounds all of it.
 func Connect(ctx context.Context, network, addr, subNQN string, cfg HostConfig) (*Controller, error) {
-	disc := subNQN == DiscoveryNQN
+	disc := subNQN == nvme.DiscoveryNQN
 	if cfg.HostNQN == "" {
 		cfg.HostNQN = NewHostNQN()
 	}
@@ -174,7 +175,7 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg HostConfig) 
 	cfg.ConnConfig = crcConn(cfg.ConnConfig, cfg.AskCRC)
 	c := &Controller{cfg: cfg, dev: cfg.Device, network: network, addr: addr, SubNQN: subNQN, kaStop: make(chan struct{})}
 	if c.dev == nil {
-		dev, err := verbs.Open(verbs.DeviceAttr{MaxInline: CommandSize + max(cfg.MaxInCapsule, ConnectDataSize)})
+		dev, err := verbs.Open(verbs.DeviceAttr{MaxInline: nvme.CommandSize + max(cfg.MaxInCapsule, nvme.ConnectDataSize)})
 		if err != nil {
 			return nil, err
 		}
@@ -199,22 +200,22 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 		return err
 	}
 	kato := uint32(c.cfg.KATO / time.Millisecond)
-	id, err := c.fabricsConnect(ctx, c.admin, DynamicCntlID, kato)
+	id, err := c.fabricsConnect(ctx, c.admin, nvme.DynamicCntlID, kato)
 	if err != nil {
 		return err
 	}
 	c.ID = id
-	if c.CAP, err = c.propertyGet(ctx, PropCAP, 8); err != nil {
+	if c.CAP, err = c.propertyGet(ctx, nvme.PropCAP, 8); err != nil {
 		return err
 	}
 	if err := c.enable(ctx); err != nil {
 		return err
 	}
-	buf := make([]byte, IdentifySize)
-	if err := c.Identify(ctx, CNSController, 0, buf); err != nil {
+	buf := make([]byte, nvme.IdentifySize)
+	if err := c.Identify(ctx, nvme.CNSController, 0, buf); err != nil {
 		return err
 	}
-	if c.Info, err = ParseControllerInfo(buf); err != nil {
+	if c.Info, err = nvme.ParseControllerInfo(buf); err != nil {
 		return err
 	}
 	if c.Info.CntlID != c.ID {
@@ -227,15 +228,15 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 		c.maxData = 4096 << m
 	}
 	if disc {
-		if c.cfg.WatchDiscovery && c.Info.OAES&aecDiscChange != 0 {
-			if err := c.watch(ctx, aecDiscChange); err != nil {
+		if c.cfg.WatchDiscovery && c.Info.OAES&nvme.AECDiscChange != 0 {
+			if err := c.watch(ctx, nvme.AECDiscChange); err != nil {
 				return err
 			}
 		}
 		c.startKeepAlive(kato)
 		return nil
 	}
-	res, err := c.SetFeatures(ctx, FeatNumQueues, uint32(c.cfg.IOQueues-1)|uint32(c.cfg.IOQueues-1)<<16)
+	res, err := c.SetFeatures(ctx, nvme.FeatNumQueues, uint32(c.cfg.IOQueues-1)|uint32(c.cfg.IOQueues-1)<<16)
 	if err != nil {
 		return err
 	}
@@ -243,8 +244,8 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 	n = min(n, c.cfg.IOQueues)
 	depth := min(c.cfg.QueueDepth, int(c.CAP&0xffff)+1)
 	inCap := 0
-	if c.Info.IOCCSZ*16 > CommandSize && c.Info.SGLS&sglsOffset != 0 {
-		inCap = min(int(c.Info.IOCCSZ*16-CommandSize), c.cfg.MaxInCapsule)
+	if c.Info.IOCCSZ*16 > nvme.CommandSize && c.Info.SGLS&nvme.SGLSOffset != 0 {
+		inCap = min(int(c.Info.IOCCSZ*16-nvme.CommandSize), c.cfg.MaxInCapsule)
 	}
 	for qid := 1; qid <= n; qid++ {
 		q, err := dialQueue(ctx, c.dev, hqueueConfig{qid: uint16(qid), depth: depth, inCap: inCap, maxData: c.maxData,
@@ -258,13 +259,13 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 		}
 	}
 	var aec uint32
-	if c.cfg.WatchNamespaces && c.Info.OAES&aecNSAttr != 0 {
-		aec |= aecNSAttr
+	if c.cfg.WatchNamespaces && c.Info.OAES&nvme.AECNSAttr != 0 {
+		aec |= nvme.AECNSAttr
 	}
-	if _, err := c.anaLogLen(); c.cfg.WatchANA && c.Info.OAES&aecANAChange != 0 && err == nil {
-		aec |= aecANAChange // only if its log can be read: a failed read would end the other watches too
+	if _, err := c.anaLogLen(); c.cfg.WatchANA && c.Info.OAES&nvme.AECANAChange != 0 && err == nil {
+		aec |= nvme.AECANAChange // only if its log can be read: a failed read would end the other watches too
 	}
-	if c.cfg.WatchReservations && c.Info.ONCS&oncsResv != 0 {
+	if c.cfg.WatchReservations && c.Info.ONCS&nvme.ONCSResv != 0 {
 		aec |= watchResv
 	}
 	if aec != 0 {
@@ -295,16 +296,16 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *hqueue, cntlid uint1
 		return 0, err
 	}
 	cmd := q.cmd(i)
-	NewConnect(cmd, 0, q.qid, uint16(q.sqsize-1), kato)
-	cd := ConnectData{HostID: c.cfg.HostID, CntlID: cntlid, SubNQN: c.SubNQN, HostNQN: c.cfg.HostNQN}
+	nvme.NewConnect(cmd, 0, q.qid, uint16(q.sqsize-1), kato)
+	cd := nvme.ConnectData{HostID: c.cfg.HostID, CntlID: cntlid, SubNQN: c.SubNQN, HostNQN: c.cfg.HostNQN}
 	inCap := 0
-	if q.inCap >= ConnectDataSize {
-		cd.Append(q.slots[i].capsule[CommandSize:CommandSize])
-		cmd.SGL().SetInCapsule(0, ConnectDataSize)
-		inCap = ConnectDataSize
+	if q.inCap >= nvme.ConnectDataSize {
+		cd.Append(q.slots[i].capsule[nvme.CommandSize:nvme.CommandSize])
+		cmd.SGL().SetInCapsule(0, nvme.ConnectDataSize)
+		inCap = nvme.ConnectDataSize
 	} else {
 		cd.Append(q.slots[i].buf[:0])
-		q.keyed(i, cmd, ConnectDataSize)
+		q.keyed(i, cmd, nvme.ConnectDataSize)
 	}
 	res, err := q.run(ctx, i, inCap, fmt.Sprintf("Connect queue %d", q.qid))
 	if err == nil || isStatus(err) {
@@ -314,30 +315,30 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *hqueue, cntlid uint1
 }
 
 func (c *Controller) propertyGet(ctx context.Context, off uint32, size int) (uint64, error) {
-	return c.admin.adminCmd(ctx, func(cmd Command) { NewPropertyGet(cmd, 0, off, size) }, 0, "Property Get", nil)
+	return c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewPropertyGet(cmd, 0, off, size) }, 0, "Property Get", nil)
 }
 
 func (c *Controller) propertySet(ctx context.Context, off, v uint32) error {
-	_, err := c.admin.adminCmd(ctx, func(cmd Command) { NewPropertySet(cmd, 0, off, v) }, 0, "Property Set", nil)
+	_, err := c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewPropertySet(cmd, 0, off, v) }, 0, "Property Set", nil)
 	return err
 }
 
 // enable sets CC.EN (with 64-octet SQEs, 16-octet CQEs) and waits for
 // CSTS.RDY, at most CAP.TO.
 func (c *Controller) enable(ctx context.Context) error {
-	if err := c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20); err != nil {
+	if err := c.propertySet(ctx, nvme.PropCC, nvme.CCEnable|6<<16|4<<20); err != nil {
 		return err
 	}
 	end := time.Now().Add(time.Duration(c.CAP>>24&0xff)*500*time.Millisecond + time.Second)
 	for {
-		csts, err := c.propertyGet(ctx, PropCSTS, 4)
+		csts, err := c.propertyGet(ctx, nvme.PropCSTS, 4)
 		if err != nil {
 			return err
 		}
 		switch {
-		case csts&CSTSFatal != 0:
+		case csts&nvme.CSTSFatal != 0:
 			return errors.New("nvmeof: the controller reports a fatal status (CSTS.CFS) on enable")
-		case csts&CSTSReady != 0:
+		case csts&nvme.CSTSReady != 0:
 			return nil
 		case time.Now().After(end):
 			return errors.New("nvmeof: the controller did not become ready within CAP.TO")
@@ -363,7 +364,7 @@ func (c *Controller) keepAlive(kato time.Duration) {
 		case <-tick.C:
 		}
 		ctx, cancel := closeOwnCtx(kato)
-		_, err := c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminKeepAlive, 0, 0, 0, 0) }, 0, "Keep Alive", nil)
+		_, err := c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminKeepAlive, 0, 0, 0, 0) }, 0, "Keep Alive", nil)
 		cancel()
 		if err != nil && !isStatus(err) {
 			c.shutdownQueues(context.Background(), false)
@@ -375,11 +376,11 @@ func (c *Controller) keepAlive(kato time.Duration) {
 // Identify reads the Identify data structure cns for nsid into buf (4096
 // octets).
 func (c *Controller) Identify(ctx context.Context, cns uint8, nsid uint32, buf []byte) error {
-	if len(buf) < IdentifySize {
+	if len(buf) < nvme.IdentifySize {
 		return errors.New("nvmeof: Identify needs a 4096-octet buffer")
 	}
-	_, err := c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminIdentify, 0, nsid, uint32(cns), 0) },
-		IdentifySize, fmt.Sprintf("Identify CNS %d", cns), func(b []byte) { copy(buf, b) })
+	_, err := c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminIdentify, 0, nsid, uint32(cns), 0) },
+		nvme.IdentifySize, fmt.Sprintf("Identify CNS %d", cns), func(b []byte) { copy(buf, b) })
 	return err
 }
 
@@ -390,8 +391,8 @@ func (c *Controller) GetLogPage(ctx context.Context, lid uint8, nsid uint32, off
 		return fmt.Errorf("nvmeof: Get Log Page of %d octets", len(buf))
 	}
 	numd := uint32(len(buf)/4 - 1)
-	_, err := c.admin.adminCmd(ctx, func(cmd Command) {
-		NewAdmin(cmd, AdminGetLogPage, 0, nsid, uint32(lid)|numd<<16, numd>>16)
+	_, err := c.admin.adminCmd(ctx, func(cmd nvme.Command) {
+		nvme.NewAdmin(cmd, nvme.AdminGetLogPage, 0, nsid, uint32(lid)|numd<<16, numd>>16)
 		cmd.SetCDW(12, uint32(off))
 		cmd.SetCDW(13, uint32(off>>32))
 	}, len(buf), fmt.Sprintf("Get Log Page %#x", lid), func(b []byte) { copy(buf, b) })
@@ -400,14 +401,14 @@ func (c *Controller) GetLogPage(ctx context.Context, lid uint8, nsid uint32, off
 
 // SetFeatures sets feature fid to v and returns the command's result.
 func (c *Controller) SetFeatures(ctx context.Context, fid uint8, v uint32) (uint32, error) {
-	res, err := c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 0, uint32(fid), v) }, 0,
+	res, err := c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, 0, uint32(fid), v) }, 0,
 		fmt.Sprintf("Set Features %#x", fid), nil)
 	return uint32(res), err
 }
 
 // GetFeatures returns feature fid's current value.
 func (c *Controller) GetFeatures(ctx context.Context, fid uint8) (uint32, error) {
-	res, err := c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, 0, uint32(fid), 0) }, 0,
+	res, err := c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminGetFeatures, 0, 0, uint32(fid), 0) }, 0,
 		fmt.Sprintf("Get Features %#x", fid), nil)
 	return uint32(res), err
 }
@@ -418,27 +419,27 @@ func (c *Controller) GetFeatures(ctx context.Context, fid uint8) (uint32, error)
 // end. A log that changed between reading its header and reading it whole
 // (the generation counter or the record count differ) is read again, as
 // NVMe-oF asks, up to ten times.
-func (c *Controller) DiscoveryLog(ctx context.Context) ([]DiscoveryEntry, error) {
-	hdr := make([]byte, discHeaderSize)
-	if err := c.GetLogPage(ctx, LogDiscovery, 0, 0, hdr); err != nil {
+func (c *Controller) DiscoveryLog(ctx context.Context) ([]nvme.DiscoveryEntry, error) {
+	hdr := make([]byte, nvme.DiscHeaderSize)
+	if err := c.GetLogPage(ctx, nvme.LogDiscovery, 0, 0, hdr); err != nil {
 		return nil, err
 	}
-	gen, n, _, err := ParseDiscoveryLog(hdr)
+	gen, n, _, err := nvme.ParseDiscoveryLog(hdr)
 	if err != nil {
 		return nil, err
 	}
-	chunk := max(min(c.maxData, c.admin.maxData), discEntrySize) / discEntrySize * discEntrySize // the target's MDTS
+	chunk := max(min(c.maxData, c.admin.maxData), nvme.DiscEntrySize) / nvme.DiscEntrySize * nvme.DiscEntrySize // the target's MDTS
 	for range 10 {
 		if n == 0 {
 			return nil, nil
 		}
-		if n > maxDiscRecords {
-			return nil, fmt.Errorf("nvmeof: a discovery log of %d records (at most %d read)", n, maxDiscRecords)
+		if n > nvme.MaxDiscRecords {
+			return nil, fmt.Errorf("nvmeof: a discovery log of %d records (at most %d read)", n, nvme.MaxDiscRecords)
 		}
-		all := make([]byte, discHeaderSize+int(n)*discEntrySize)
+		all := make([]byte, nvme.DiscHeaderSize+int(n)*nvme.DiscEntrySize)
 		var pieceErr error
 		for off := 0; off < len(all) && pieceErr == nil; off += chunk {
-			pieceErr = c.GetLogPage(ctx, LogDiscovery, 0, uint64(off), all[off:min(off+chunk, len(all))])
+			pieceErr = c.GetLogPage(ctx, nvme.LogDiscovery, 0, uint64(off), all[off:min(off+chunk, len(all))])
 			if pieceErr != nil && off == 0 {
 				return nil, pieceErr
 			}
@@ -446,27 +447,27 @@ func (c *Controller) DiscoveryLog(ctx context.Context) ([]DiscoveryEntry, error)
 		if pieceErr != nil {
 			// A later piece refused: the log may have shrunk under its
 			// offset. If the header says it changed, read it again.
-			if err := c.GetLogPage(ctx, LogDiscovery, 0, 0, hdr); err != nil {
+			if err := c.GetLogPage(ctx, nvme.LogDiscovery, 0, 0, hdr); err != nil {
 				return nil, err
 			}
-			gen3, n3, _, err := ParseDiscoveryLog(hdr)
+			gen3, n3, _, err := nvme.ParseDiscoveryLog(hdr)
 			if err != nil || gen3 == gen && n3 == n {
 				return nil, pieceErr
 			}
 			gen, n = gen3, n3
 			continue
 		}
-		gen2, n2, ents, err := ParseDiscoveryLog(all)
+		gen2, n2, ents, err := nvme.ParseDiscoveryLog(all)
 		if err != nil {
 			return nil, err
 		}
 		if len(all) > chunk {
 			// Read in pieces: the header again, to know that it did not
 			// change meanwhile.
-			if err := c.GetLogPage(ctx, LogDiscovery, 0, 0, hdr); err != nil {
+			if err := c.GetLogPage(ctx, nvme.LogDiscovery, 0, 0, hdr); err != nil {
 				return nil, err
 			}
-			gen3, n3, _, err := ParseDiscoveryLog(hdr)
+			gen3, n3, _, err := nvme.ParseDiscoveryLog(hdr)
 			if err != nil {
 				return nil, err
 			}
@@ -485,9 +486,9 @@ func (c *Controller) DiscoveryLog(ctx context.Context) ([]DiscoveryEntry, error)
 
 // Discover connects to the discovery controller at addr, reads its log
 // and disconnects.
-func Discover(ctx context.Context, network, addr string, cfg HostConfig) ([]DiscoveryEntry, error) {
+func Discover(ctx context.Context, network, addr string, cfg HostConfig) ([]nvme.DiscoveryEntry, error) {
 	cfg.IOQueues = 0
-	c, err := Connect(ctx, network, addr, DiscoveryNQN, cfg)
+	c, err := Connect(ctx, network, addr, nvme.DiscoveryNQN, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -497,12 +498,12 @@ func Discover(ctx context.Context, network, addr string, cfg HostConfig) ([]Disc
 
 // ActiveNamespaces returns the controller's active NSIDs (up to 1024).
 func (c *Controller) ActiveNamespaces(ctx context.Context) ([]uint32, error) {
-	buf := make([]byte, IdentifySize)
-	if err := c.Identify(ctx, CNSActiveNSList, 0, buf); err != nil {
+	buf := make([]byte, nvme.IdentifySize)
+	if err := c.Identify(ctx, nvme.CNSActiveNSList, 0, buf); err != nil {
 		return nil, err
 	}
 	var ids []uint32
-	for i := 0; i < IdentifySize; i += 4 {
+	for i := 0; i < nvme.IdentifySize; i += 4 {
 		id := uint32(buf[i]) | uint32(buf[i+1])<<8 | uint32(buf[i+2])<<16 | uint32(buf[i+3])<<24
 		if id == 0 {
 			break
@@ -574,14 +575,14 @@ var ErrShutdownFatal = errors.New("nvmeof: controller fatal status at shutdown")
 func (c *Controller) shutdown() error {
 	ctx, cancel := closeOwnCtx(shutdownWait)
 	defer cancel()
-	err := c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20|1<<14)
+	err := c.propertySet(ctx, nvme.PropCC, nvme.CCEnable|6<<16|4<<20|1<<14)
 	for err == nil {
 		var csts uint64
-		if csts, err = c.propertyGet(ctx, PropCSTS, 4); err != nil {
+		if csts, err = c.propertyGet(ctx, nvme.PropCSTS, 4); err != nil {
 			break
 		}
-		if csts&CSTSShstMask == CSTSShstDone {
-			if csts&CSTSFatal != 0 {
+		if csts&nvme.CSTSShstMask == nvme.CSTSShstDone {
+			if csts&nvme.CSTSFatal != 0 {
 				err = ErrShutdownFatal
 			}
 			break

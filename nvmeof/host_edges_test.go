@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -15,9 +16,9 @@ import (
 // command, whose submit writes that generation.
 func TestHostDuplicateCompletion(t *testing.T) {
 	checkRoutines(t)
-	addr := newFakeTarget(t, func(f *fakeTarget, cmd Command) {
-		f.answer(cmd.CID(), StatusSuccess)
-		f.answer(cmd.CID(), StatusSuccess)
+	addr := newFakeTarget(t, func(f *fakeTarget, cmd nvme.Command) {
+		f.answer(cmd.CID(), nvme.StatusSuccess)
+		f.answer(cmd.CID(), nvme.StatusSuccess)
 	})
 	q := rawQueue(t, addr, 1, 1, 0)
 	ctx := testCtx(t)
@@ -27,7 +28,7 @@ func TestHostDuplicateCompletion(t *testing.T) {
 		if i, err = q.acquire(ctx); err != nil {
 			break
 		}
-		NewAdmin(q.cmd(i), IOFlush, 0, 1, 0, 0)
+		nvme.NewAdmin(q.cmd(i), nvme.IOFlush, 0, 1, 0, 0)
 		if _, err = q.run(ctx, i, 0, "Flush"); err != nil {
 			break
 		}

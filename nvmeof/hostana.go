@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // ErrNoANA is ANALog's error on a controller that does not report ANA
@@ -15,29 +17,29 @@ var ErrNoANA = errors.New("nvmeof: the controller does not report ANA")
 // the length Linux's host reads (NANAGRPID descriptors and MNAN NSIDs, at
 // most the target's MDTS) in one command, so the log cannot change
 // between pieces of it.
-func (c *Controller) ANALog(ctx context.Context) (ANALog, error) {
+func (c *Controller) ANALog(ctx context.Context) (nvme.ANALog, error) {
 	n, err := c.anaLogLen()
 	if err != nil {
-		return ANALog{}, err
+		return nvme.ANALog{}, err
 	}
 	buf := make([]byte, n)
-	if err := c.GetLogPage(ctx, LogANA, 0xffffffff, 0, buf); err != nil {
-		return ANALog{}, err
+	if err := c.GetLogPage(ctx, nvme.LogANA, 0xffffffff, 0, buf); err != nil {
+		return nvme.ANALog{}, err
 	}
-	return ParseANALog(buf, c.Info.ANAGRPMAX)
+	return nvme.ParseANALog(buf, c.Info.ANAGRPMAX)
 }
 
 // anaLogLen is the length of the controller's ANA log, or why it cannot
 // be read.
 func (c *Controller) anaLogLen() (int, error) {
 	ci := c.Info
-	if ci.CMIC&cmicANA == 0 {
+	if ci.CMIC&nvme.CMICANA == 0 {
 		return 0, ErrNoANA
 	}
 	if ci.MNAN == 0 || ci.MNAN > ci.NN || ci.NANAGRPID > ci.ANAGRPMAX {
 		return 0, fmt.Errorf("nvmeof: ANA log: MNAN %d, NN %d, NANAGRPID %d, ANAGRPMAX %d", ci.MNAN, ci.NN, ci.NANAGRPID, ci.ANAGRPMAX)
 	}
-	n := uint64(anaHeaderSize) + uint64(ci.NANAGRPID)*anaDescSize + uint64(ci.MNAN)*4
+	n := uint64(nvme.ANAHeaderSize) + uint64(ci.NANAGRPID)*nvme.ANADescSize + uint64(ci.MNAN)*4
 	if lim := uint64(min(c.maxData, c.admin.maxData)); n > lim {
 		return 0, fmt.Errorf("nvmeof: an ANA log of %d octets is longer than a transfer (%d)", n, lim)
 	}

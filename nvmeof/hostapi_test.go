@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,7 +25,7 @@ func TestHostDoneContext(t *testing.T) {
 	c, ns := hostNS(t, 1<<20, HostConfig{IOQueues: 1})
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := c.GetFeatures(done, FeatNumQueues)
+	_, err := c.GetFeatures(done, nvme.FeatNumQueues)
 	require.ErrorIs(t, err, context.Canceled)
 	n, err := ns.ReadAtContext(done, make([]byte, 4096), 0)
 	require.ErrorIs(t, err, context.Canceled)
@@ -37,7 +38,7 @@ func TestHostDoneContext(t *testing.T) {
 		t.Fatal("the I/O queue ended")
 	default:
 	}
-	_, err = c.GetFeatures(testCtx(t), FeatNumQueues)
+	_, err = c.GetFeatures(testCtx(t), nvme.FeatNumQueues)
 	require.NoError(t, err)
 	_, err = ns.ReadAt(make([]byte, 4096), 0)
 	require.NoError(t, err)
@@ -101,7 +102,7 @@ func TestHostReadCount(t *testing.T) {
 		b.from.Store(bad * chunk)
 		b.to.Store(bad*chunk + 512)
 		n, err := ns.ReadAt(make([]byte, 4*chunk), 0)
-		requireStatus(t, err, 0x281|DNR) // Unrecovered Read Error
+		requireStatus(t, err, 0x281|nvme.DNR) // Unrecovered Read Error
 		require.EqualValues(t, bad*chunk, n, "command %d of 4 failed", bad)
 	}
 }
@@ -233,7 +234,7 @@ func TestDiscoveryLogChanges(t *testing.T) {
 	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	var reads atomic.Int32
 	testDiscoveryLog = func(n int) { // on the target's goroutine
-		if reads.Add(1) == 1 && n == discHeaderSize { // the header, just built
+		if reads.Add(1) == 1 && n == nvme.DiscHeaderSize { // the header, just built
 			sub, err := NewSubsystem("nqn.2024-01.io.goiwarp:late")
 			if err == nil {
 				err = tg.AddSubsystem(sub)

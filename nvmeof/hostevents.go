@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // ErrNoWatch is WaitNamespaceChange's error on a controller that does not
@@ -28,12 +30,12 @@ type hostEvents struct {
 	aec    uint32 // the notices enabled
 	ids    []uint32
 	all    bool // the list overflowed: any namespace may have changed
-	disc   []DiscoveryEntry
+	disc   []nvme.DiscoveryEntry
 	discOK bool // disc is new
-	ana    ANALog
-	anaOK  bool                // ana is new
-	resv   []ReservationNotice // HostConfig.WatchReservations: not taken yet
-	err    error               // why the watch ended, if it did while the queue lives
+	ana    nvme.ANALog
+	anaOK  bool                     // ana is new
+	resv   []nvme.ReservationNotice // HostConfig.WatchReservations: not taken yet
+	err    error                    // why the watch ended, if it did while the queue lives
 	// changed is closed, and replaced, whenever something comes: every
 	// waiter looks again, each for its own kind of notice (one wake-up
 	// token shared by the kinds was taken by the wrong waiter).
@@ -43,7 +45,7 @@ type hostEvents struct {
 // watch enables the notices aec and starts the goroutine that keeps an
 // AER outstanding; Close (or the admin queue's end) stops it.
 func (c *Controller) watch(ctx context.Context, aec uint32) error {
-	if _, err := c.SetFeatures(ctx, FeatAsyncEvent, aec&^watchResv); err != nil {
+	if _, err := c.SetFeatures(ctx, nvme.FeatAsyncEvent, aec&^watchResv); err != nil {
 		return err
 	}
 	c.events.aec = aec
@@ -58,17 +60,17 @@ func (c *Controller) watch(ctx context.Context, aec uint32) error {
 func (c *Controller) eventLoop() {
 	defer c.events.wg.Done()
 	ev := &c.events
-	log := make([]byte, 4*maxChangedNS)
+	log := make([]byte, 4*nvme.MaxChangedNS)
 	for {
 		// Not bounded: the AER is outstanding until an event or the
 		// queue's end (Close), which wakes this wait.
-		res, err := c.admin.standingCmd(context.Background(), func(cmd Command) { NewAdmin(cmd, AdminAER, 0, 0, 0, 0) },
+		res, err := c.admin.standingCmd(context.Background(), func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminAER, 0, 0, 0, 0) },
 			"Asynchronous Event Request")
 		if err != nil {
 			ev.end(err) // the queue ended, or the controller refused AERs
 			return
 		}
-		if ev.aec&aecANAChange != 0 && res&0xffffff == aerANAChanged {
+		if ev.aec&nvme.AECANAChange != 0 && res&0xffffff == nvme.AERANAChanged {
 			l, err := c.ANALog(context.Background()) // unmasks the next notice
 			if err != nil {
 				ev.end(fmt.Errorf("nvmeof: watching ANA states: %w", err))
@@ -80,7 +82,7 @@ func (c *Controller) eventLoop() {
 			ev.mu.Unlock()
 			continue
 		}
-		if ev.aec&watchResv != 0 && res&0xffffff == aerResvLog {
+		if ev.aec&watchResv != 0 && res&0xffffff == nvme.AERResvLog {
 			ns, err := c.ReservationNotices(context.Background()) // unmasks the next notice
 			if len(ns) > 0 {                                      // taken from the target: kept, even if a later read failed
 				ev.mu.Lock()
@@ -94,7 +96,7 @@ func (c *Controller) eventLoop() {
 			}
 			continue
 		}
-		if ev.aec == aecDiscChange && res&0xffffff == aerDiscChanged {
+		if ev.aec == nvme.AECDiscChange && res&0xffffff == nvme.AERDiscChanged {
 			ents, err := c.DiscoveryLog(context.Background())
 			if err != nil {
 				ev.end(fmt.Errorf("nvmeof: watching the discovery log: %w", err))
@@ -106,10 +108,10 @@ func (c *Controller) eventLoop() {
 			ev.mu.Unlock()
 			continue
 		}
-		if ev.aec&aecNSAttr == 0 || res&0xffffff != aerNSChanged {
+		if ev.aec&nvme.AECNSAttr == 0 || res&0xffffff != nvme.AERNSChanged {
 			continue // another event (none is enabled): ask again
 		}
-		if err := c.GetLogPage(context.Background(), LogChangedNS, 0xffffffff, 0, log); err != nil {
+		if err := c.GetLogPage(context.Background(), nvme.LogChangedNS, 0xffffffff, 0, log); err != nil {
 			ev.end(fmt.Errorf("nvmeof: watching namespaces: %w", err))
 			return
 		}
@@ -151,7 +153,7 @@ func (ev *hostEvents) wakeLocked() {
 func (c *Controller) WaitNamespaceChange(ctx context.Context) ([]uint32, error) {
 	ev := &c.events
 	var ids []uint32
-	err := c.waitEvent(ctx, aecNSAttr, func() bool {
+	err := c.waitEvent(ctx, nvme.AECNSAttr, func() bool {
 		if !ev.all && len(ev.ids) == 0 {
 			return false
 		}
@@ -168,10 +170,10 @@ func (c *Controller) WaitNamespaceChange(ctx context.Context) ([]uint32, error) 
 // (HostConfig.WatchDiscovery) reports that the log changed, and returns
 // the log as read then: the subsystems this host may reach now. It
 // returns ctx's error, or the controller's once it has ended.
-func (c *Controller) WaitDiscoveryChange(ctx context.Context) ([]DiscoveryEntry, error) {
+func (c *Controller) WaitDiscoveryChange(ctx context.Context) ([]nvme.DiscoveryEntry, error) {
 	ev := &c.events
-	var ents []DiscoveryEntry
-	err := c.waitEvent(ctx, aecDiscChange, func() bool {
+	var ents []nvme.DiscoveryEntry
+	err := c.waitEvent(ctx, nvme.AECDiscChange, func() bool {
 		if !ev.discOK {
 			return false
 		}
@@ -185,14 +187,14 @@ func (c *Controller) WaitDiscoveryChange(ctx context.Context) ([]DiscoveryEntry,
 // (HostConfig.WatchANA) reports that they changed, and returns its ANA
 // log as read then. It returns ctx's error, or the controller's once it
 // has ended.
-func (c *Controller) WaitANAChange(ctx context.Context) (ANALog, error) {
+func (c *Controller) WaitANAChange(ctx context.Context) (nvme.ANALog, error) {
 	ev := &c.events
-	var l ANALog
-	err := c.waitEvent(ctx, aecANAChange, func() bool {
+	var l nvme.ANALog
+	err := c.waitEvent(ctx, nvme.AECANAChange, func() bool {
 		if !ev.anaOK {
 			return false
 		}
-		l, ev.ana, ev.anaOK = ev.ana, ANALog{}, false
+		l, ev.ana, ev.anaOK = ev.ana, nvme.ANALog{}, false
 		return true
 	})
 	return l, err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // Multipath is a host's view of one subsystem through several paths, a
@@ -94,15 +96,15 @@ type mpath struct {
 	addr string
 
 	// Under Multipath.mu.
-	c        *Controller         // nil while it is not connected
-	ana      bool                // the controller reports ANA
-	err      error               // why it is not usable: not connected, or ended
-	retrying bool                // it is being connected again
-	states   map[uint32]ANAState // ANA group → state through this path
-	groups   map[uint32]uint32   // NSID → ANA group, as the log lists them
-	chg      uint64              // the change count of the log applied
-	pending  bool                // a path status came back: unusable until its log is read again
-	asked    map[uint32]bool     // groups missing from the log, read again once for each, for this controller
+	c        *Controller              // nil while it is not connected
+	ana      bool                     // the controller reports ANA
+	err      error                    // why it is not usable: not connected, or ended
+	retrying bool                     // it is being connected again
+	states   map[uint32]nvme.ANAState // ANA group → state through this path
+	groups   map[uint32]uint32        // NSID → ANA group, as the log lists them
+	chg      uint64                   // the change count of the log applied
+	pending  bool                     // a path status came back: unusable until its log is read again
+	asked    map[uint32]bool          // groups missing from the log, read again once for each, for this controller
 
 	cmds, pathErrs, connects atomic.Uint64
 	inflight                 atomic.Int64 // commands in flight down the path (counted as doSized counts them)
@@ -111,13 +113,13 @@ type mpath struct {
 // PathInfo is a path's state, as Multipath.Paths reports it.
 type PathInfo struct {
 	Addr       string
-	Controller *Controller         // nil while it is not connected
-	Err        error               // why it is not used: not connected, or ended
-	Retrying   bool                // it is being connected again
-	States     map[uint32]ANAState // each ANA group's state through the path, as its log last said
-	Commands   uint64              // commands sent down the path
-	PathErrors uint64              // of them, those that came back with a path status
-	Connects   uint64              // times it connected, the first included
+	Controller *Controller              // nil while it is not connected
+	Err        error                    // why it is not used: not connected, or ended
+	Retrying   bool                     // it is being connected again
+	States     map[uint32]nvme.ANAState // each ANA group's state through the path, as its log last said
+	Commands   uint64                   // commands sent down the path
+	PathErrors uint64                   // of them, those that came back with a path status
+	Connects   uint64                   // times it connected, the first included
 }
 
 // ErrNoPath is the error of I/O on a Multipath none of whose paths is
@@ -147,7 +149,7 @@ func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQ
 	if len(addrs) == 0 {
 		return nil, errors.New("nvmeof: Multipath needs at least one address")
 	}
-	if subNQN == DiscoveryNQN {
+	if subNQN == nvme.DiscoveryNQN {
 		return nil, errors.New("nvmeof: Multipath is for NVM subsystems")
 	}
 	if cfg.HostNQN == "" {
@@ -195,26 +197,26 @@ func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQ
 }
 
 // dial connects a path and reads its ANA log, if it has one.
-func (m *Multipath) dial(ctx context.Context, addr string) (*Controller, ANALog, error) {
+func (m *Multipath) dial(ctx context.Context, addr string) (*Controller, nvme.ANALog, error) {
 	c, err := Connect(ctx, m.network, addr, m.SubNQN, m.cfg.HostConfig)
 	if err != nil {
-		return nil, ANALog{}, err
+		return nil, nvme.ANALog{}, err
 	}
-	if c.Info.CMIC&cmicANA == 0 {
-		return c, ANALog{}, nil
+	if c.Info.CMIC&nvme.CMICANA == 0 {
+		return c, nvme.ANALog{}, nil
 	}
 	l, err := c.ANALog(ctx)
 	if err != nil {
 		c.Close()
-		return nil, ANALog{}, err
+		return nil, nvme.ANALog{}, err
 	}
 	return c, l, nil
 }
 
 // up makes c the path's controller (m.mu held, or before the path is
 // shared).
-func (p *mpath) up(c *Controller, l ANALog) {
-	p.c, p.ana, p.err, p.retrying = c, c.Info.CMIC&cmicANA != 0, nil, false
+func (p *mpath) up(c *Controller, l nvme.ANALog) {
+	p.c, p.ana, p.err, p.retrying = c, c.Info.CMIC&nvme.CMICANA != 0, nil, false
 	p.states, p.chg, p.asked = nil, 0, nil
 	if p.ana {
 		p.set(l, true)
@@ -226,14 +228,14 @@ func (p *mpath) up(c *Controller, l ANALog) {
 // shared), unless it is older than the one applied: the path's watch and
 // a read after a path status may fetch logs at once, and the older must
 // not win. A read after a path status (done) ends the pending state.
-func (p *mpath) set(l ANALog, done bool) {
+func (p *mpath) set(l nvme.ANALog, done bool) {
 	if done {
 		p.pending = false
 	}
 	if p.states != nil && l.ChangeCount < p.chg {
 		return
 	}
-	p.states, p.groups, p.chg = map[uint32]ANAState{}, map[uint32]uint32{}, l.ChangeCount
+	p.states, p.groups, p.chg = map[uint32]nvme.ANAState{}, map[uint32]uint32{}, l.ChangeCount
 	for _, g := range l.Groups {
 		p.states[g.ID] = g.State
 		for _, id := range g.NSIDs {
@@ -250,7 +252,7 @@ func (m *Multipath) watch(p *mpath, c *Controller) {
 		m.wg.Add(1)
 		go m.watchResv(p, c)
 	}
-	if c.events.aec&aecANAChange == 0 {
+	if c.events.aec&nvme.AECANAChange == 0 {
 		<-c.admin.dead
 		m.fail(p, c, c.admin.err)
 		return
@@ -364,7 +366,7 @@ func (m *Multipath) reconnectOnce(p *mpath) error {
 			hn.mpath = true
 		}
 		switch {
-		case err == nil && n.Info.sameAs(hn.Info):
+		case err == nil && sameNamespace(n.Info, hn.Info):
 			opened[i] = hn
 		case err != nil && (timedOut || c.broken()):
 			c.Close()
@@ -430,10 +432,10 @@ func (m *Multipath) refreshLocked(p *mpath) {
 // its group (a namespace added since), the log is read again, once, as
 // Linux's host does, and till then the path is not used; if it still does
 // not, the path is used, non-optimized, so that the target answers.
-func (m *Multipath) state(n *MultipathNamespace, i int) ANAState {
+func (m *Multipath) state(n *MultipathNamespace, i int) nvme.ANAState {
 	p := m.paths[i]
 	if !p.ana {
-		return ANAOptimized
+		return nvme.ANAOptimized
 	}
 	g, ok := p.groups[n.ID]
 	if !ok {
@@ -449,11 +451,11 @@ func (m *Multipath) state(n *MultipathNamespace, i int) ANAState {
 		}
 		p.asked[g] = true
 		m.refreshLocked(p)
-		return ANAInaccessible
+		return nvme.ANAInaccessible
 	}
 	// Read again, and still not there: the namespace may be gone. Let
 	// the target say so (Invalid Namespace), not wait for ever.
-	return ANANonOptimized
+	return nvme.ANANonOptimized
 }
 
 // pick returns the path for a command on n and its namespace there: an
@@ -479,9 +481,9 @@ func (m *Multipath) pick(n *MultipathNamespace) (int, *HostNamespace, <-chan str
 			continue
 		}
 		switch m.state(n, i) {
-		case ANAOptimized:
+		case nvme.ANAOptimized:
 			opt = append(opt, i)
-		case ANANonOptimized:
+		case nvme.ANANonOptimized:
 			nonOpt = append(nonOpt, i)
 		}
 	}
@@ -542,16 +544,16 @@ func (m *Multipath) doSized(ctx context.Context, n *MultipathNamespace, size int
 		p.inflight.Add(w)
 		k, err := op(hn)
 		p.inflight.Add(-w)
-		var se *StatusError
+		var se *nvme.StatusError
 		isStatus := errors.As(err, &se)
 		switch {
 		case err == nil:
 			return k, nil
 		case ctx.Err() != nil:
 			return k, err
-		case isStatus && se.Status.SCT() == SCTPath && se.Status&DNR == 0:
+		case isStatus && se.Status.SCT() == nvme.SCTPath && se.Status&nvme.DNR == 0:
 			p.pathErrs.Add(1)
-			if code := se.Status.Code(); code >= StatusANAPersistentLoss && code <= StatusANATransition {
+			if code := se.Status.Code(); code >= nvme.StatusANAPersistentLoss && code <= nvme.StatusANATransition {
 				m.refresh(p, c) // an ANA state changed: read it before using the path again
 			}
 		case isStatus:
@@ -592,7 +594,7 @@ func (m *Multipath) Paths() []PathInfo {
 	defer m.mu.Unlock()
 	var ps []PathInfo
 	for _, p := range m.paths {
-		pi := PathInfo{Addr: p.addr, Controller: p.c, Err: p.err, Retrying: p.retrying, States: map[uint32]ANAState{},
+		pi := PathInfo{Addr: p.addr, Controller: p.c, Err: p.err, Retrying: p.retrying, States: map[uint32]nvme.ANAState{},
 			Commands: p.cmds.Load(), PathErrors: p.pathErrs.Load(), Connects: p.connects.Load()}
 		for g, s := range p.states {
 			pi.States[g] = s
@@ -639,7 +641,7 @@ func (m *Multipath) Close() error {
 type MultipathNamespace struct {
 	m    *Multipath
 	ID   uint32
-	Info NamespaceInfo
+	Info nvme.NamespaceInfo
 	ns   []*HostNamespace // by path; nil where it was not opened
 }
 
@@ -674,7 +676,7 @@ func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNames
 			continue
 		}
 		hn.mpath = true
-		if first != nil && !first.Info.sameAs(hn.Info) {
+		if first != nil && !sameNamespace(first.Info, hn.Info) {
 			return nil, fmt.Errorf("nvmeof: namespace %d: paths %s and %s disagree on what it is", nsid, firstAddr, m.paths[i].addr)
 		}
 		if first == nil {
@@ -697,9 +699,9 @@ func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNames
 	return n, nil
 }
 
-// sameAs reports whether two views of a namespace, through two paths or
-// before and after a reconnect, are of the same namespace.
-func (ni NamespaceInfo) sameAs(o NamespaceInfo) bool {
+// sameNamespace reports whether two views of a namespace, through two paths
+// or before and after a reconnect, are of the same namespace.
+func sameNamespace(ni, o nvme.NamespaceInfo) bool {
 	return ni.Size == o.Size && ni.LBADS == o.LBADS && ni.NGUID == o.NGUID
 }
 

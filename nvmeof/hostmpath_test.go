@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -53,7 +54,7 @@ func writes(t *testing.T, m *Multipath, n *MultipathNamespace, k int, seed byte)
 	return c
 }
 
-func waitStates(t *testing.T, m *Multipath, g uint32, want ...ANAState) {
+func waitStates(t *testing.T, m *Multipath, g uint32, want ...nvme.ANAState) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for i, p := range m.Paths() {
@@ -74,9 +75,9 @@ func TestMultipath(t *testing.T) {
 	require.EqualValues(t, 1<<20, n.Size())
 	require.Equal(t, []uint64{10, 0}, writes(t, m, n, 10, 1), "the optimized path")
 
-	require.NoError(t, p1.SetANAState(1, ANAInaccessible))
-	require.NoError(t, p2.SetANAState(1, ANAOptimized))
-	waitStates(t, m, 1, ANAInaccessible, ANAOptimized)
+	require.NoError(t, p1.SetANAState(1, nvme.ANAInaccessible))
+	require.NoError(t, p2.SetANAState(1, nvme.ANAOptimized))
+	waitStates(t, m, 1, nvme.ANAInaccessible, nvme.ANAOptimized)
 	require.Equal(t, []uint64{10, 10}, writes(t, m, n, 10, 2), "moved by the notices")
 	for _, p := range m.Paths() {
 		require.Zero(t, p.PathErrors, "%s", p.Addr)
@@ -86,8 +87,8 @@ func TestMultipath(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, bytes.Repeat([]byte{2 + 9}, 4096), got)
 
-	require.NoError(t, p1.SetANAState(1, ANAOptimized))
-	waitStates(t, m, 1, ANAOptimized, ANAOptimized)
+	require.NoError(t, p1.SetANAState(1, nvme.ANAOptimized))
+	waitStates(t, m, 1, nvme.ANAOptimized, nvme.ANAOptimized)
 	c := writes(t, m, n, 10, 3)
 	require.Equal(t, uint64(31), c[0]+c[1], "every command counted once: 30 writes and a read")
 	require.InDelta(t, 15, float64(c[0]), 1, "round-robin over the optimized paths: %v", c)
@@ -118,10 +119,10 @@ func TestMultipathPathStatus(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []uint64{1, 0}, writes(t, m, n, 1, 1))
 
-	require.NoError(t, p1.SetANAState(1, ANAInaccessible))
+	require.NoError(t, p1.SetANAState(1, nvme.ANAInaccessible))
 	require.Equal(t, []uint64{2, 1}, writes(t, m, n, 1, 2), "refused by path 1, sent again down path 2")
 	require.EqualValues(t, 1, m.Paths()[0].PathErrors)
-	waitStates(t, m, 1, ANAInaccessible, ANANonOptimized) // path 1's log read again; path 2's as it was
+	waitStates(t, m, 1, nvme.ANAInaccessible, nvme.ANANonOptimized) // path 1's log read again; path 2's as it was
 	require.Equal(t, []uint64{2, 3}, writes(t, m, n, 2, 3), "path 1 is left alone now")
 	require.EqualValues(t, 1, m.Paths()[0].PathErrors)
 	got := make([]byte, 4096)
@@ -134,9 +135,9 @@ func TestMultipathPathStatus(t *testing.T) {
 // ends.
 func TestMultipathNoUsablePath(t *testing.T) {
 	ctx, p1, p2, m, n := mpathNS(t)
-	require.NoError(t, p1.SetANAState(1, ANAInaccessible))
-	require.NoError(t, p2.SetANAState(1, ANAChange))
-	waitStates(t, m, 1, ANAInaccessible, ANAChange)
+	require.NoError(t, p1.SetANAState(1, nvme.ANAInaccessible))
+	require.NoError(t, p2.SetANAState(1, nvme.ANAChange))
+	waitStates(t, m, 1, nvme.ANAInaccessible, nvme.ANAChange)
 
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
@@ -153,7 +154,7 @@ func TestMultipathNoUsablePath(t *testing.T) {
 		t.Fatalf("a write went through with no usable path: %v", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	require.NoError(t, p2.SetANAState(1, ANANonOptimized))
+	require.NoError(t, p2.SetANAState(1, nvme.ANANonOptimized))
 	select {
 	case err := <-done:
 		require.NoError(t, err)
@@ -211,7 +212,7 @@ func TestMultipathChecks(t *testing.T) {
 	require.Error(t, err)
 	_, err = ConnectMultipath(ctx, "tcp", nil, testNQN, MultipathConfig{})
 	require.Error(t, err)
-	_, err = ConnectMultipath(ctx, "tcp", []string{a}, DiscoveryNQN, MultipathConfig{})
+	_, err = ConnectMultipath(ctx, "tcp", []string{a}, nvme.DiscoveryNQN, MultipathConfig{})
 	require.Error(t, err)
 	// Local faults are the caller's, not the path's.
 	_, _, c := newTestTarget(t, 1<<20, TargetConfig{})
@@ -243,7 +244,7 @@ func TestMultipathFlipping(t *testing.T) {
 		for f := 0; f < want; f++ {
 			time.Sleep(2 * time.Millisecond)
 			on, off := ports[(f+1)%2], ports[f%2]
-			if err := errors.Join(on.SetANAState(1, ANAOptimized), off.SetANAState(1, ANAInaccessible)); err != nil {
+			if err := errors.Join(on.SetANAState(1, nvme.ANAOptimized), off.SetANAState(1, nvme.ANAInaccessible)); err != nil {
 				flipErr <- err
 				return
 			}
@@ -251,7 +252,7 @@ func TestMultipathFlipping(t *testing.T) {
 			// few flips, not by all of them (maxFailovers bounds it).
 			for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 				ps := m.Paths()
-				if ps[(f+1)%2].States[1] == ANAOptimized && ps[f%2].States[1] == ANAInaccessible {
+				if ps[(f+1)%2].States[1] == nvme.ANAOptimized && ps[f%2].States[1] == nvme.ANAInaccessible {
 					break
 				}
 				if time.Now().After(end) {
@@ -314,7 +315,7 @@ func TestMultipathNewGroup(t *testing.T) {
 	ctx := testCtx(t)
 	_, sub, p1, p2 := anaTarget(t)
 	for _, p := range []*Port{p1, p2} {
-		require.NoError(t, p.SetANAState(7, ANAOptimized))
+		require.NoError(t, p.SetANAState(7, nvme.ANAOptimized))
 	}
 	m := connectMultipath(t, p1.Addr().String(), p2.Addr().String())
 	for _, p := range m.Paths() {
@@ -339,7 +340,7 @@ func TestWatchBothKinds(t *testing.T) {
 	ctx := testCtx(t)
 	_, sub, p1, _ := anaTarget(t)
 	c := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true, WatchANA: true})
-	nsCh, anaCh := make(chan []uint32, 1), make(chan ANALog, 1)
+	nsCh, anaCh := make(chan []uint32, 1), make(chan nvme.ANALog, 1)
 	go func() {
 		ids, _ := c.WaitNamespaceChange(ctx)
 		nsCh <- ids
@@ -357,10 +358,10 @@ func TestWatchBothKinds(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the namespace waiter missed its notice")
 	}
-	require.NoError(t, p1.SetANAState(1, ANANonOptimized))
+	require.NoError(t, p1.SetANAState(1, nvme.ANANonOptimized))
 	select {
 	case l := <-anaCh:
-		require.Equal(t, ANANonOptimized, l.Groups[0].State)
+		require.Equal(t, nvme.ANANonOptimized, l.Groups[0].State)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the ANA waiter missed its notice")
 	}
@@ -482,7 +483,7 @@ func TestMultipathReconnect(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	back, err := tg.ListenPort(ctx, "tcp", p2.Addr().String(), PortConfig{Subsystems: []string{testNQN},
-		ANA: map[uint32]ANAState{1: ANANonOptimized, 5: ANAOptimized}})
+		ANA: map[uint32]nvme.ANAState{1: nvme.ANANonOptimized, 5: nvme.ANAOptimized}})
 	require.NoError(t, err)
 	require.NoError(t, <-done, "held until a path came back")
 	got := make([]byte, 4096)
@@ -521,7 +522,7 @@ func TestMultipathRemovedNamespace(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err = n2.WriteAtContext(short, make([]byte, 4096), 0)
-	requireStatus(t, err, StatusInvalidField|DNR) // NSID 2 is inactive now
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR) // NSID 2 is inactive now
 }
 
 // A LossTimeout shorter than ReconnectDelay still makes one attempt, as

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,11 +20,11 @@ func TestMultipathQueueDepth(t *testing.T) {
 	sub, tg, _ := serveNamespaces(t, NamespaceConfig{})
 	ports, addrs := listenPorts(t, tg, sub, 2)
 	var slowPort atomic.Int32 // the index of the slow path
-	slow := func(p *Port, cmd Command) Status {
-		if p == ports[slowPort.Load()] && cmd.Opcode() == IOWrite {
+	slow := func(p *Port, cmd nvme.Command) nvme.Status {
+		if p == ports[slowPort.Load()] && cmd.Opcode() == nvme.IOWrite {
 			time.Sleep(20 * time.Millisecond)
 		}
-		return StatusSuccess
+		return nvme.StatusSuccess
 	}
 	testIOStatus.Store(&slow)
 	t.Cleanup(func() { testIOStatus.Store(nil) })

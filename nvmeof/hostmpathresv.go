@@ -1,12 +1,16 @@
 package nvmeof
 
-import "context"
+import (
+	"context"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
+)
 
 // PathNotice is a reservation notification as a Multipath's path received
 // it: each path's controller records its own page of each notification.
 type PathNotice struct {
 	Addr string // the path's address
-	ReservationNotice
+	nvme.ReservationNotice
 }
 
 // mpathResv is what a Multipath's paths' reservation watches gathered

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,20 +40,20 @@ func TestMultipathReservationNotices(t *testing.T) {
 	}
 
 	require.NoError(t, n.RegisterKey(ctx, ka))
-	require.NoError(t, n.Reserve(ctx, ka, ResvWriteExclusiveRegsOnly))
+	require.NoError(t, n.Reserve(ctx, ka, nvme.ResvWriteExclusiveRegsOnly))
 	require.NoError(t, b.RegisterKey(ctx, kb))
-	require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusiveRegsOnly, true))
+	require.NoError(t, b.Preempt(ctx, kb, ka, nvme.ResvWriteExclusiveRegsOnly, true))
 	got := wait(2)
 	seen := map[string]bool{}
 	for _, pn := range got {
-		require.Equal(t, ResvNoticeRegPreempted, pn.Type)
+		require.Equal(t, nvme.ResvNoticeRegPreempted, pn.Type)
 		require.EqualValues(t, 1, pn.NSID)
 		require.EqualValues(t, 1, pn.Count, "each path's first page")
 		seen[pn.Addr] = true
 	}
 	require.Len(t, seen, 2, "a page from each path: %v", got)
 	_, err = n.WriteAt(make([]byte, 512), 0)
-	requireStatus(t, err, StatusReservationConflict|DNR)
+	requireStatus(t, err, nvme.StatusReservationConflict|nvme.DNR)
 
 	// One path taken out: the other still tells.
 	m.mu.Lock()
@@ -60,10 +61,10 @@ func TestMultipathReservationNotices(t *testing.T) {
 	m.mu.Unlock()
 	m.fail(m.paths[0], c0, context.Canceled)
 	require.NoError(t, n.RegisterKey(ctx, ka))
-	require.NoError(t, b.Release(ctx, kb, ResvWriteExclusiveRegsOnly))
+	require.NoError(t, b.Release(ctx, kb, nvme.ResvWriteExclusiveRegsOnly))
 	got = wait(1)
 	require.Equal(t, addrs[1], got[0].Addr)
-	require.Equal(t, ResvNoticeReleased, got[0].Type)
+	require.Equal(t, nvme.ResvNoticeReleased, got[0].Type)
 
 	require.NoError(t, m.Close())
 	_, err = m.WaitReservationNotice(ctx)

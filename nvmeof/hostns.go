@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // ErrUnaligned is the error of a namespace I/O whose offset or length is
@@ -30,7 +32,7 @@ var ErrRange = errors.New("nvmeof: offset or length outside the namespace")
 type HostNamespace struct {
 	c     *Controller
 	ID    uint32
-	Info  NamespaceInfo
+	Info  nvme.NamespaceInfo
 	bs    int64
 	mpath bool // a Multipath's: path statuses are its to act on
 }
@@ -40,11 +42,11 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*HostNamespace
 	if len(c.io) == 0 {
 		return nil, errors.New("nvmeof: a controller without I/O queues has no namespaces to read")
 	}
-	buf := make([]byte, IdentifySize)
-	if err := c.Identify(ctx, CNSNamespace, nsid, buf); err != nil {
+	buf := make([]byte, nvme.IdentifySize)
+	if err := c.Identify(ctx, nvme.CNSNamespace, nsid, buf); err != nil {
 		return nil, err
 	}
-	ni, err := ParseNamespaceInfo(buf)
+	ni, err := nvme.ParseNamespaceInfo(buf)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +93,7 @@ func (n *HostNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) 
 	if int64(len(p)) > n.Size()-off {
 		p, eof = p[:n.Size()-off], io.EOF
 	}
-	k, err := n.rw(ctx, IORead, false, p, off)
+	k, err := n.rw(ctx, nvme.IORead, false, p, off)
 	if err == nil {
 		err = eof
 	}
@@ -103,7 +105,7 @@ func (n *HostNamespace) WriteAtContext(ctx context.Context, p []byte, off int64)
 	if off < 0 || int64(len(p)) > n.Size()-off { // not off+len(p): a huge off would wrap past the check
 		return 0, fmt.Errorf("%w: a write of %d octets at %d, the namespace's %d", ErrRange, len(p), off, n.Size())
 	}
-	return n.rw(ctx, IOWrite, false, p, off)
+	return n.rw(ctx, nvme.IOWrite, false, p, off)
 }
 
 // WriteAtFUA is WriteAtContext with Force Unit Access: it returns once p
@@ -115,7 +117,7 @@ func (n *HostNamespace) WriteAtFUA(ctx context.Context, p []byte, off int64) (in
 	if off < 0 || int64(len(p)) > n.Size()-off { // not off+len(p): a huge off would wrap past the check
 		return 0, fmt.Errorf("%w: a write of %d octets at %d, the namespace's %d", ErrRange, len(p), off, n.Size())
 	}
-	return n.rw(ctx, IOWrite, true, p, off)
+	return n.rw(ctx, nvme.IOWrite, true, p, off)
 }
 
 // inflight is one command of a ReadAt or WriteAt, at pos in its p.
@@ -212,17 +214,17 @@ func (n *HostNamespace) rw(ctx context.Context, op uint8, fua bool, p []byte, of
 func (q *hqueue) startRW(i int, op uint8, fua bool, nsid uint32, slba uint64, nlb uint16, p []byte) error {
 	s := &q.slots[i]
 	cmd := q.cmd(i)
-	NewRW(cmd, op, 0, nsid, slba, nlb)
+	nvme.NewRW(cmd, op, 0, nsid, slba, nlb)
 	if fua {
-		cmd.SetCDW(12, cmd.CDW(12)|RWFUA)
+		cmd.SetCDW(12, cmd.CDW(12)|nvme.RWFUA)
 	}
 	inCap := 0
-	if op == IOWrite && len(p) <= q.inCap {
-		copy(s.capsule[CommandSize:], p)
+	if op == nvme.IOWrite && len(p) <= q.inCap {
+		copy(s.capsule[nvme.CommandSize:], p)
 		cmd.SGL().SetInCapsule(0, uint32(len(p)))
 		inCap = len(p)
 	} else {
-		if op == IOWrite {
+		if op == nvme.IOWrite {
 			copy(s.buf, p)
 		}
 		q.keyed(i, cmd, len(p))
@@ -233,8 +235,8 @@ func (q *hqueue) startRW(i int, op uint8, fua bool, nsid uint32, slba uint64, nl
 	return nil
 }
 
-var opNames = map[uint8]string{IORead: "Read", IOWrite: "Write", IOFlush: "Flush", IOWriteZeroes: "Write Zeroes", IODSM: "Dataset Management",
-	IOResvRegister: "Reservation Register", IOResvAcquire: "Reservation Acquire", IOResvRelease: "Reservation Release"}
+var opNames = map[uint8]string{nvme.IORead: "Read", nvme.IOWrite: "Write", nvme.IOFlush: "Flush", nvme.IOWriteZeroes: "Write Zeroes", nvme.IODSM: "Dataset Management",
+	nvme.IOResvRegister: "Reservation Register", nvme.IOResvAcquire: "Reservation Acquire", nvme.IOResvRelease: "Reservation Release"}
 
 // maxRetries is how often an I/O command answered with a status that
 // allows it is sent again: Linux's nvme_max_retries.
@@ -245,10 +247,10 @@ const maxRetries = 5
 // of the block layer's (not a reservation command: those are passthrough,
 // failfast), a status without DNR, and not a path status under Multipath
 // (mpath), which sends it down another path instead.
-func retryable(op uint8, st Status, mpath bool) bool {
+func retryable(op uint8, st nvme.Status, mpath bool) bool {
 	switch op {
-	case IORead, IOWrite, IOFlush, IOWriteZeroes, IODSM:
-		return !st.OK() && st&DNR == 0 && !(mpath && st.SCT() == SCTPath)
+	case nvme.IORead, nvme.IOWrite, nvme.IOFlush, nvme.IOWriteZeroes, nvme.IODSM:
+		return !st.OK() && st&nvme.DNR == 0 && !(mpath && st.SCT() == nvme.SCTPath)
 	}
 	return false
 }
@@ -272,9 +274,9 @@ func (q *hqueue) finish(ctx context.Context, i int, op uint8, p []byte, mpath bo
 	}
 	if !s.st.OK() {
 		q.releaseSlot(i)
-		return &StatusError{Op: opNames[op], Status: s.st, Result: s.res}
+		return &nvme.StatusError{Op: opNames[op], Status: s.st, Result: s.res}
 	}
-	if op == IORead {
+	if op == nvme.IORead {
 		copy(p, s.buf[:len(p)])
 	}
 	q.releaseSlot(i)
@@ -283,7 +285,7 @@ func (q *hqueue) finish(ctx context.Context, i int, op uint8, p []byte, mpath bo
 
 // Flush commits the namespace's written data to non-volatile media.
 func (n *HostNamespace) Flush(ctx context.Context) error {
-	return n.simple(ctx, IOFlush, func(cmd Command) { NewAdmin(cmd, IOFlush, 0, n.ID, 0, 0) }, nil)
+	return n.simple(ctx, nvme.IOFlush, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.IOFlush, 0, n.ID, 0, 0) }, nil)
 }
 
 // WriteZeroes zeroes length octets at off (Write Zeroes, at most 65536
@@ -295,8 +297,8 @@ func (n *HostNamespace) WriteZeroes(ctx context.Context, off, length int64) erro
 	if off%n.bs != 0 || length%n.bs != 0 {
 		return ErrUnaligned
 	}
-	return n.simple(ctx, IOWriteZeroes, func(cmd Command) {
-		NewRW(cmd, IOWriteZeroes, 0, n.ID, uint64(off/n.bs), uint16(length/n.bs-1))
+	return n.simple(ctx, nvme.IOWriteZeroes, func(cmd nvme.Command) {
+		nvme.NewRW(cmd, nvme.IOWriteZeroes, 0, n.ID, uint64(off/n.bs), uint16(length/n.bs-1))
 		cmd.SGL().SetKeyed(0, 0, 0, false)
 	}, nil)
 }
@@ -327,12 +329,12 @@ func (n *HostNamespace) Deallocate(ctx context.Context, off, length int64) error
 		slba, left = slba+nlb, left-nlb
 	}
 	nr := uint32(len(rng)/dsmRange - 1)
-	return n.simple(ctx, IODSM, func(cmd Command) { NewAdmin(cmd, IODSM, 0, n.ID, nr, 1<<2) }, rng)
+	return n.simple(ctx, nvme.IODSM, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.IODSM, 0, n.ID, nr, 1<<2) }, rng)
 }
 
 // simple runs a command on the next I/O queue, with data to the target
 // (in the capsule or by its RDMA Read).
-func (n *HostNamespace) simple(ctx context.Context, op uint8, fill func(Command), data []byte) error {
+func (n *HostNamespace) simple(ctx context.Context, op uint8, fill func(nvme.Command), data []byte) error {
 	q := n.c.nextIO()
 	i, err := q.acquire(ctx)
 	if err != nil {
@@ -343,7 +345,7 @@ func (n *HostNamespace) simple(ctx context.Context, op uint8, fill func(Command)
 	inCap := 0
 	if len(data) > 0 {
 		if len(data) <= q.inCap {
-			copy(q.slots[i].capsule[CommandSize:], data)
+			copy(q.slots[i].capsule[nvme.CommandSize:], data)
 			cmd.SGL().SetInCapsule(0, uint32(len(data)))
 			inCap = len(data)
 		} else {

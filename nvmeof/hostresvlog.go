@@ -3,6 +3,8 @@ package nvmeof
 import (
 	"context"
 	"fmt"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // watchResv stands for HostConfig.WatchReservations among the watched
@@ -23,14 +25,14 @@ const maxResvReads = 1024
 // (HostConfig.WatchReservations) the watch reads them, and
 // WaitReservationNotice is the way to have them. After an error it
 // returns the pages it read before.
-func (c *Controller) ReservationNotices(ctx context.Context) ([]ReservationNotice, error) {
-	var ns []ReservationNotice
-	page := make([]byte, resvLogSize)
+func (c *Controller) ReservationNotices(ctx context.Context) ([]nvme.ReservationNotice, error) {
+	var ns []nvme.ReservationNotice
+	page := make([]byte, nvme.ResvNoticeSize)
 	for range maxResvReads {
-		if err := c.GetLogPage(ctx, LogResvNotice, 0xffffffff, 0, page); err != nil {
+		if err := c.GetLogPage(ctx, nvme.LogResvNotice, 0xffffffff, 0, page); err != nil {
 			return ns, err
 		}
-		n, err := ParseReservationNotice(page)
+		n, err := nvme.ParseReservationNotice(page)
 		if err != nil {
 			return ns, err
 		}
@@ -49,9 +51,9 @@ func (c *Controller) ReservationNotices(ctx context.Context) ([]ReservationNotic
 // notifications (HostConfig.WatchReservations) has some, and returns those
 // that came since the last call, oldest first. It returns ctx's error, or
 // the controller's once it has ended.
-func (c *Controller) WaitReservationNotice(ctx context.Context) ([]ReservationNotice, error) {
+func (c *Controller) WaitReservationNotice(ctx context.Context) ([]nvme.ReservationNotice, error) {
 	ev := &c.events
-	var ns []ReservationNotice
+	var ns []nvme.ReservationNotice
 	err := c.waitEvent(ctx, watchResv, func() bool {
 		if len(ev.resv) == 0 {
 			return false
@@ -65,12 +67,12 @@ func (c *Controller) WaitReservationNotice(ctx context.Context) ([]ReservationNo
 // SetReservationNoticeMask sets which reservation notifications this
 // controller does not record for the namespace: masked lists them, none
 // records every one (the default).
-func (n *HostNamespace) SetReservationNoticeMask(ctx context.Context, masked ...ReservationNoticeType) error {
+func (n *HostNamespace) SetReservationNoticeMask(ctx context.Context, masked ...nvme.ReservationNoticeType) error {
 	var v uint32
 	for _, t := range masked {
 		v |= 1 << t
 	}
-	_, err := n.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, n.ID, FeatResvMask, v) }, 0,
+	_, err := n.c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, n.ID, nvme.FeatResvMask, v) }, 0,
 		"Set Features, Reservation Notification Mask", nil)
 	if err != nil {
 		return fmt.Errorf("namespace %d: %w", n.ID, err)
@@ -80,14 +82,14 @@ func (n *HostNamespace) SetReservationNoticeMask(ctx context.Context, masked ...
 
 // ReservationNoticeMask returns the reservation notifications this
 // controller does not record for the namespace.
-func (n *HostNamespace) ReservationNoticeMask(ctx context.Context) ([]ReservationNoticeType, error) {
-	res, err := n.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, n.ID, FeatResvMask, 0) }, 0,
+func (n *HostNamespace) ReservationNoticeMask(ctx context.Context) ([]nvme.ReservationNoticeType, error) {
+	res, err := n.c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminGetFeatures, 0, n.ID, nvme.FeatResvMask, 0) }, 0,
 		"Get Features, Reservation Notification Mask", nil)
 	if err != nil {
 		return nil, fmt.Errorf("namespace %d: %w", n.ID, err)
 	}
-	var ts []ReservationNoticeType
-	for t := ResvNoticeRegPreempted; t <= ResvNoticePreempted; t++ {
+	var ts []nvme.ReservationNoticeType
+	for t := nvme.ResvNoticeRegPreempted; t <= nvme.ResvNoticePreempted; t++ {
 		if res&(1<<t) != 0 {
 			ts = append(ts, t)
 		}

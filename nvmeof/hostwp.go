@@ -3,6 +3,8 @@ package nvmeof
 import (
 	"context"
 	"fmt"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // SetWriteProtect sets the namespace write protected, or not, for every
@@ -11,9 +13,9 @@ import (
 // The target tells its controllers with a Namespace Attribute Changed
 // notice (Identify Namespace's NSATTR then says so).
 func (n *HostNamespace) SetWriteProtect(ctx context.Context, on bool) error {
-	s := WPNone
+	s := nvme.WPNone
 	if on {
-		s = WPOn
+		s = nvme.WPOn
 	}
 	return n.SetWriteProtectState(ctx, s)
 }
@@ -22,8 +24,10 @@ func (n *HostNamespace) SetWriteProtect(ctx context.Context, on bool) error {
 // WPUntilPowerCycle, which no later Set Features changes until the target
 // restarts (StatusFeatureNotChangeable), where the controller offers it
 // (Identify Controller's NWPC, bit s-1).
-func (n *HostNamespace) SetWriteProtectState(ctx context.Context, s WPState) error {
-	_, err := n.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, n.ID, FeatWriteProtect, uint32(s)) }, 0,
+func (n *HostNamespace) SetWriteProtectState(ctx context.Context, s nvme.WPState) error {
+	_, err := n.c.admin.adminCmd(ctx, func(cmd nvme.Command) {
+		nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, n.ID, nvme.FeatWriteProtect, uint32(s))
+	}, 0,
 		"Set Features, Namespace Write Protection Config", nil)
 	if err != nil {
 		return fmt.Errorf("namespace %d: %w", n.ID, err)
@@ -36,18 +40,18 @@ func (n *HostNamespace) SetWriteProtectState(ctx context.Context, s WPState) err
 // permanently too).
 func (n *HostNamespace) WriteProtected(ctx context.Context) (bool, error) {
 	s, err := n.WriteProtection(ctx)
-	return s != WPNone, err
+	return s != nvme.WPNone, err
 }
 
 // WriteProtection returns the namespace's write protection state (Get
 // Features 84h).
-func (n *HostNamespace) WriteProtection(ctx context.Context) (WPState, error) {
-	res, err := n.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, n.ID, FeatWriteProtect, 0) }, 0,
+func (n *HostNamespace) WriteProtection(ctx context.Context) (nvme.WPState, error) {
+	res, err := n.c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminGetFeatures, 0, n.ID, nvme.FeatWriteProtect, 0) }, 0,
 		"Get Features, Namespace Write Protection Config", nil)
 	if err != nil {
-		return WPNone, fmt.Errorf("namespace %d: %w", n.ID, err)
+		return nvme.WPNone, fmt.Errorf("namespace %d: %w", n.ID, err)
 	}
-	return WPState(res & 7), nil
+	return nvme.WPState(res & 7), nil
 }
 
 // SetWriteProtect is HostNamespace.SetWriteProtect down a usable path.
@@ -56,13 +60,13 @@ func (n *MultipathNamespace) SetWriteProtect(ctx context.Context, on bool) error
 }
 
 // SetWriteProtectState is HostNamespace.SetWriteProtectState down a usable path.
-func (n *MultipathNamespace) SetWriteProtectState(ctx context.Context, st WPState) error {
+func (n *MultipathNamespace) SetWriteProtectState(ctx context.Context, st nvme.WPState) error {
 	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.SetWriteProtectState(ctx, st) })
 }
 
 // WriteProtection is HostNamespace.WriteProtection down a usable path.
-func (n *MultipathNamespace) WriteProtection(ctx context.Context) (WPState, error) {
-	var st WPState
+func (n *MultipathNamespace) WriteProtection(ctx context.Context) (nvme.WPState, error) {
+	var st nvme.WPState
 	err := n.m.do0(ctx, n, func(hn *HostNamespace) (err error) {
 		st, err = hn.WriteProtection(ctx)
 		return err
@@ -73,5 +77,5 @@ func (n *MultipathNamespace) WriteProtection(ctx context.Context) (WPState, erro
 // WriteProtected is HostNamespace.WriteProtected down a usable path.
 func (n *MultipathNamespace) WriteProtected(ctx context.Context) (bool, error) {
 	s, err := n.WriteProtection(ctx)
-	return s != WPNone, err
+	return s != nvme.WPNone, err
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 )
 
@@ -70,7 +71,7 @@ type hslot struct {
 	wr      [1]verbs.SendWR
 	done    chan struct{}
 	res     uint64
-	st      Status
+	st      nvme.Status
 	inCap   int // in-capsule data sent with the command, for a retry
 	flags   verbs.WCFlags
 	invKey  uint32
@@ -104,7 +105,7 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 	}
 	q.qp, err = q.pd.CreateQP(verbs.QPConfig{SendCQ: q.cq, RecvCQ: q.cq, ORD: -1,
 		Cap: verbs.QPCap{MaxSendWR: 4*cfg.depth + 16, MaxRecvWR: q.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1,
-			MaxInline: CommandSize + cfg.inCap}})
+			MaxInline: nvme.CommandSize + cfg.inCap}})
 	if err != nil {
 		return nil, err
 	}
@@ -113,17 +114,17 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 		q.release()
 		return nil, err
 	}
-	q.resp = make([]byte, q.nrecv*CompletionSize)
+	q.resp = make([]byte, q.nrecv*nvme.CompletionSize)
 	if q.respMR, err = q.pd.RegMR(q.resp, verbs.LocalWrite); err != nil {
 		return fail(err)
 	}
 	q.slots = make([]hslot, cfg.depth)
-	capsules := make([]byte, cfg.depth*(CommandSize+cfg.inCap))
+	capsules := make([]byte, cfg.depth*(nvme.CommandSize+cfg.inCap))
 	for i := range q.slots {
 		s := &q.slots[i]
-		s.capsule = capsules[i*(CommandSize+cfg.inCap) : (i+1)*(CommandSize+cfg.inCap)]
+		s.capsule = capsules[i*(nvme.CommandSize+cfg.inCap) : (i+1)*(nvme.CommandSize+cfg.inCap)]
 		s.done = make(chan struct{}, 1)
-		s.buf = make([]byte, max(cfg.maxData, ConnectDataSize))
+		s.buf = make([]byte, max(cfg.maxData, nvme.ConnectDataSize))
 		if s.mr, err = q.pd.RegMR(s.buf, verbs.LocalWrite|verbs.RemoteWrite|verbs.RemoteRead); err != nil {
 			return fail(err)
 		}
@@ -135,12 +136,12 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 		}
 	}
 	conn := cfg.conn
-	conn.PrivateData = CMRequest{QID: cfg.qid, HRQSize: uint16(q.nrecv), HSQSize: uint16(q.sqsize - 1)}.Append(nil)
+	conn.PrivateData = nvme.CMRequest{QID: cfg.qid, HRQSize: uint16(q.nrecv), HSQSize: uint16(q.sqsize - 1)}.Append(nil)
 	q.qp.SetRxHandler(q.onRx)
 	if err := q.qp.Dial(ctx, cfg.network, cfg.addr, conn); err != nil {
 		return fail(fmt.Errorf("nvmeof: connecting queue %d to %s: %w", cfg.qid, cfg.addr, err))
 	}
-	if _, err := ParseCMReply(q.qp.PeerPrivateData()); err != nil {
+	if _, err := nvme.ParseCMReply(q.qp.PeerPrivateData()); err != nil {
 		return fail(fmt.Errorf("nvmeof: queue %d: %w", cfg.qid, err))
 	}
 	pctx, cancel := context.WithCancel(context.Background())
@@ -192,7 +193,7 @@ func (q *hqueue) fail(err error) {
 }
 
 func (q *hqueue) repost(i int) error {
-	q.rsge[0] = q.respMR.SGE(i*CompletionSize, CompletionSize)
+	q.rsge[0] = q.respMR.SGE(i*nvme.CompletionSize, nvme.CompletionSize)
 	q.rwr[0] = verbs.RecvWR{ID: uint64(i), SGL: q.rsge[:]}
 	_, err := q.qp.PostRecv(q.rwr[:]...)
 	return err
@@ -251,7 +252,7 @@ func (q *hqueue) response(wc *verbs.WC) error {
 		return nil
 	}
 	ri := int(wc.ID)
-	cqe, ok := ParseCompletion(q.resp[ri*CompletionSize : (ri+1)*CompletionSize][:wc.ByteLen])
+	cqe, ok := nvme.ParseCompletion(q.resp[ri*nvme.CompletionSize : (ri+1)*nvme.CompletionSize][:wc.ByteLen])
 	if !ok {
 		return fmt.Errorf("%w: queue %d: a response of %d octets", ErrQueueDead, q.qid, wc.ByteLen)
 	}
@@ -404,11 +405,11 @@ func (q *hqueue) submit(i int, inCap int) error {
 	s := &q.slots[i]
 	s.gen++
 	s.inCap = inCap
-	Command(s.capsule).SetCID(uint16(s.gen)<<8 | uint16(i))
+	nvme.Command(s.capsule).SetCID(uint16(s.gen)<<8 | uint16(i))
 	q.pmu.Lock()
 	s.waiting = true
 	q.pmu.Unlock()
-	s.wr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: s.capsule[:CommandSize+inCap]}
+	s.wr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: s.capsule[:nvme.CommandSize+inCap]}
 	if err := postSend(q.qp, s.wr[:]); err != nil {
 		q.pmu.Lock()
 		s.waiting = false
@@ -456,27 +457,27 @@ func (q *hqueue) run(ctx context.Context, i, inCap int, op string) (uint64, erro
 	}
 	s := &q.slots[i]
 	if !s.st.OK() {
-		return s.res, &StatusError{Op: op, Status: s.st, Result: s.res}
+		return s.res, &nvme.StatusError{Op: op, Status: s.st, Result: s.res}
 	}
 	return s.res, nil
 }
 
 // cmd returns slot i's SQE, zeroed.
-func (q *hqueue) cmd(i int) Command {
-	c := Command(q.slots[i].capsule[:CommandSize])
+func (q *hqueue) cmd(i int) nvme.Command {
+	c := nvme.Command(q.slots[i].capsule[:nvme.CommandSize])
 	clear(c)
 	return c
 }
 
 // keyed points the command's SGL at n octets of slot i's buffer.
-func (q *hqueue) keyed(i int, c Command, n int) {
+func (q *hqueue) keyed(i int, c nvme.Command, n int) {
 	mr := q.slots[i].mr
 	c.SGL().SetKeyed(mr.Addr(), uint32(n), mr.RKey(), false)
 }
 
 // adminCmd runs a command without host data or with data to the host (n
 // octets into the slot's buffer, which the caller copies out with get).
-func (q *hqueue) adminCmd(ctx context.Context, fill func(Command), n int, op string, get func([]byte)) (uint64, error) {
+func (q *hqueue) adminCmd(ctx context.Context, fill func(nvme.Command), n int, op string, get func([]byte)) (uint64, error) {
 	i, err := q.acquire(ctx)
 	if err != nil {
 		return 0, err
@@ -498,7 +499,7 @@ func (q *hqueue) adminCmd(ctx context.Context, fill func(Command), n int, op str
 // has something to say (an Asynchronous Event Request): as adminCmd, but
 // its slot does not count as held, so that Close's drain does not wait
 // for it; the queue's end wakes it.
-func (q *hqueue) standingCmd(ctx context.Context, fill func(Command), op string) (uint64, error) {
+func (q *hqueue) standingCmd(ctx context.Context, fill func(nvme.Command), op string) (uint64, error) {
 	i, err := q.acquire(ctx)
 	if err != nil {
 		return 0, err
@@ -513,6 +514,6 @@ func (q *hqueue) standingCmd(ctx context.Context, fill func(Command), op string)
 }
 
 func isStatus(err error) bool {
-	var se *StatusError
+	var se *nvme.StatusError
 	return errors.As(err, &se)
 }

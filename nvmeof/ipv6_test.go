@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
 )
@@ -29,7 +30,7 @@ func TestIPv6(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
 	e := ents[0]
-	require.Equal(t, DiscoveryEntry{TrType: TrTypeRDMA, AdrFam: AdrFamIPv6, SubType: SubTypeNVM, TReq: e.TReq, PortID: e.PortID,
+	require.Equal(t, nvme.DiscoveryEntry{TrType: nvme.TrTypeRDMA, AdrFam: nvme.AdrFamIPv6, SubType: nvme.SubTypeNVM, TReq: e.TReq, PortID: e.PortID,
 		CntlID: e.CntlID, ASQSZ: e.ASQSZ, TrSvcID: port, TrAddr: "::1", SubNQN: testNQN}, e)
 
 	c := connectHost(t, net.JoinHostPort(e.TrAddr, e.TrSvcID), testNQN, HostConfig{IOQueues: 1})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/internal/blkstress"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,8 +40,8 @@ func (d hostDev) Alloc(n int) []byte                       { return make([]byte,
 // sides' limits is what moves; and the bounds are checked.
 func TestMaxTransfer(t *testing.T) {
 	var most atomic.Int64 // the largest Read or Write, in octets
-	hook := func(_ *Port, cmd Command) Status {
-		if op := cmd.Opcode(); op == IORead || op == IOWrite {
+	hook := func(_ *Port, cmd nvme.Command) nvme.Status {
+		if op := cmd.Opcode(); op == nvme.IORead || op == nvme.IOWrite {
 			n := (int64(cmd.NLB()) + 1) * 512 // NLB is 0-based
 			for {
 				m := most.Load()
@@ -49,7 +50,7 @@ func TestMaxTransfer(t *testing.T) {
 				}
 			}
 		}
-		return StatusSuccess
+		return nvme.StatusSuccess
 	}
 	testIOStatus.Store(&hook)
 	t.Cleanup(func() { testIOStatus.Store(nil) })

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // Namespace is a namespace of a subsystem: a Backend cut into logical
@@ -107,7 +109,7 @@ func (s *Subsystem) AddNamespaceConfig(b Backend, cfg NamespaceConfig) (*Namespa
 	var ns *Namespace // set below: the reservations' notices name it
 	var r *resv
 	if cfg.Reservations {
-		r = newResv(func(t ReservationNoticeType, hosts [][16]byte) { s.resvNotify(ns, t, hosts) })
+		r = newResv(func(t nvme.ReservationNoticeType, hosts [][16]byte) { s.resvNotify(ns, t, hosts) })
 		if cfg.ReservationFile != "" {
 			file, err := filepath.Abs(cfg.ReservationFile)
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 )
 
@@ -25,10 +26,10 @@ type Port struct {
 	// refs are the port's referrals and refEnts their discovery log
 	// entries (referral.go), under t.mu.
 	refs    []Referral
-	refEnts []DiscoveryEntry
+	refEnts []nvme.DiscoveryEntry
 	// ana is each ANA group's state through the port (ana.go), 0 for the
 	// default; written under t.mu, read by every I/O command.
-	ana [MaxANAGroup + 1]atomic.Uint32
+	ana [nvme.MaxANAGroup + 1]atomic.Uint32
 }
 
 // PortConfig is what ListenPort takes besides the address, as a port's
@@ -39,7 +40,7 @@ type Port struct {
 type PortConfig struct {
 	ID         uint16
 	Subsystems []string
-	ANA        map[uint32]ANAState
+	ANA        map[uint32]nvme.ANAState
 	// Referrals are other discovery services the port's discovery log
 	// lists (referrals; referral.go).
 	Referrals []Referral
@@ -62,7 +63,7 @@ func (t *Target) ListenPort(ctx context.Context, network, addr string, cfg PortC
 		if err := checkANAGroup(g); err != nil {
 			return nil, err
 		}
-		if !s.valid() {
+		if !s.Valid() {
 			return nil, fmt.Errorf("nvmeof: ANA group %d: %v", g, s)
 		}
 		p.ana[g].Store(uint32(s))

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,15 +42,15 @@ func TestListenPort(t *testing.T) {
 	require.EqualValues(t, 1, ents[0].PortID)
 
 	_, err = Connect(ctx, "tcp", addr2, subA.NQN, HostConfig{})
-	requireStatus(t, err, StatusConnectInvalidParm|DNR)
+	requireStatus(t, err, nvme.StatusConnectInvalidParm|nvme.DNR)
 	viaP2 := connectHost(t, addr2, subB.NQN, HostConfig{IOQueues: 1})
 	viaP1 := connectHost(t, addr, subB.NQN, HostConfig{IOQueues: 1})
 	h, err := viaP2.Namespace(ctx, 1)
 	require.NoError(t, err)
 	_, err = h.WriteAt(make([]byte, 512), 0)
 	require.NoError(t, err)
-	disc := connectHost(t, addr2, DiscoveryNQN, HostConfig{WatchDiscovery: true})
-	other := connectHost(t, addr, DiscoveryNQN, HostConfig{WatchDiscovery: true}) // through Listen's port
+	disc := connectHost(t, addr2, nvme.DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	other := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{WatchDiscovery: true}) // through Listen's port
 
 	require.NoError(t, p2.SetSubsystems(subA.NQN))
 	select {
@@ -70,7 +71,7 @@ func TestListenPort(t *testing.T) {
 	_, err = h1.WriteAt(make([]byte, 512), 0)
 	require.NoError(t, err, "through the other port it stays")
 	_, err = Connect(ctx, "tcp", addr2, subB.NQN, HostConfig{})
-	requireStatus(t, err, StatusConnectInvalidParm|DNR)
+	requireStatus(t, err, nvme.StatusConnectInvalidParm|nvme.DNR)
 	connectHost(t, addr2, subA.NQN, HostConfig{})
 
 	all := tg.ports[0]
@@ -108,7 +109,7 @@ func TestConnectRacingUnlink(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // its Connect into Allowed
 	require.NoError(t, p2.SetSubsystems())
 	subB.mu.Unlock()
-	requireStatus(t, <-done, StatusConnectInvalidParm|DNR)
+	requireStatus(t, <-done, nvme.StatusConnectInvalidParm|nvme.DNR)
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	for _, c := range tg.ctrls {
@@ -153,7 +154,7 @@ func TestRemoveSubsystemOfOneTarget(t *testing.T) {
 	require.NoError(t, err, "t2's controller and namespace stay")
 	connectHost(t, a2.String(), testNQN, HostConfig{})
 	_, err = Connect(ctx, "tcp", a1.String(), testNQN, HostConfig{})
-	requireStatus(t, err, StatusConnectInvalidParm|DNR)
+	requireStatus(t, err, nvme.StatusConnectInvalidParm|nvme.DNR)
 
 	require.NoError(t, t2.RemoveSubsystem(ctx, testNQN))
 	require.Empty(t, sub.namespaces(), "the last target's removal takes the namespaces")
@@ -171,7 +172,7 @@ func TestPortClose(t *testing.T) {
 	addr2 := p2.Addr().String()
 	via2 := connectHost(t, addr2, sub.NQN, HostConfig{IOQueues: 1})
 	via1 := connectHost(t, addr, sub.NQN, HostConfig{IOQueues: 1})
-	d := connectHost(t, addr2, DiscoveryNQN, HostConfig{})
+	d := connectHost(t, addr2, nvme.DiscoveryNQN, HostConfig{})
 
 	require.NoError(t, p2.Close())
 	require.NoError(t, p2.Close(), "twice")
@@ -195,5 +196,5 @@ func TestPortClose(t *testing.T) {
 	require.NoError(t, err, "the ID and the address are free again")
 	connectHost(t, p9.Addr().String(), sub.NQN, HostConfig{})
 	require.Len(t, tg.Ports(), 2)
-	require.Error(t, p2.SetANAState(1, ANAInaccessible), "a closed port")
+	require.Error(t, p2.SetANAState(1, nvme.ANAInaccessible), "a closed port")
 }

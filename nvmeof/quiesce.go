@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // A host that loses its connection to a controller, or resets it, sends
@@ -45,7 +47,7 @@ func quiesceTimeout() time.Duration { return time.Duration(quiesceWait.Load()) }
 
 // changes reports whether an I/O command may change what the host reads:
 // every command but a Read, which a stale copy may finish at any time.
-func changes(op uint8) bool { return op != IORead }
+func changes(op uint8) bool { return op != nvme.IORead }
 
 // enter counts a command of an I/O queue into the Backend, and into the
 // commands that change data if change; false: the controller has ended,

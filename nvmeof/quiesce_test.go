@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -141,7 +142,7 @@ func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 	be2, tg2, addr2 := gatedTarget(t, 8192)
 	cutWhileWriting(t, tg2, be2, connectHost(t, addr2, testNQN, cfg), 8192)
 	_, err = Connect(ctx, "tcp", addr2, testNQN, cfg)
-	requireStatus(t, err, StatusConnectCtrlBusy)
+	requireStatus(t, err, nvme.StatusConnectCtrlBusy)
 	// Another host connects meanwhile.
 	other := connectHost(t, addr2, testNQN, HostConfig{IOQueues: 1})
 	require.NoError(t, other.Close())
@@ -256,16 +257,16 @@ func TestResetInPlaceWaitsForBackend(t *testing.T) {
 	be, _, addr := gatedTarget(t, 4096)
 	c := connectHost(t, addr, testNQN, quiesceHost)
 	_, wrote := stuckWrite(t, be, c, 4096)
-	cc, err := c.propertyGet(ctx, PropCC, 4)
+	cc, err := c.propertyGet(ctx, nvme.PropCC, 4)
 	require.NoError(t, err)
 	reset := make(chan error, 1)
-	go func() { reset <- c.propertySet(ctx, PropCC, uint32(cc)&^CCEnable) }()
+	go func() { reset <- c.propertySet(ctx, nvme.PropCC, uint32(cc)&^nvme.CCEnable) }()
 	stillWaiting(t, reset, be.open, "CC.EN 0 answered")
 	be.open()
 	require.NoError(t, <-reset)
-	csts, err := c.propertyGet(ctx, PropCSTS, 4)
+	csts, err := c.propertyGet(ctx, nvme.PropCSTS, 4)
 	require.NoError(t, err)
-	require.Zero(t, csts&CSTSReady, "RDY clear once the write has landed")
+	require.Zero(t, csts&nvme.CSTSReady, "RDY clear once the write has landed")
 	<-wrote
 }
 
@@ -279,7 +280,7 @@ func TestWriteProtectWithHungWrite(t *testing.T) {
 	be, tg, addr := gatedTarget(t, 4096)
 	c := connectHost(t, addr, testNQN, quiesceHost)
 	ns, wrote := stuckWrite(t, be, c, 4096)
-	requireStatus(t, ns.SetWriteProtect(ctx, true), StatusCommandInterrupted)
+	requireStatus(t, ns.SetWriteProtect(ctx, true), nvme.StatusCommandInterrupted)
 	sub := tg.subs[testNQN]
 	require.False(t, sub.namespace(1).WriteProtected(), "left as it was")
 	// Another host's write (its own queue: the stuck write holds its

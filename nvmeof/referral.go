@@ -7,6 +7,8 @@ import (
 	"net"
 	"slices"
 	"strconv"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // Referrals, as a port's referrals directory in Linux's nvmet configfs:
@@ -26,33 +28,33 @@ type Referral struct {
 }
 
 // entry is the referral's discovery log entry.
-func (r Referral) entry() (DiscoveryEntry, error) {
+func (r Referral) entry() (nvme.DiscoveryEntry, error) {
 	host, port, err := net.SplitHostPort(r.Addr)
 	if err != nil {
-		return DiscoveryEntry{}, fmt.Errorf("nvmeof: referral %q: %w", r.Addr, err)
+		return nvme.DiscoveryEntry{}, fmt.Errorf("nvmeof: referral %q: %w", r.Addr, err)
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return DiscoveryEntry{}, fmt.Errorf("nvmeof: referral %q: port %q", r.Addr, port)
+		return nvme.DiscoveryEntry{}, fmt.Errorf("nvmeof: referral %q: port %q", r.Addr, port)
 	}
 	ip := net.ParseIP(host)
 	if ip == nil {
-		return DiscoveryEntry{}, fmt.Errorf("nvmeof: referral %q: %q is not an IP address", r.Addr, host)
+		return nvme.DiscoveryEntry{}, fmt.Errorf("nvmeof: referral %q: %q is not an IP address", r.Addr, host)
 	}
-	fam := uint8(AdrFamIPv4)
+	fam := uint8(nvme.AdrFamIPv4)
 	if ip.To4() == nil {
-		fam = AdrFamIPv6
+		fam = nvme.AdrFamIPv6
 	}
 	if r.TReq > 2 {
-		return DiscoveryEntry{}, fmt.Errorf("nvmeof: referral %q: TREQ %d", r.Addr, r.TReq)
+		return nvme.DiscoveryEntry{}, fmt.Errorf("nvmeof: referral %q: TREQ %d", r.Addr, r.TReq)
 	}
-	return DiscoveryEntry{TrType: TrTypeRDMA, AdrFam: fam, SubType: SubTypeDisc, TReq: r.TReq,
-		PortID: r.PortID, CntlID: DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: ip.String(),
-		SubNQN: DiscoveryNQN}, nil
+	return nvme.DiscoveryEntry{TrType: nvme.TrTypeRDMA, AdrFam: fam, SubType: nvme.SubTypeDisc, TReq: r.TReq,
+		PortID: r.PortID, CntlID: nvme.DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: ip.String(),
+		SubNQN: nvme.DiscoveryNQN}, nil
 }
 
 // referralEntries checks refs and returns their entries.
-func referralEntries(refs []Referral) ([]DiscoveryEntry, error) {
-	var ents []DiscoveryEntry
+func referralEntries(refs []Referral) ([]nvme.DiscoveryEntry, error) {
+	var ents []nvme.DiscoveryEntry
 	for _, r := range refs {
 		e, err := r.entry()
 		if err != nil {
@@ -97,12 +99,12 @@ const maxReferrals = 64
 // returns every NVM subsystem entry, each once (not the referrals, nor a
 // log's entry for its own discovery service). A referral that cannot be
 // read is an error joined to what was found.
-func DiscoverAll(ctx context.Context, network, addr string, cfg HostConfig) ([]DiscoveryEntry, error) {
+func DiscoverAll(ctx context.Context, network, addr string, cfg HostConfig) ([]nvme.DiscoveryEntry, error) {
 	addr = canonAddr(addr)
 	seen := map[string]bool{addr: true}
 	queue := []string{addr}
-	var ents []DiscoveryEntry
-	have := map[DiscoveryEntry]bool{}
+	var ents []nvme.DiscoveryEntry
+	have := map[nvme.DiscoveryEntry]bool{}
 	var errs []error
 	capped := false
 	for len(queue) > 0 {
@@ -115,19 +117,19 @@ func DiscoverAll(ctx context.Context, network, addr string, cfg HostConfig) ([]D
 		}
 		for _, e := range log {
 			switch e.SubType {
-			case SubTypeNVM:
+			case nvme.SubTypeNVM:
 				if !have[e] {
 					have[e] = true
 					ents = append(ents, e)
 				}
 				continue
-			case SubTypeDisc:
+			case nvme.SubTypeDisc:
 			default:
 				continue // the log's own discovery service, or a kind not known
 			}
 			next := canonAddr(net.JoinHostPort(e.TrAddr, e.TrSvcID))
 			switch {
-			case e.TrType != TrTypeRDMA || seen[next]:
+			case e.TrType != nvme.TrTypeRDMA || seen[next]:
 			case len(seen) == maxReferrals:
 				if !capped {
 					capped = true

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -42,8 +43,8 @@ func TestReferrals(t *testing.T) {
 	require.Len(t, log, 2)
 	require.Equal(t, subA.NQN, log[0].SubNQN)
 	_, port, _ := net.SplitHostPort(pb.Addr().String())
-	require.Equal(t, DiscoveryEntry{TrType: TrTypeRDMA, AdrFam: AdrFamIPv4, SubType: SubTypeDisc, TReq: treqNotSpecific,
-		PortID: 7, CntlID: DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: "127.0.0.1", SubNQN: DiscoveryNQN}, log[1])
+	require.Equal(t, nvme.DiscoveryEntry{TrType: nvme.TrTypeRDMA, AdrFam: nvme.AdrFamIPv4, SubType: nvme.SubTypeDisc, TReq: nvme.TReqNotSpecific,
+		PortID: 7, CntlID: nvme.DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: "127.0.0.1", SubNQN: nvme.DiscoveryNQN}, log[1])
 
 	all, err := DiscoverAll(ctx, "tcp", pa.Addr().String(), HostConfig{})
 	require.NoError(t, err)
@@ -56,11 +57,11 @@ func TestReferrals(t *testing.T) {
 
 	// A referral added while a host watches the log: it is told, and
 	// the log's generation counter moves.
-	c := connectHost(t, pb.Addr().String(), DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	c := connectHost(t, pb.Addr().String(), nvme.DiscoveryNQN, HostConfig{WatchDiscovery: true})
 	gen := func() uint64 {
-		hdr := make([]byte, discHeaderSize)
-		require.NoError(t, c.GetLogPage(ctx, LogDiscovery, 0, 0, hdr))
-		g, _, _, err := ParseDiscoveryLog(hdr)
+		hdr := make([]byte, nvme.DiscHeaderSize)
+		require.NoError(t, c.GetLogPage(ctx, nvme.LogDiscovery, 0, 0, hdr))
+		g, _, _, err := nvme.ParseDiscoveryLog(hdr)
 		require.NoError(t, err)
 		return g
 	}

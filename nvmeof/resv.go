@@ -2,9 +2,10 @@ package nvmeof
 
 import (
 	"encoding/binary"
-	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // Reservations (NVMe base 2.0 section 8.19), as Linux's nvmet has them
@@ -27,76 +28,6 @@ import (
 // something from are told (resvlog.go). Flush of every namespace (NSID
 // FFFFFFFFh) is not checked: it changes no data.
 
-// Reservation commands of the NVM command set.
-const (
-	IOResvRegister = 0x0d
-	IOResvReport   = 0x0e
-	IOResvAcquire  = 0x11
-	IOResvRelease  = 0x15
-)
-
-// Reservation statuses.
-const (
-	StatusHostIDInconsistent  = Status(0x18) // Host Identifier Inconsistent Format: a report without EDS
-	StatusReservationConflict = Status(0x83)
-)
-
-const (
-	oncsResv   = 1 << 5 // ONCS: reservations
-	rescapAll  = 0xfe   // RESCAP: the six types and IEKEY (PTPL: with a reservation file)
-	resvHdrExt = 64     // the extended Reservation Status header and each extended entry
-)
-
-// ReservationType is the type of a reservation (RTYPE).
-type ReservationType uint8
-
-// Reservation types: who may read and write while one is held (the
-// holder always may).
-const (
-	ResvWriteExclusive          ReservationType = 1 // others read
-	ResvExclusiveAccess         ReservationType = 2 // others neither read nor write
-	ResvWriteExclusiveRegsOnly  ReservationType = 3 // registrants write, others read
-	ResvExclusiveAccessRegsOnly ReservationType = 4 // registrants read and write, others nothing
-	ResvWriteExclusiveAllRegs   ReservationType = 5 // as 3, every registrant a holder
-	ResvExclusiveAccessAllRegs  ReservationType = 6 // as 4, every registrant a holder
-
-	resvNone    = ReservationType(0)
-	maxResvType = ResvExclusiveAccessAllRegs
-)
-
-// The commands' actions (CDW10 bits 2:0) and flags.
-const (
-	resvRegister, resvUnregister, resvReplace  = 0, 1, 2 // RREGA
-	resvAcquire, resvPreempt, resvPreemptAbort = 0, 1, 2 // RACQA
-	resvRelease, resvClear                     = 0, 1    // RRELA
-
-	cdw10IEKEY = 1 << 3 // Ignore Existing Key
-	cdw11EDS   = 1 << 0 // Extended Data Structure
-
-	resvKeysData = 16 // CRKEY and NRKEY or PRKEY
-	resvKeyData  = 8  // CRKEY
-)
-
-var resvTypeNames = map[ReservationType]string{
-	ResvWriteExclusive: "Write Exclusive", ResvExclusiveAccess: "Exclusive Access",
-	ResvWriteExclusiveRegsOnly: "Write Exclusive - Registrants Only", ResvExclusiveAccessRegsOnly: "Exclusive Access - Registrants Only",
-	ResvWriteExclusiveAllRegs: "Write Exclusive - All Registrants", ResvExclusiveAccessAllRegs: "Exclusive Access - All Registrants",
-}
-
-func (t ReservationType) String() string {
-	if n, ok := resvTypeNames[t]; ok {
-		return n
-	}
-	if t == resvNone {
-		return "none"
-	}
-	return fmt.Sprintf("reservation type %d", uint8(t))
-}
-
-func (t ReservationType) allRegs() bool {
-	return t == ResvWriteExclusiveAllRegs || t == ResvExclusiveAccessAllRegs
-}
-
 // resv is a namespace's reservation state. I/O commands hold mu's read
 // lock while they run (admit), reservation commands its write lock: a
 // preempt waits for the commands that the old state admitted.
@@ -106,12 +37,12 @@ type resv struct {
 	keys   map[[16]byte]uint64 // registrants: host identifier → key
 	order  [][16]byte          // registrants in the order they registered
 	holder [16]byte
-	rtype  ReservationType // resvNone: no reservation
+	rtype  nvme.ReservationType // nvme.ResvNone: no reservation
 	// notify delivers a notification (resvlog.go), under mu so that the
 	// pages follow the changes' order and are recorded before the
 	// command that made them completes; nil: none (tests). pending holds
 	// a change's until it stands (change).
-	notify  func(ReservationNoticeType, [][16]byte)
+	notify  func(nvme.ReservationNoticeType, [][16]byte)
 	pending []resvNote
 	// file is the reservation file ("": none) and ptpl whether the state
 	// persists in it (resvptpl.go). fileMu is held while the file is
@@ -127,9 +58,9 @@ type resv struct {
 	masks  map[*controller]uint32
 }
 
-func newResv(notify func(ReservationNoticeType, [][16]byte)) *resv {
+func newResv(notify func(nvme.ReservationNoticeType, [][16]byte)) *resv {
 	if notify == nil {
-		notify = func(ReservationNoticeType, [][16]byte) {}
+		notify = func(nvme.ReservationNoticeType, [][16]byte) {}
 	}
 	return &resv{keys: map[[16]byte]uint64{}, notify: notify}
 }
@@ -137,17 +68,17 @@ func newResv(notify func(ReservationNoticeType, [][16]byte)) *resv {
 // resvNote is a notification a change owes: type t to the controllers of
 // hosts.
 type resvNote struct {
-	t     ReservationNoticeType
+	t     nvme.ReservationNoticeType
 	hosts [][16]byte
 }
 
 // holds reports whether host holds the reservation (r.mu held): its
 // holder, or any registrant of an all-registrants type.
 func (r *resv) holds(host [16]byte) bool {
-	if r.rtype == resvNone {
+	if r.rtype == nvme.ResvNone {
 		return false
 	}
-	if r.rtype.allRegs() {
+	if r.rtype.AllRegistrants() {
 		_, reg := r.keys[host]
 		return reg
 	}
@@ -182,18 +113,18 @@ func (r *resv) done() { r.mu.RUnlock() }
 // allowsLocked is nvmet's access check (r.mu held): the write group is
 // Flush, Write, Write Zeroes and Dataset Management, the read group Read.
 func (r *resv) allowsLocked(host [16]byte, op uint8) bool {
-	if r.rtype == resvNone || r.holds(host) {
+	if r.rtype == nvme.ResvNone || r.holds(host) {
 		return true
 	}
-	write := op == IOFlush || op == IOWrite || op == IOWriteZeroes || op == IODSM
-	read := op == IORead
+	write := op == nvme.IOFlush || op == nvme.IOWrite || op == nvme.IOWriteZeroes || op == nvme.IODSM
+	read := op == nvme.IORead
 	_, reg := r.keys[host]
 	switch r.rtype {
-	case ResvWriteExclusive:
+	case nvme.ResvWriteExclusive:
 		return !write
-	case ResvExclusiveAccess:
+	case nvme.ResvExclusiveAccess:
 		return !write && !read
-	case ResvWriteExclusiveRegsOnly, ResvWriteExclusiveAllRegs:
+	case nvme.ResvWriteExclusiveRegsOnly, nvme.ResvWriteExclusiveAllRegs:
 		return reg || !write
 	default: // the exclusive access registrants types
 		return reg || !write && !read
@@ -213,17 +144,17 @@ func (r *resv) hasKey(host [16]byte, key uint64) bool {
 func (r *resv) unregister(host [16]byte) {
 	delete(r.keys, host)
 	r.order = slices.DeleteFunc(r.order, func(h [16]byte) bool { return h == host })
-	if r.rtype == resvNone || r.holder != host {
+	if r.rtype == nvme.ResvNone || r.holder != host {
 		return
 	}
-	if r.rtype.allRegs() && len(r.order) > 0 {
+	if r.rtype.AllRegistrants() && len(r.order) > 0 {
 		r.holder = r.order[0]
 		return
 	}
-	if r.rtype == ResvWriteExclusiveRegsOnly || r.rtype == ResvExclusiveAccessRegsOnly {
-		r.noteLocked(ResvNoticeReleased, r.othersLocked(host)...)
+	if r.rtype == nvme.ResvWriteExclusiveRegsOnly || r.rtype == nvme.ResvExclusiveAccessRegsOnly {
+		r.noteLocked(nvme.ResvNoticeReleased, r.othersLocked(host)...)
 	}
-	r.rtype, r.holder = resvNone, [16]byte{}
+	r.rtype, r.holder = nvme.ResvNone, [16]byte{}
 }
 
 // preemptKey removes every registrant with key k, for a preempt by host
@@ -247,7 +178,7 @@ func (r *resv) preemptKey(host [16]byte, k uint64) bool {
 func (r *resv) preemptOne(host, victim [16]byte) {
 	r.unregister(victim)
 	if victim != host {
-		r.noteLocked(ResvNoticeRegPreempted, victim)
+		r.noteLocked(nvme.ResvNoticeRegPreempted, victim)
 	}
 }
 
@@ -258,17 +189,17 @@ func (r *resv) preemptOne(host, victim [16]byte) {
 // (nvme_pr_register), and a target that cannot persist must not fail
 // them. The error is the reservation file's, if the change could not be
 // written there.
-func (r *resv) register(host [16]byte, cdw10 uint32, data []byte) (Status, error) {
+func (r *resv) register(host [16]byte, cdw10 uint32, data []byte) (nvme.Status, error) {
 	cptpl := cdw10 >> 30
 	if r.file == "" {
 		cptpl = cptplNoChange
 	}
 	if cptpl == 1 { // reserved
-		return StatusInvalidField | DNR, nil
+		return nvme.StatusInvalidField | nvme.DNR, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.change(func() Status {
+	return r.change(func() nvme.Status {
 		st := r.registerLocked(host, cdw10, data)
 		if st.OK() && cptpl != cptplNoChange {
 			r.ptpl = cptpl == cptplSet
@@ -277,72 +208,72 @@ func (r *resv) register(host [16]byte, cdw10 uint32, data []byte) (Status, error
 	})
 }
 
-func (r *resv) registerLocked(host [16]byte, cdw10 uint32, data []byte) Status {
+func (r *resv) registerLocked(host [16]byte, cdw10 uint32, data []byte) nvme.Status {
 	crkey, nrkey := binary.LittleEndian.Uint64(data), binary.LittleEndian.Uint64(data[8:])
-	iekey := cdw10&cdw10IEKEY != 0
+	iekey := cdw10&nvme.ResvIEKEY != 0
 	key, reg := r.keys[host]
 	switch cdw10 & 7 {
-	case resvRegister: // CRKEY and IEKEY are not looked at (as nvmet)
+	case nvme.ResvRegister: // CRKEY and IEKEY are not looked at (as nvmet)
 		if reg && key != nrkey {
-			return StatusReservationConflict | DNR
+			return nvme.StatusReservationConflict | nvme.DNR
 		}
 		if !reg {
 			r.keys[host] = nrkey
 			r.order = append(r.order, host)
 		}
-	case resvUnregister, resvReplace:
+	case nvme.ResvUnregister, nvme.ResvReplace:
 		if !reg || !iekey && key != crkey {
-			return StatusReservationConflict | DNR
+			return nvme.StatusReservationConflict | nvme.DNR
 		}
-		if cdw10&7 == resvUnregister {
+		if cdw10&7 == nvme.ResvUnregister {
 			r.unregister(host)
 		} else {
 			r.keys[host] = nrkey
 		}
 	default:
-		return StatusInvalidOpcode | DNR
+		return nvme.StatusInvalidOpcode | nvme.DNR
 	}
 	r.gen++
-	return StatusSuccess
+	return nvme.StatusSuccess
 }
 
 // acquire serves Reservation Acquire: acquire, preempt, preempt and
 // abort.
-func (r *resv) acquire(host [16]byte, cdw10 uint32, data []byte) (Status, error) {
+func (r *resv) acquire(host [16]byte, cdw10 uint32, data []byte) (nvme.Status, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.change(func() Status { return r.acquireLocked(host, cdw10, data) })
+	return r.change(func() nvme.Status { return r.acquireLocked(host, cdw10, data) })
 }
 
-func (r *resv) acquireLocked(host [16]byte, cdw10 uint32, data []byte) Status {
+func (r *resv) acquireLocked(host [16]byte, cdw10 uint32, data []byte) nvme.Status {
 	crkey, prkey := binary.LittleEndian.Uint64(data), binary.LittleEndian.Uint64(data[8:])
-	t := ReservationType(cdw10 >> 8)
-	if cdw10&cdw10IEKEY != 0 || t < ResvWriteExclusive || t > maxResvType {
-		return StatusInvalidField | DNR
+	t := nvme.ReservationType(cdw10 >> 8)
+	if cdw10&nvme.ResvIEKEY != 0 || t < nvme.ResvWriteExclusive || t > nvme.MaxResvType {
+		return nvme.StatusInvalidField | nvme.DNR
 	}
 	if !r.hasKey(host, crkey) {
-		return StatusReservationConflict | DNR
+		return nvme.StatusReservationConflict | nvme.DNR
 	}
 	switch cdw10 & 7 {
-	case resvAcquire:
+	case nvme.ResvAcquire:
 		switch {
-		case r.rtype == resvNone:
+		case r.rtype == nvme.ResvNone:
 			r.holder, r.rtype = host, t
 		case r.holder == host && r.rtype == t:
 		default: // held by another, or in another type (nvmet: for the all-registrants types too)
-			return StatusReservationConflict | DNR
+			return nvme.StatusReservationConflict | nvme.DNR
 		}
-		return StatusSuccess
-	case resvPreempt, resvPreemptAbort:
+		return nvme.StatusSuccess
+	case nvme.ResvPreempt, nvme.ResvPreemptAbort:
 	default:
-		return StatusInvalidOpcode | DNR
+		return nvme.StatusInvalidOpcode | nvme.DNR
 	}
 	switch old := r.rtype; {
-	case old == resvNone:
+	case old == nvme.ResvNone:
 		if !r.preemptKey(host, prkey) {
-			return StatusReservationConflict | DNR
+			return nvme.StatusReservationConflict | nvme.DNR
 		}
-	case old.allRegs() && prkey == 0:
+	case old.AllRegistrants() && prkey == 0:
 		// The caller the holder first (so that no registrant going
 		// passes it on), then every other registrant out.
 		r.holder, r.rtype = host, t
@@ -351,14 +282,14 @@ func (r *resv) acquireLocked(host [16]byte, cdw10 uint32, data []byte) Status {
 				r.preemptOne(host, h)
 			}
 		}
-	case old.allRegs():
+	case old.AllRegistrants():
 		if !r.preemptKey(host, prkey) {
-			return StatusReservationConflict | DNR
+			return nvme.StatusReservationConflict | nvme.DNR
 		}
 	case r.holder == host:
 		r.rtype = t // only the type changes
 		if t != old {
-			r.noteLocked(ResvNoticeReleased, r.othersLocked(host)...)
+			r.noteLocked(nvme.ResvNoticeReleased, r.othersLocked(host)...)
 		}
 	case prkey == r.keys[r.holder]:
 		// The holder preempted: the caller holds, then the registrants
@@ -370,68 +301,68 @@ func (r *resv) acquireLocked(host [16]byte, cdw10 uint32, data []byte) Status {
 			}
 		}
 		if t != old {
-			r.noteLocked(ResvNoticeReleased, r.othersLocked(host)...)
+			r.noteLocked(nvme.ResvNoticeReleased, r.othersLocked(host)...)
 		}
 	case prkey != 0:
 		if !r.preemptKey(host, prkey) {
-			return StatusReservationConflict | DNR
+			return nvme.StatusReservationConflict | nvme.DNR
 		}
 	default:
-		return StatusInvalidField | DNR
+		return nvme.StatusInvalidField | nvme.DNR
 	}
 	r.gen++
-	return StatusSuccess
+	return nvme.StatusSuccess
 }
 
 // release serves Reservation Release: release, clear.
-func (r *resv) release(host [16]byte, cdw10 uint32, data []byte) (Status, error) {
+func (r *resv) release(host [16]byte, cdw10 uint32, data []byte) (nvme.Status, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.change(func() Status { return r.releaseLocked(host, cdw10, data) })
+	return r.change(func() nvme.Status { return r.releaseLocked(host, cdw10, data) })
 }
 
-func (r *resv) releaseLocked(host [16]byte, cdw10 uint32, data []byte) Status {
+func (r *resv) releaseLocked(host [16]byte, cdw10 uint32, data []byte) nvme.Status {
 	crkey := binary.LittleEndian.Uint64(data)
-	if cdw10&cdw10IEKEY != 0 {
-		return StatusInvalidField | DNR
+	if cdw10&nvme.ResvIEKEY != 0 {
+		return nvme.StatusInvalidField | nvme.DNR
 	}
 	if !r.hasKey(host, crkey) {
-		return StatusReservationConflict | DNR
+		return nvme.StatusReservationConflict | nvme.DNR
 	}
 	switch cdw10 & 7 {
-	case resvRelease:
+	case nvme.ResvRelease:
 		switch {
-		case r.rtype == resvNone || r.holder != host: // nothing to release (as nvmet, for every type)
-		case ReservationType(cdw10>>8) != r.rtype:
-			return StatusReservationConflict | DNR
+		case r.rtype == nvme.ResvNone || r.holder != host: // nothing to release (as nvmet, for every type)
+		case nvme.ReservationType(cdw10>>8) != r.rtype:
+			return nvme.StatusReservationConflict | nvme.DNR
 		default:
-			if t := r.rtype; t != ResvWriteExclusive && t != ResvExclusiveAccess {
-				r.noteLocked(ResvNoticeReleased, r.othersLocked(host)...)
+			if t := r.rtype; t != nvme.ResvWriteExclusive && t != nvme.ResvExclusiveAccess {
+				r.noteLocked(nvme.ResvNoticeReleased, r.othersLocked(host)...)
 			}
-			r.rtype, r.holder = resvNone, [16]byte{}
+			r.rtype, r.holder = nvme.ResvNone, [16]byte{}
 		}
-	case resvClear:
+	case nvme.ResvClear:
 		for _, h := range r.othersLocked(host) {
-			r.noteLocked(ResvNoticePreempted, h)
+			r.noteLocked(nvme.ResvNoticePreempted, h)
 		}
 		clear(r.keys)
-		r.order, r.rtype, r.holder = nil, resvNone, [16]byte{}
+		r.order, r.rtype, r.holder = nil, nvme.ResvNone, [16]byte{}
 		r.gen++
 	default:
-		return StatusInvalidOpcode | DNR
+		return nvme.StatusInvalidOpcode | nvme.DNR
 	}
-	return StatusSuccess
+	return nvme.StatusSuccess
 }
 
 // report serves Reservation Report into out (its whole length, NUMD): the
 // extended data structure only, as nvmet, since host identifiers are 128
 // bits here.
-func (r *resv) report(cdw11 uint32, out []byte) Status {
-	if cdw11&cdw11EDS == 0 {
-		return StatusHostIDInconsistent | DNR
+func (r *resv) report(cdw11 uint32, out []byte) nvme.Status {
+	if cdw11&nvme.ResvReportEDS == 0 {
+		return nvme.StatusHostIDInconsistent | nvme.DNR
 	}
-	if len(out) < resvHdrExt {
-		return StatusInvalidField | DNR
+	if len(out) < nvme.ResvStatusEntrySize {
+		return nvme.StatusInvalidField | nvme.DNR
 	}
 	clear(out)
 	le := binary.LittleEndian
@@ -444,96 +375,63 @@ func (r *resv) report(cdw11 uint32, out []byte) Status {
 	}
 	le.PutUint16(out[5:], uint16(len(r.order)))
 	for i, h := range r.order {
-		e := out[resvHdrExt*(i+1):]
-		if len(e) < resvHdrExt {
+		e := out[nvme.ResvStatusEntrySize*(i+1):]
+		if len(e) < nvme.ResvStatusEntrySize {
 			break // REGCTL counts them all; those that do not fit are left out
 		}
-		le.PutUint16(e[0:], DynamicCntlID)
+		le.PutUint16(e[0:], nvme.DynamicCntlID)
 		if r.holds(h) {
 			e[2] = 1
 		}
 		le.PutUint64(e[8:], r.keys[h])
 		copy(e[16:32], h[:])
 	}
-	return StatusSuccess
-}
-
-// Registrant is a registrant in a Reservation Report.
-type Registrant struct {
-	CntlID uint16 // 0xFFFF: any controller of the host (the dynamic model)
-	Holder bool
-	Key    uint64
-	HostID [16]byte
-}
-
-// ReservationStatus is a Reservation Report (extended data structure).
-type ReservationStatus struct {
-	Gen         uint32
-	Type        ReservationType // 0: none held
-	PTPL        bool            // the registrations and reservation persist through power loss (PTPLS)
-	Registrants []Registrant
-	Count       int // REGCTL: every registrant, even those the report had no room for
-}
-
-// ParseReservationStatus decodes an extended Reservation Status data
-// structure.
-func ParseReservationStatus(b []byte) (ReservationStatus, error) {
-	if len(b) < resvHdrExt {
-		return ReservationStatus{}, fmt.Errorf("nvmeof: a reservation report of %d octets", len(b))
-	}
-	le := binary.LittleEndian
-	st := ReservationStatus{Gen: le.Uint32(b[0:]), Type: ReservationType(b[4]), Count: int(le.Uint16(b[5:])), PTPL: b[9]&1 != 0}
-	for i := range st.Count {
-		e := b[resvHdrExt*(i+1):]
-		if len(e) < resvHdrExt {
-			break
-		}
-		rg := Registrant{CntlID: le.Uint16(e[0:]), Holder: e[2]&1 != 0, Key: le.Uint64(e[8:])}
-		copy(rg.HostID[:], e[16:32])
-		st.Registrants = append(st.Registrants, rg)
-	}
-	return st, nil
+	return nvme.StatusSuccess
 }
 
 // access is the status of I/O command op on ns through port p: its ANA
 // state there, then its reservation (as nvmet checks them).
-func (c *controller) access(p *Port, ns *Namespace, op uint8) Status {
+func (c *controller) access(p *Port, ns *Namespace, op uint8) nvme.Status {
 	if st := c.anaStatus(p, ns); !st.OK() {
 		return st
 	}
 	if ns.wp.Load() && wpRefuses(op) { // while protection is being decided, the write waits in admitWrite
-		return StatusNSWriteProtected | DNR
+		return nvme.StatusNSWriteProtected | nvme.DNR
 	}
 	if ns.resv != nil && !ns.resv.allows(c.hostID, op) {
-		return StatusReservationConflict | DNR
+		return nvme.StatusReservationConflict | nvme.DNR
 	}
-	return StatusSuccess
+	return nvme.StatusSuccess
 }
 
 // planResv checks a reservation command: its namespace has reservations
 // and is accessible through p; the data is the keys (16 octets, or 8 for
 // Release as nvme-cli sends it; a longer buffer, as Linux's host sends
 // for Release, is taken: tqueue.longerData) or, for Report, NUMD's length.
-func (c *controller) planResv(cmd Command, p *Port) (dir, need int, st Status, ns *Namespace) {
+func (c *controller) planResv(cmd nvme.Command, p *Port) (dir, need int, st nvme.Status, ns *Namespace) {
 	ns = c.sub.namespace(cmd.NSID())
 	switch {
 	case ns == nil:
 		return 0, 0, noNamespace(cmd.NSID()), nil
 	case ns.resv == nil:
-		return 0, 0, StatusInvalidOpcode | DNR, nil
+		return 0, 0, nvme.StatusInvalidOpcode | nvme.DNR, nil
 	}
 	if st := c.anaStatus(p, ns); !st.OK() {
 		return 0, 0, st, nil
 	}
-	if cmd.Opcode() == IOResvReport {
+	if cmd.Opcode() == nvme.IOResvReport {
 		n := 4 * (uint64(cmd.CDW(10)) + 1)
 		if n > uint64(c.t.cfg.MaxTransfer) {
-			return 0, 0, StatusInvalidField | DNR, nil
+			return 0, 0, nvme.StatusInvalidField | nvme.DNR, nil
 		}
-		return dirOut, int(n), StatusSuccess, ns
+		return dirOut, int(n), nvme.StatusSuccess, ns
 	}
-	if cmd.Opcode() == IOResvRelease {
-		return dirIn, resvKeyData, StatusSuccess, ns
+	if cmd.Opcode() == nvme.IOResvRelease {
+		return dirIn, nvme.ResvKeyDataSize, nvme.StatusSuccess, ns
 	}
-	return dirIn, resvKeysData, StatusSuccess, ns
+	return dirIn, nvme.ResvKeysDataSize, nvme.StatusSuccess, ns
 }
+
+// rescapAll is the RESCAP this target reports: the six types and IEKEY
+// (PTPL only with a reservation file).
+const rescapAll = 0xfe

@@ -2,7 +2,8 @@ package nvmeof
 
 import (
 	"encoding/binary"
-	"fmt"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // Reservation notifications (NVMe base 2.0: the Reservation Notification
@@ -31,69 +32,9 @@ import (
 // Retain Asynchronous Event, as the specification has it for every event,
 // where nvmet raises one for each page.
 
-const (
-	// LogResvNotice is the Reservation Notification log page.
-	LogResvNotice = 0x80
-	// FeatResvMask is the Reservation Notification Mask feature.
-	FeatResvMask = 0x82
-
-	resvLogSize  = 64 // one page: count, type, pages left, NSID
-	resvLogQueue = 64 // pages a controller keeps, as nvmet's
-	// aerResvLog is the notice: type 6 (I/O command specific status),
-	// information 0 (Reservation Log Page Available), log page 80h.
-	aerResvLog = 6 | 0<<8 | LogResvNotice<<16
-	// resvMaskAll: the mask bits a host may set (REGPRE, RESREL, RESPRE).
-	resvMaskAll = 1<<ResvNoticeRegPreempted | 1<<ResvNoticeReleased | 1<<ResvNoticePreempted
-)
-
-// ReservationNoticeType is what a reservation notification reports.
-type ReservationNoticeType uint8
-
-// Reservation notification types; each is also the bit of the
-// Reservation Notification Mask that silences it.
-const (
-	ResvNoticeRegPreempted ReservationNoticeType = 1 // this host's registration was preempted
-	ResvNoticeReleased     ReservationNoticeType = 2 // the reservation was released
-	ResvNoticePreempted    ReservationNoticeType = 3 // the reservation was preempted (cleared)
-)
-
-func (t ReservationNoticeType) String() string {
-	switch t {
-	case ResvNoticeRegPreempted:
-		return "Registration Preempted"
-	case ResvNoticeReleased:
-		return "Reservation Released"
-	case ResvNoticePreempted:
-		return "Reservation Preempted"
-	}
-	return fmt.Sprintf("reservation notice %d", uint8(t))
-}
-
-// ReservationNotice is one Reservation Notification log page.
-type ReservationNotice struct {
-	// Count is the page's number: it counts every notification the
-	// controller recorded since it was reset, so a gap says pages were
-	// lost (the controller keeps 64).
-	Count uint64
-	Type  ReservationNoticeType
-	NSID  uint32
-	// More is how many more pages wait (at most 255).
-	More int
-}
-
-// ParseReservationNotice decodes a Reservation Notification log page; a
-// Count of 0 is an empty page (no notification waited).
-func ParseReservationNotice(b []byte) (ReservationNotice, error) {
-	if len(b) < 16 {
-		return ReservationNotice{}, fmt.Errorf("nvmeof: a reservation notification log page of %d octets", len(b))
-	}
-	le := binary.LittleEndian
-	return ReservationNotice{Count: le.Uint64(b), Type: ReservationNoticeType(b[8]), More: int(b[9]), NSID: le.Uint32(b[12:])}, nil
-}
-
 // noteLocked records notification t to the controllers of hosts (r.mu
 // held), for change to deliver once the change stands.
-func (r *resv) noteLocked(t ReservationNoticeType, hosts ...[16]byte) {
+func (r *resv) noteLocked(t nvme.ReservationNoticeType, hosts ...[16]byte) {
 	if len(hosts) > 0 {
 		r.pending = append(r.pending, resvNote{t, hosts})
 	}
@@ -112,7 +53,7 @@ func (r *resv) othersLocked(host [16]byte) [][16]byte {
 
 // masked reports whether controller c masked notifications of type t
 // for the namespace.
-func (r *resv) masked(c *controller, t ReservationNoticeType) bool {
+func (r *resv) masked(c *controller, t nvme.ReservationNoticeType) bool {
 	r.maskMu.Lock()
 	defer r.maskMu.Unlock()
 	return r.masks[c]&(1<<t) != 0
@@ -121,7 +62,7 @@ func (r *resv) masked(c *controller, t ReservationNoticeType) bool {
 // resvNotify delivers notification t for namespace ns to the
 // subsystem's controllers of hosts that did not mask it (ns.resv.mu held:
 // the reservation change that owes it).
-func (s *Subsystem) resvNotify(ns *Namespace, t ReservationNoticeType, hosts [][16]byte) {
+func (s *Subsystem) resvNotify(ns *Namespace, t nvme.ReservationNoticeType, hosts [][16]byte) {
 	s.mu.RLock()
 	ctrls := s.controllers()
 	s.mu.RUnlock()
@@ -140,13 +81,13 @@ func (s *Subsystem) resvNotify(ns *Namespace, t ReservationNoticeType, hosts [][
 // resvLogPage is a queued Reservation Notification log page.
 type resvLogPage struct {
 	count uint64
-	t     ReservationNoticeType
+	t     nvme.ReservationNoticeType
 	nsid  uint32
 }
 
 // resvNotice records a notification, and raises the notice unless it is
 // masked until the log is read.
-func (c *controller) resvNotice(nsid uint32, t ReservationNoticeType) {
+func (c *controller) resvNotice(nsid uint32, t nvme.ReservationNoticeType) {
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
@@ -165,7 +106,7 @@ func (c *controller) resvNotice(nsid uint32, t ReservationNoticeType) {
 	raise := !c.resvMasked
 	if raise {
 		c.resvMasked = true
-		c.events = append(c.events, aerResvLog)
+		c.events = append(c.events, nvme.AERResvLog)
 	}
 	c.mu.Unlock()
 	if raise {
@@ -176,7 +117,7 @@ func (c *controller) resvNotice(nsid uint32, t ReservationNoticeType) {
 // resvLogRead takes the oldest page (an empty one if none waits) into a
 // new log; a read without Retain Asynchronous Event unmasks the notice.
 func (c *controller) resvLogRead(rae bool) []byte {
-	log := make([]byte, resvLogSize)
+	log := make([]byte, nvme.ResvNoticeSize)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !rae {
@@ -198,9 +139,9 @@ func (c *controller) resvLogRead(rae bool) []byte {
 
 // setResvMask serves Set Features, Reservation Notification Mask: for
 // namespace nsid, or every namespace with reservations (FFFFFFFFh).
-func (c *controller) setResvMask(nsid, v uint32) Status {
-	if v&^resvMaskAll != 0 {
-		return StatusInvalidField | DNR
+func (c *controller) setResvMask(nsid, v uint32) nvme.Status {
+	if v&^nvme.ResvMaskAll != 0 {
+		return nvme.StatusInvalidField | nvme.DNR
 	}
 	var nss []*Namespace
 	if nsid == 0xffffffff {
@@ -235,19 +176,19 @@ func (c *controller) setResvMask(nsid, v uint32) Status {
 	if dead { // ended meanwhile, perhaps after its end forgot its masks
 		c.forgetResvMasks()
 	}
-	return StatusSuccess
+	return nvme.StatusSuccess
 }
 
 // getResvMask serves Get Features, Reservation Notification Mask, of one
 // namespace with reservations (FFFFFFFFh is not one).
-func (c *controller) getResvMask(nsid uint32) (uint64, Status) {
+func (c *controller) getResvMask(nsid uint32) (uint64, nvme.Status) {
 	ns, st := c.resvNamespace(nsid)
 	if !st.OK() {
 		return 0, st
 	}
 	ns.resv.maskMu.Lock()
 	defer ns.resv.maskMu.Unlock()
-	return uint64(ns.resv.masks[c]), StatusSuccess
+	return uint64(ns.resv.masks[c]), nvme.StatusSuccess
 }
 
 // forgetResvMasks drops c's masks from every namespace: a reset, or the
@@ -262,3 +203,6 @@ func (c *controller) forgetResvMasks() {
 		}
 	}
 }
+
+// resvLogQueue is how many pages a controller keeps, as nvmet's.
+const resvLogQueue = 64

@@ -5,15 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // waitNotices waits for the next reservation notifications of n's
 // controller (watching them), and checks their types and NSIDs.
-func waitNotices(t *testing.T, ctx context.Context, n *HostNamespace, want ...ReservationNoticeType) []ReservationNotice {
+func waitNotices(t *testing.T, ctx context.Context, n *HostNamespace, want ...nvme.ReservationNoticeType) []nvme.ReservationNotice {
 	t.Helper()
-	var got []ReservationNotice
+	var got []nvme.ReservationNotice
 	for len(got) < len(want) {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		ns, err := n.c.WaitReservationNotice(wctx)
@@ -51,80 +52,80 @@ func TestReservationNotices(t *testing.T) {
 	const ka, kb, kc = 0xa, 0xb, 0xc
 	require.NoError(t, a.RegisterKey(ctx, ka))
 	require.NoError(t, b.RegisterKey(ctx, kb))
-	require.NoError(t, a.Reserve(ctx, ka, ResvWriteExclusiveRegsOnly))
+	require.NoError(t, a.Reserve(ctx, ka, nvme.ResvWriteExclusiveRegsOnly))
 
 	// b fences a: a's registration preempted (both its controllers).
-	require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusiveRegsOnly, true))
-	n1 := waitNotices(t, ctx, a, ResvNoticeRegPreempted)
+	require.NoError(t, b.Preempt(ctx, kb, ka, nvme.ResvWriteExclusiveRegsOnly, true))
+	n1 := waitNotices(t, ctx, a, nvme.ResvNoticeRegPreempted)
 	require.EqualValues(t, 1, n1[0].Count)
-	require.EqualValues(t, 1, waitNotices(t, ctx, a2, ResvNoticeRegPreempted)[0].Count)
+	require.EqualValues(t, 1, waitNotices(t, ctx, a2, nvme.ResvNoticeRegPreempted)[0].Count)
 
 	// b, the holder of a registrants-only type, releases: the other
 	// registrants (a again, and c) are told; b, and a host that is not
 	// registered, are not.
 	require.NoError(t, a.RegisterKey(ctx, ka))
 	require.NoError(t, c.RegisterKey(ctx, kc))
-	require.NoError(t, b.Release(ctx, kb, ResvWriteExclusiveRegsOnly))
-	require.EqualValues(t, 2, waitNotices(t, ctx, a, ResvNoticeReleased)[0].Count)
-	waitNotices(t, ctx, c, ResvNoticeReleased)
+	require.NoError(t, b.Release(ctx, kb, nvme.ResvWriteExclusiveRegsOnly))
+	require.EqualValues(t, 2, waitNotices(t, ctx, a, nvme.ResvNoticeReleased)[0].Count)
+	waitNotices(t, ctx, c, nvme.ResvNoticeReleased)
 
 	// Write Exclusive and Exclusive Access released: nobody is told.
-	require.NoError(t, b.Reserve(ctx, kb, ResvWriteExclusive))
-	require.NoError(t, b.Release(ctx, kb, ResvWriteExclusive))
+	require.NoError(t, b.Reserve(ctx, kb, nvme.ResvWriteExclusive))
+	require.NoError(t, b.Release(ctx, kb, nvme.ResvWriteExclusive))
 
 	// The holder of a registrants-only type unregisters: released.
-	require.NoError(t, b.Reserve(ctx, kb, ResvExclusiveAccessRegsOnly))
+	require.NoError(t, b.Reserve(ctx, kb, nvme.ResvExclusiveAccessRegsOnly))
 	require.NoError(t, b.UnregisterKey(ctx, kb))
-	waitNotices(t, ctx, a, ResvNoticeReleased)
-	waitNotices(t, ctx, c, ResvNoticeReleased)
+	waitNotices(t, ctx, a, nvme.ResvNoticeReleased)
+	waitNotices(t, ctx, c, nvme.ResvNoticeReleased)
 
 	// The holder changes the type by preempting itself: released; in
 	// the same type: nothing.
 	require.NoError(t, b.RegisterKey(ctx, kb))
-	require.NoError(t, b.Reserve(ctx, kb, ResvWriteExclusive))
-	require.NoError(t, b.Preempt(ctx, kb, kb, ResvWriteExclusive, false))
-	require.NoError(t, b.Preempt(ctx, kb, kb, ResvExclusiveAccess, false))
-	waitNotices(t, ctx, a, ResvNoticeReleased)
-	waitNotices(t, ctx, c, ResvNoticeReleased)
+	require.NoError(t, b.Reserve(ctx, kb, nvme.ResvWriteExclusive))
+	require.NoError(t, b.Preempt(ctx, kb, kb, nvme.ResvWriteExclusive, false))
+	require.NoError(t, b.Preempt(ctx, kb, kb, nvme.ResvExclusiveAccess, false))
+	waitNotices(t, ctx, a, nvme.ResvNoticeReleased)
+	waitNotices(t, ctx, c, nvme.ResvNoticeReleased)
 
 	// Another registrant preempts the holder: the holder's registration
 	// preempted; the others are told the reservation was released only
 	// when its type changed.
-	require.NoError(t, c.Preempt(ctx, kc, kb, ResvExclusiveAccess, false)) // same type
+	require.NoError(t, c.Preempt(ctx, kc, kb, nvme.ResvExclusiveAccess, false)) // same type
 	ns, err := b.c.ReservationNotices(ctx)
 	require.NoError(t, err)
 	require.Len(t, ns, 1, "b, preempted by c: %v", ns)
-	require.Equal(t, ResvNoticeRegPreempted, ns[0].Type)
+	require.Equal(t, nvme.ResvNoticeRegPreempted, ns[0].Type)
 	require.NoError(t, b.RegisterKey(ctx, kb))
-	require.NoError(t, b.Preempt(ctx, kb, kc, ResvWriteExclusiveRegsOnly, false)) // another type
-	waitNotices(t, ctx, c, ResvNoticeRegPreempted)
-	waitNotices(t, ctx, a, ResvNoticeReleased)
+	require.NoError(t, b.Preempt(ctx, kb, kc, nvme.ResvWriteExclusiveRegsOnly, false)) // another type
+	waitNotices(t, ctx, c, nvme.ResvNoticeRegPreempted)
+	waitNotices(t, ctx, a, nvme.ResvNoticeReleased)
 
 	// An all-registrants reservation taken whole (preempt with key 0):
 	// every other registrant's registration preempted.
-	require.NoError(t, b.Release(ctx, kb, ResvWriteExclusiveRegsOnly))
+	require.NoError(t, b.Release(ctx, kb, nvme.ResvWriteExclusiveRegsOnly))
 	require.NoError(t, c.RegisterKey(ctx, kc))
-	require.NoError(t, c.Reserve(ctx, kc, ResvWriteExclusiveAllRegs))
-	require.NoError(t, b.Preempt(ctx, kb, 0, ResvExclusiveAccessAllRegs, false))
-	waitNotices(t, ctx, a, ResvNoticeReleased, ResvNoticeRegPreempted) // b's release; then the preempt
-	waitNotices(t, ctx, c, ResvNoticeRegPreempted)                     // not registered at b's release
+	require.NoError(t, c.Reserve(ctx, kc, nvme.ResvWriteExclusiveAllRegs))
+	require.NoError(t, b.Preempt(ctx, kb, 0, nvme.ResvExclusiveAccessAllRegs, false))
+	waitNotices(t, ctx, a, nvme.ResvNoticeReleased, nvme.ResvNoticeRegPreempted) // b's release; then the preempt
+	waitNotices(t, ctx, c, nvme.ResvNoticeRegPreempted)                          // not registered at b's release
 
 	// A preempt with no reservation, of a key b shares with a: both
 	// unregistered, only a told.
-	require.NoError(t, b.Release(ctx, kb, ResvExclusiveAccessAllRegs))
+	require.NoError(t, b.Release(ctx, kb, nvme.ResvExclusiveAccessAllRegs))
 	require.NoError(t, a.RegisterKey(ctx, kb))
-	require.NoError(t, b.Preempt(ctx, kb, kb, ResvWriteExclusive, false))
-	waitNotices(t, ctx, a, ResvNoticeRegPreempted)
+	require.NoError(t, b.Preempt(ctx, kb, kb, nvme.ResvWriteExclusive, false))
+	waitNotices(t, ctx, a, nvme.ResvNoticeRegPreempted)
 	require.Empty(t, report(t, ctx, c).Registrants, "both gone")
 
 	// A clear: every other registrant's reservation preempted.
 	require.NoError(t, a.RegisterKey(ctx, ka))
 	require.NoError(t, b.RegisterKey(ctx, kb))
 	require.NoError(t, b.ClearReservations(ctx, kb))
-	last := waitNotices(t, ctx, a, ResvNoticePreempted)
+	last := waitNotices(t, ctx, a, nvme.ResvNoticePreempted)
 	require.EqualValues(t, 9, last[0].Count, "a's ninth page")
-	require.Len(t, waitNotices(t, ctx, a2, ResvNoticeReleased, ResvNoticeReleased, ResvNoticeReleased, ResvNoticeReleased,
-		ResvNoticeReleased, ResvNoticeRegPreempted, ResvNoticeRegPreempted, ResvNoticePreempted), 8)
+	require.Len(t, waitNotices(t, ctx, a2, nvme.ResvNoticeReleased, nvme.ResvNoticeReleased, nvme.ResvNoticeReleased, nvme.ResvNoticeReleased,
+		nvme.ResvNoticeReleased, nvme.ResvNoticeRegPreempted, nvme.ResvNoticeRegPreempted, nvme.ResvNoticePreempted), 8)
 
 	noNotices(t, ctx, b) // b acted every time since, and was told nothing
 	for _, n := range []*HostNamespace{a, a2, c} {
@@ -145,58 +146,58 @@ func TestReservationNoticeMask(t *testing.T) {
 	m, err := a.ReservationNoticeMask(ctx)
 	require.NoError(t, err)
 	require.Empty(t, m, "none masked at first")
-	require.NoError(t, a.SetReservationNoticeMask(ctx, ResvNoticeRegPreempted))
+	require.NoError(t, a.SetReservationNoticeMask(ctx, nvme.ResvNoticeRegPreempted))
 	m, err = a.ReservationNoticeMask(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []ReservationNoticeType{ResvNoticeRegPreempted}, m)
+	require.Equal(t, []nvme.ReservationNoticeType{nvme.ResvNoticeRegPreempted}, m)
 	m, err = a2.ReservationNoticeMask(ctx)
 	require.NoError(t, err)
 	require.Empty(t, m, "the mask is a's controller's, not its host's")
 
 	require.NoError(t, a.RegisterKey(ctx, ka))
 	require.NoError(t, b.RegisterKey(ctx, kb))
-	require.NoError(t, a.Reserve(ctx, ka, ResvWriteExclusiveRegsOnly))
-	require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusiveRegsOnly, false))
+	require.NoError(t, a.Reserve(ctx, ka, nvme.ResvWriteExclusiveRegsOnly))
+	require.NoError(t, b.Preempt(ctx, kb, ka, nvme.ResvWriteExclusiveRegsOnly, false))
 	noNotices(t, ctx, a)
 	ns, err := a2.c.ReservationNotices(ctx)
 	require.NoError(t, err)
 	require.Len(t, ns, 1, "a2 did not mask it")
-	require.Equal(t, ResvNoticeRegPreempted, ns[0].Type)
+	require.Equal(t, nvme.ResvNoticeRegPreempted, ns[0].Type)
 
 	require.NoError(t, a.RegisterKey(ctx, ka))
-	require.NoError(t, b.Release(ctx, kb, ResvWriteExclusiveRegsOnly))
+	require.NoError(t, b.Release(ctx, kb, nvme.ResvWriteExclusiveRegsOnly))
 	ns, err = a.c.ReservationNotices(ctx)
 	require.NoError(t, err)
 	require.Len(t, ns, 1, "released is not masked")
-	require.Equal(t, ResvNoticeReleased, ns[0].Type)
+	require.Equal(t, nvme.ResvNoticeReleased, ns[0].Type)
 	require.EqualValues(t, 1, ns[0].Count, "the masked one was never recorded")
 
 	// Every namespace with reservations at once; namespace 2 has none.
-	_, err = a.c.admin.adminCmd(ctx, func(cmd Command) {
-		NewAdmin(cmd, AdminSetFeatures, 0, 0xffffffff, FeatResvMask, 1<<ResvNoticeReleased|1<<ResvNoticePreempted)
+	_, err = a.c.admin.adminCmd(ctx, func(cmd nvme.Command) {
+		nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, 0xffffffff, nvme.FeatResvMask, 1<<nvme.ResvNoticeReleased|1<<nvme.ResvNoticePreempted)
 	}, 0, "", nil)
 	require.NoError(t, err)
 	m, err = a.ReservationNoticeMask(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []ReservationNoticeType{ResvNoticeReleased, ResvNoticePreempted}, m)
+	require.Equal(t, []nvme.ReservationNoticeType{nvme.ResvNoticeReleased, nvme.ResvNoticePreempted}, m)
 	n2, err := a.c.Namespace(ctx, 2)
 	require.NoError(t, err)
-	requireStatus(t, n2.SetReservationNoticeMask(ctx), StatusInvalidField|DNR)
+	requireStatus(t, n2.SetReservationNoticeMask(ctx), nvme.StatusInvalidField|nvme.DNR)
 	_, err = n2.ReservationNoticeMask(ctx)
-	requireStatus(t, err, StatusInvalidField|DNR)
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
 	for _, tc := range []struct {
 		op          uint8
 		nsid, cdw11 uint32
-		st          Status
+		st          nvme.Status
 	}{
-		{AdminSetFeatures, 1, 1 << 0, StatusInvalidField | DNR}, // reserved bit
-		{AdminSetFeatures, 1, 1 << 4, StatusInvalidField | DNR},
-		{AdminSetFeatures, 9, 0, StatusInvalidField | DNR}, // inactive
-		{AdminGetFeatures, 9, 0, StatusInvalidField | DNR},
-		{AdminGetFeatures, 5000, 0, StatusInvalidNamespace | DNR}, // beyond NN
-		{AdminGetFeatures, 0xffffffff, 0, StatusInvalidField | DNR},
+		{nvme.AdminSetFeatures, 1, 1 << 0, nvme.StatusInvalidField | nvme.DNR}, // reserved bit
+		{nvme.AdminSetFeatures, 1, 1 << 4, nvme.StatusInvalidField | nvme.DNR},
+		{nvme.AdminSetFeatures, 9, 0, nvme.StatusInvalidField | nvme.DNR}, // inactive
+		{nvme.AdminGetFeatures, 9, 0, nvme.StatusInvalidField | nvme.DNR},
+		{nvme.AdminGetFeatures, 5000, 0, nvme.StatusInvalidNamespace | nvme.DNR}, // beyond NN
+		{nvme.AdminGetFeatures, 0xffffffff, 0, nvme.StatusInvalidField | nvme.DNR},
 	} {
-		_, err := a.c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, tc.op, 0, tc.nsid, FeatResvMask, tc.cdw11) }, 0, "", nil)
+		_, err := a.c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, tc.op, 0, tc.nsid, nvme.FeatResvMask, tc.cdw11) }, 0, "", nil)
 		requireStatus(t, err, tc.st)
 	}
 }
@@ -210,13 +211,13 @@ func TestReservationNoticesOverflow(t *testing.T) {
 	require.NoError(t, b.RegisterKey(ctx, kb))
 	for range n {
 		require.NoError(t, a.RegisterKey(ctx, ka))
-		require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusive, false))
+		require.NoError(t, b.Preempt(ctx, kb, ka, nvme.ResvWriteExclusive, false))
 	}
 	ns, err := a.c.ReservationNotices(ctx)
 	require.NoError(t, err)
 	require.Len(t, ns, resvLogQueue)
 	for i, p := range ns {
-		require.Equal(t, ResvNoticeRegPreempted, p.Type)
+		require.Equal(t, nvme.ResvNoticeRegPreempted, p.Type)
 		require.Equal(t, resvLogQueue-1-i, p.More, "page %d", i)
 		if i < resvLogQueue-1 {
 			require.EqualValues(t, i+1, p.Count)
@@ -234,17 +235,17 @@ func TestReservationNoticeMasked(t *testing.T) {
 	const ka, kb = 0xa, 0xb
 	require.NoError(t, b.RegisterKey(ctx, kb))
 	aer := func() (uint64, error) {
-		return a.c.admin.standingCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminAER, 0, 0, 0, 0) }, "Asynchronous Event Request")
+		return a.c.admin.standingCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminAER, 0, 0, 0, 0) }, "Asynchronous Event Request")
 	}
 	fence := func() {
 		require.NoError(t, a.RegisterKey(ctx, ka))
-		require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusive, false))
+		require.NoError(t, b.Preempt(ctx, kb, ka, nvme.ResvWriteExclusive, false))
 	}
 	fence()
 	fence()
 	res, err := aer()
 	require.NoError(t, err)
-	require.EqualValues(t, aerResvLog, res&0xffffff)
+	require.EqualValues(t, nvme.AERResvLog, res&0xffffff)
 	second := make(chan uint64, 1)
 	go func() {
 		res, err := aer()
@@ -262,7 +263,7 @@ func TestReservationNoticeMasked(t *testing.T) {
 	fence()
 	select {
 	case res := <-second:
-		require.EqualValues(t, aerResvLog, res&0xffffff, "unmasked by the read")
+		require.EqualValues(t, nvme.AERResvLog, res&0xffffff, "unmasked by the read")
 	case <-time.After(10 * time.Second):
 		t.Fatal("no notice after the log was read")
 	}
@@ -278,12 +279,12 @@ func TestReservationNoticesReset(t *testing.T) {
 	require.NoError(t, b.RegisterKey(ctx, kb))
 	fence := func() {
 		require.NoError(t, a2.RegisterKey(ctx, ka))
-		require.NoError(t, b.Preempt(ctx, kb, ka, ResvWriteExclusive, false))
+		require.NoError(t, b.Preempt(ctx, kb, ka, nvme.ResvWriteExclusive, false))
 	}
 	fence()
 	fence()
-	require.NoError(t, a.SetReservationNoticeMask(ctx, ResvNoticeReleased))
-	require.NoError(t, a.c.propertySet(ctx, PropCC, 0)) // a reset
+	require.NoError(t, a.SetReservationNoticeMask(ctx, nvme.ResvNoticeReleased))
+	require.NoError(t, a.c.propertySet(ctx, nvme.PropCC, 0)) // a reset
 	require.NoError(t, a.c.enable(ctx))
 	noNotices(t, ctx, a)
 	m, err := a.ReservationNoticeMask(ctx)
@@ -309,7 +310,7 @@ func TestReservationNoticeMaskNewNamespace(t *testing.T) {
 	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
 	n, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
-	require.NoError(t, n.SetReservationNoticeMask(ctx, ResvNoticeRegPreempted, ResvNoticeReleased, ResvNoticePreempted))
+	require.NoError(t, n.SetReservationNoticeMask(ctx, nvme.ResvNoticeRegPreempted, nvme.ResvNoticeReleased, nvme.ResvNoticePreempted))
 	require.NoError(t, sub.RemoveNamespace(ctx, 1))
 	_, err = sub.AddNamespaceConfig(NewMemBackend(1<<20), NamespaceConfig{ID: 1, Reservations: true})
 	require.NoError(t, err)
@@ -323,10 +324,10 @@ func TestReservationNoticeOffset(t *testing.T) {
 	ctx, a, _, b, _, _ := resvHosts(t)
 	require.NoError(t, b.RegisterKey(ctx, 0xb))
 	require.NoError(t, a.RegisterKey(ctx, 0xa))
-	require.NoError(t, b.Preempt(ctx, 0xb, 0xa, ResvWriteExclusive, false))
+	require.NoError(t, b.Preempt(ctx, 0xb, 0xa, nvme.ResvWriteExclusive, false))
 	for _, off := range []uint64{16, 128} {
-		err := a.c.GetLogPage(ctx, LogResvNotice, 0xffffffff, off, make([]byte, 64))
-		requireStatus(t, err, StatusInvalidField|DNR)
+		err := a.c.GetLogPage(ctx, nvme.LogResvNotice, 0xffffffff, off, make([]byte, 64))
+		requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
 	}
 	ns, err := a.c.ReservationNotices(ctx)
 	require.NoError(t, err)

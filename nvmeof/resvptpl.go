@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // Persist Through Power Loss (PTPL): a namespace with a reservation file
@@ -23,9 +25,6 @@ import (
 // and the directory synced) before the change it records completes; a
 // change that cannot be written fails with Internal Error and is undone.
 
-// FeatResvPersist is the Reservation Persistence feature.
-const FeatResvPersist = 0x83
-
 const (
 	rescapPTPL = 1 << 0 // RESCAP: Persist Through Power Loss
 	// CPTPL, Reservation Register's CDW10 bits 31:30.
@@ -34,11 +33,11 @@ const (
 
 // resvState is a reservation file's content.
 type resvState struct {
-	PTPL        bool            `json:"ptpl"`
-	Gen         uint32          `json:"generation,omitempty"`
-	Type        ReservationType `json:"type,omitempty"`
-	Holder      string          `json:"holder,omitempty"` // host identifier, hex
-	Registrants []resvStateReg  `json:"registrants,omitempty"`
+	PTPL        bool                 `json:"ptpl"`
+	Gen         uint32               `json:"generation,omitempty"`
+	Type        nvme.ReservationType `json:"type,omitempty"`
+	Holder      string               `json:"holder,omitempty"` // host identifier, hex
+	Registrants []resvStateReg       `json:"registrants,omitempty"`
 }
 
 type resvStateReg struct {
@@ -52,7 +51,7 @@ func (r *resv) stateLocked() resvState {
 		return resvState{}
 	}
 	st := resvState{PTPL: true, Gen: r.gen, Type: r.rtype}
-	if r.rtype != resvNone {
+	if r.rtype != nvme.ResvNone {
 		st.Holder = hex.EncodeToString(r.holder[:])
 	}
 	for _, h := range r.order {
@@ -68,7 +67,7 @@ type resvSnapshot struct {
 	keys   map[[16]byte]uint64
 	order  [][16]byte
 	holder [16]byte
-	rtype  ReservationType
+	rtype  nvme.ReservationType
 }
 
 func (r *resv) snapshotLocked() resvSnapshot {
@@ -87,7 +86,7 @@ func (r *resv) restoreLocked(s resvSnapshot) {
 // file, and PTPL on before or after it, writes the state down, or undoes
 // the change if it cannot. The notifications the change made are
 // delivered once it stands.
-func (r *resv) change(f func() Status) (Status, error) {
+func (r *resv) change(f func() nvme.Status) (nvme.Status, error) {
 	var snap resvSnapshot
 	if r.file != "" {
 		snap = r.snapshotLocked()
@@ -98,7 +97,7 @@ func (r *resv) change(f func() Status) (Status, error) {
 		if err = r.save(r.stateLocked()); err != nil {
 			r.restoreLocked(snap)
 			r.pending = nil
-			st = StatusInternalError
+			st = nvme.StatusInternalError
 		}
 	}
 	pending := r.pending
@@ -191,12 +190,12 @@ func (r *resv) loadState(file string) error {
 		r.keys[h] = g.Key
 		r.order = append(r.order, h)
 	}
-	if st.Type != resvNone {
+	if st.Type != nvme.ResvNone {
 		h, err := host(st.Holder)
 		if err != nil {
 			return err
 		}
-		if _, reg := r.keys[h]; !reg || st.Type > maxResvType {
+		if _, reg := r.keys[h]; !reg || st.Type > nvme.MaxResvType {
 			return fmt.Errorf("nvmeof: reservation file %s: a reservation of type %d held by %s, not a registrant", file, st.Type, st.Holder)
 		}
 		r.holder, r.rtype = h, st.Type
@@ -234,15 +233,15 @@ func saveResvState(file string, st resvState) error {
 }
 
 // setPTPL serves Set Features, Reservation Persistence, on one namespace.
-func (r *resv) setPTPL(on bool) (Status, error) {
+func (r *resv) setPTPL(on bool) (nvme.Status, error) {
 	if on && r.file == "" {
-		return StatusInvalidField | DNR, nil
+		return nvme.StatusInvalidField | nvme.DNR, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.change(func() Status {
+	return r.change(func() nvme.Status {
 		r.ptpl = on
-		return StatusSuccess
+		return nvme.StatusSuccess
 	})
 }
 
@@ -256,7 +255,7 @@ func (r *resv) ptplOn() bool {
 
 // resvDone logs why a reservation change could not be written down, and
 // returns its status.
-func (c *controller) resvDone(ns *Namespace, st Status, err error) Status {
+func (c *controller) resvDone(ns *Namespace, st nvme.Status, err error) nvme.Status {
 	if err != nil {
 		c.t.logf("nvmeof: namespace %d: reservation file %s: %v (the change is undone)", ns.ID, ns.resv.file, err)
 	}
@@ -265,26 +264,26 @@ func (c *controller) resvDone(ns *Namespace, st Status, err error) Status {
 
 // resvNamespace returns namespace nsid if it has reservations, or the
 // status for a feature of one that does not.
-func (c *controller) resvNamespace(nsid uint32) (*Namespace, Status) {
+func (c *controller) resvNamespace(nsid uint32) (*Namespace, nvme.Status) {
 	ns := c.sub.namespace(nsid)
 	switch {
 	case nsid == 0xffffffff:
-		return nil, StatusInvalidField | DNR
+		return nil, nvme.StatusInvalidField | nvme.DNR
 	case ns == nil:
 		return nil, noNamespace(nsid)
 	case ns.resv == nil:
-		return nil, StatusInvalidField | DNR
+		return nil, nvme.StatusInvalidField | nvme.DNR
 	}
-	return ns, StatusSuccess
+	return ns, nvme.StatusSuccess
 }
 
 // setResvPersist serves Set Features, Reservation Persistence: PTPL (bit
 // 0) of one namespace, on only where it has a reservation file; or of
 // every namespace with reservations (FFFFFFFFh), on for those with a
 // file (and refused if none has one).
-func (c *controller) setResvPersist(nsid, v uint32) (uint64, Status) {
+func (c *controller) setResvPersist(nsid, v uint32) (uint64, nvme.Status) {
 	if v&^1 != 0 {
-		return 0, StatusInvalidField | DNR
+		return 0, nvme.StatusInvalidField | nvme.DNR
 	}
 	on := v&1 != 0
 	var nss []*Namespace
@@ -295,7 +294,7 @@ func (c *controller) setResvPersist(nsid, v uint32) (uint64, Status) {
 			}
 		}
 		if len(nss) == 0 {
-			return 0, StatusInvalidField | DNR
+			return 0, nvme.StatusInvalidField | nvme.DNR
 		}
 	} else {
 		ns, st := c.resvNamespace(nsid)
@@ -310,19 +309,19 @@ func (c *controller) setResvPersist(nsid, v uint32) (uint64, Status) {
 			return 0, st
 		}
 	}
-	return uint64(v), StatusSuccess
+	return uint64(v), nvme.StatusSuccess
 }
 
 // getResvPersist serves Get Features, Reservation Persistence.
-func (c *controller) getResvPersist(nsid uint32) (uint64, Status) {
+func (c *controller) getResvPersist(nsid uint32) (uint64, nvme.Status) {
 	ns, st := c.resvNamespace(nsid)
 	if !st.OK() {
 		return 0, st
 	}
 	if ns.resv.ptplOn() {
-		return 1, StatusSuccess
+		return 1, nvme.StatusSuccess
 	}
-	return 0, StatusSuccess
+	return 0, nvme.StatusSuccess
 }
 
 // resvFileFree reports an error if a namespace of s has reservation file

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -62,12 +63,12 @@ func TestReservationsPersist(t *testing.T) {
 	require.False(t, on, "off until a host asks")
 	require.NoError(t, a.RegisterKey(ctx, 0xa))
 	require.NoError(t, b.RegisterKey(ctx, 0xb))
-	require.NoError(t, a.Reserve(ctx, 0xa, ResvWriteExclusiveRegsOnly))
+	require.NoError(t, a.Reserve(ctx, 0xa, nvme.ResvWriteExclusiveRegsOnly))
 	require.NoError(t, b.SetPersistence(ctx, true))
 	on, err = c.Persistence(ctx)
 	require.NoError(t, err)
 	require.True(t, on, "the namespace's, whichever host asks")
-	require.NoError(t, b.Preempt(ctx, 0xb, 0xa, ResvWriteExclusiveRegsOnly, true)) // a fenced
+	require.NoError(t, b.Preempt(ctx, 0xb, 0xa, nvme.ResvWriteExclusiveRegsOnly, true)) // a fenced
 	before := report(t, ctx, c)
 	require.True(t, before.PTPL)
 	stop()
@@ -75,7 +76,7 @@ func TestReservationsPersist(t *testing.T) {
 	ctx, a, b, c, _ = ptplTarget(t, file)
 	after := report(t, ctx, c)
 	require.Equal(t, before, after, "the same registrants, holder, type and generation")
-	require.Equal(t, ResvWriteExclusiveRegsOnly, after.Type)
+	require.Equal(t, nvme.ResvWriteExclusiveRegsOnly, after.Type)
 	require.Len(t, after.Registrants, 1)
 	require.Equal(t, [16]byte{0xbb}, after.Registrants[0].HostID)
 	require.False(t, canWrite(t, a), "still fenced after the restart")
@@ -87,7 +88,7 @@ func TestReservationsPersist(t *testing.T) {
 	_, _, _, c, _ = ptplTarget(t, file)
 	after = report(t, ctx, c)
 	require.Empty(t, after.Registrants, "not kept: PTPL was off")
-	require.Equal(t, resvNone, after.Type)
+	require.Equal(t, nvme.ResvNone, after.Type)
 }
 
 // Reservation Register's CPTPL turns PTPL on (11b) and off (10b); 01b is
@@ -99,9 +100,9 @@ func TestReservationsCPTPL(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "ns1.resv")
 	ctx, a, b, _, _ := ptplTarget(t, file)
 	register := func(n *HostNamespace, cdw10 uint32, key uint64) error {
-		return n.resvKeys(ctx, IOResvRegister, cdw10, 0, key)
+		return n.resvKeys(ctx, nvme.IOResvRegister, cdw10, 0, key)
 	}
-	requireStatus(t, register(a, 1<<30, 0xa), StatusInvalidField|DNR)
+	requireStatus(t, register(a, 1<<30, 0xa), nvme.StatusInvalidField|nvme.DNR)
 	require.Empty(t, report(t, ctx, a).Registrants)
 	require.NoError(t, register(a, cptplSet<<30, 0xa))
 	st := report(t, ctx, a)
@@ -109,7 +110,7 @@ func TestReservationsCPTPL(t *testing.T) {
 	require.Len(t, st.Registrants, 1)
 	_, err := os.Stat(file)
 	require.NoError(t, err, "written")
-	requireStatus(t, register(b, cptplClear<<30|resvReplace, 0xb), StatusReservationConflict|DNR)
+	requireStatus(t, register(b, cptplClear<<30|nvme.ResvReplace, 0xb), nvme.StatusReservationConflict|nvme.DNR)
 	require.True(t, report(t, ctx, a).PTPL, "a register that fails changes no PTPL")
 	require.NoError(t, register(b, cptplClear<<30, 0xb))
 	require.False(t, report(t, ctx, a).PTPL)
@@ -118,7 +119,7 @@ func TestReservationsCPTPL(t *testing.T) {
 	require.EqualValues(t, rescapAll, a.Info.RESCAP, "no PTPL without a file")
 	require.NoError(t, register(a, cptplSet<<30, 0xa), "CPTPL not looked at")
 	require.False(t, report(t, ctx, a).PTPL)
-	requireStatus(t, a.SetPersistence(ctx, true), StatusInvalidField|DNR)
+	requireStatus(t, a.SetPersistence(ctx, true), nvme.StatusInvalidField|nvme.DNR)
 	require.NoError(t, a.SetPersistence(ctx, false))
 }
 
@@ -132,16 +133,16 @@ func TestReservationsPersistFails(t *testing.T) {
 	ctx, a, b, _, _ := ptplTarget(t, filepath.Join(dir, "ns1.resv"))
 	require.NoError(t, a.RegisterKey(ctx, 0xa))
 	require.NoError(t, b.RegisterKey(ctx, 0xb))
-	require.NoError(t, a.Reserve(ctx, 0xa, ResvWriteExclusive))
+	require.NoError(t, a.Reserve(ctx, 0xa, nvme.ResvWriteExclusive))
 	require.NoError(t, a.SetPersistence(ctx, true))
 	before := report(t, ctx, a)
 	require.NoError(t, os.RemoveAll(dir))
-	requireStatus(t, b.Preempt(ctx, 0xb, 0xa, ResvExclusiveAccess, false), StatusInternalError)
+	requireStatus(t, b.Preempt(ctx, 0xb, 0xa, nvme.ResvExclusiveAccess, false), nvme.StatusInternalError)
 	require.Equal(t, before, report(t, ctx, a), "undone")
 	ns, err := a.c.ReservationNotices(ctx)
 	require.NoError(t, err)
 	require.Empty(t, ns, "a was not told of a change that did not stand")
-	requireStatus(t, a.SetPersistence(ctx, false), StatusInternalError)
+	requireStatus(t, a.SetPersistence(ctx, false), nvme.StatusInternalError)
 	on, err := a.Persistence(ctx)
 	require.NoError(t, err)
 	require.True(t, on)
@@ -184,7 +185,9 @@ func TestReservationPersistAllNamespaces(t *testing.T) {
 		NamespaceConfig{ID: 3, Reservations: true})
 	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
 	all := func(v uint32) error {
-		_, err := c.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 0xffffffff, FeatResvPersist, v) }, 0, "", nil)
+		_, err := c.admin.adminCmd(ctx, func(cmd nvme.Command) {
+			nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, 0xffffffff, nvme.FeatResvPersist, v)
+		}, 0, "", nil)
 		return err
 	}
 	persist := func() []bool {
@@ -209,8 +212,10 @@ func TestReservationPersistAllNamespaces(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, tg.AddSubsystem(solo))
 	cs := connectHost(t, addr, solo.NQN, HostConfig{IOQueues: 1})
-	_, err = cs.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 0xffffffff, FeatResvPersist, 1) }, 0, "", nil)
-	requireStatus(t, err, StatusInvalidField|DNR)
+	_, err = cs.admin.adminCmd(ctx, func(cmd nvme.Command) {
+		nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, 0xffffffff, nvme.FeatResvPersist, 1)
+	}, 0, "", nil)
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
 }
 
 // One file is one namespace's: a second namespace of the subsystem with
@@ -231,9 +236,9 @@ func TestReservationFileOneNamespace(t *testing.T) {
 	st := report(t, ctx, b)
 	require.Len(t, st.Registrants, 1, "read from the file")
 	// The old namespace's state can no longer reach the file.
-	st0, err := ns1.resv.register([16]byte{0xcc}, resvRegister, make([]byte, 16))
+	st0, err := ns1.resv.register([16]byte{0xcc}, nvme.ResvRegister, make([]byte, 16))
 	require.ErrorIs(t, err, errDetached)
-	require.Equal(t, StatusInternalError, st0)
+	require.Equal(t, nvme.StatusInternalError, st0)
 	require.Len(t, report(t, ctx, b).Registrants, 1)
 }
 

@@ -5,31 +5,32 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
 // failIO makes the target answer the next n I/O commands of opcode op
 // with st, and counts the commands of that opcode it sees.
-func failIO(t *testing.T, op uint8, n int32, st Status) *atomic.Int32 {
+func failIO(t *testing.T, op uint8, n int32, st nvme.Status) *atomic.Int32 {
 	t.Helper()
 	return failIOOn(t, nil, op, n, st)
 }
 
 // failIOOn is failIO for the commands that came through port p only (nil:
 // any).
-func failIOOn(t *testing.T, p *Port, op uint8, n int32, st Status) *atomic.Int32 {
+func failIOOn(t *testing.T, p *Port, op uint8, n int32, st nvme.Status) *atomic.Int32 {
 	t.Helper()
 	var left, seen atomic.Int32
 	left.Store(n)
-	f := func(port *Port, cmd Command) Status {
+	f := func(port *Port, cmd nvme.Command) nvme.Status {
 		if cmd.Opcode() != op || p != nil && port != p {
-			return StatusSuccess
+			return nvme.StatusSuccess
 		}
 		seen.Add(1)
 		if left.Add(-1) >= 0 {
 			return st
 		}
-		return StatusSuccess
+		return nvme.StatusSuccess
 	}
 	testIOStatus.Store(&f)
 	t.Cleanup(func() { testIOStatus.Store(nil) })
@@ -44,14 +45,14 @@ func TestHostRetries(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
 	_, n := hostNS(t, 1<<20, HostConfig{IOQueues: 1})
-	const interrupted = Status(0x21) // Command Interrupted: the host may retry
+	const interrupted = nvme.Status(0x21) // Command Interrupted: the host may retry
 	small, big := bytes.Repeat([]byte{7}, 512), bytes.Repeat([]byte{9}, 64<<10)
 
-	seen := failIO(t, IOWrite, 3, interrupted)
+	seen := failIO(t, nvme.IOWrite, 3, interrupted)
 	_, err := n.WriteAtContext(ctx, small, 0)
 	require.NoError(t, err, "three failures, retried")
 	require.EqualValues(t, 4, seen.Load())
-	seen = failIO(t, IOWrite, 2, interrupted)
+	seen = failIO(t, nvme.IOWrite, 2, interrupted)
 	_, err = n.WriteAtContext(ctx, big, 4096)
 	require.NoError(t, err, "a write whose data the target reads again")
 	cmds := (len(big) + n.c.maxData - 1) / n.c.maxData
@@ -61,29 +62,29 @@ func TestHostRetries(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, big, got)
 
-	seen = failIO(t, IORead, 6, interrupted)
+	seen = failIO(t, nvme.IORead, 6, interrupted)
 	_, err = n.ReadAtContext(ctx, got[:512], 0)
 	requireStatus(t, err, interrupted)
 	require.EqualValues(t, 6, seen.Load(), "one try and five retries")
-	seen = failIO(t, IORead, 1, interrupted)
+	seen = failIO(t, nvme.IORead, 1, interrupted)
 	_, err = n.ReadAtContext(ctx, got[:512], 0)
 	require.NoError(t, err)
 	require.Equal(t, small, got[:512], "read data of the retry")
 
-	seen = failIO(t, IOWrite, 1, StatusInternalError|DNR)
+	seen = failIO(t, nvme.IOWrite, 1, nvme.StatusInternalError|nvme.DNR)
 	_, err = n.WriteAtContext(ctx, small, 0)
-	requireStatus(t, err, StatusInternalError|DNR)
+	requireStatus(t, err, nvme.StatusInternalError|nvme.DNR)
 	require.EqualValues(t, 1, seen.Load(), "DNR: not retried")
-	seen = failIO(t, IOWrite, 2, StatusANATransition)
+	seen = failIO(t, nvme.IOWrite, 2, nvme.StatusANATransition)
 	_, err = n.WriteAtContext(ctx, small, 0)
 	require.NoError(t, err, "a path status, on a single path: retried (Multipath's paths are not)")
 	require.EqualValues(t, 3, seen.Load())
-	for _, op := range []uint8{IOFlush, IOWriteZeroes, IODSM} {
+	for _, op := range []uint8{nvme.IOFlush, nvme.IOWriteZeroes, nvme.IODSM} {
 		seen = failIO(t, op, 2, interrupted)
 		switch op {
-		case IOFlush:
+		case nvme.IOFlush:
 			err = n.Flush(ctx)
-		case IOWriteZeroes:
+		case nvme.IOWriteZeroes:
 			err = n.WriteZeroes(ctx, 0, 4096)
 		default:
 			err = n.Deallocate(ctx, 0, 4096)
@@ -97,8 +98,8 @@ func TestHostRetries(t *testing.T) {
 // which fails fast).
 func TestHostNoResvRetry(t *testing.T) {
 	ctx, a, _, _, _, _ := resvHosts(t)
-	seen := failIO(t, IOResvRegister, 1, Status(0x21))
-	requireStatus(t, a.RegisterKey(ctx, 1), Status(0x21))
+	seen := failIO(t, nvme.IOResvRegister, 1, nvme.Status(0x21))
+	requireStatus(t, a.RegisterKey(ctx, 1), nvme.Status(0x21))
 	require.EqualValues(t, 1, seen.Load())
 	require.NoError(t, a.RegisterKey(ctx, 1))
 }
@@ -107,7 +108,7 @@ func TestHostNoResvRetry(t *testing.T) {
 // command goes down the other one at once.
 func TestMultipathNoPathRetry(t *testing.T) {
 	ctx, p1, _, m, n := mpathNS(t)
-	seen := failIOOn(t, p1, IOWrite, 100, StatusANAInaccessible)
+	seen := failIOOn(t, p1, nvme.IOWrite, 100, nvme.StatusANAInaccessible)
 	for i := range 8 {
 		_, err := n.WriteAtContext(ctx, make([]byte, 4096), int64(i)*4096)
 		require.NoError(t, err)

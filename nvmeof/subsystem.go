@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // Subsystem is an NVM subsystem: an NQN, its namespaces (NSID 1, 2, ...)
@@ -26,7 +28,7 @@ type Subsystem struct {
 	targets   map[*Target]struct{}     // that serve it: a controller attaches only through one; told when its hosts change
 	anyHost   bool
 	hosts     []string
-	counters  smartCounters
+	counters  nvme.SMARTCounters
 	countMu   sync.Mutex
 	wpMu      sync.Mutex // one write-protection change at a time (writeprotect.go)
 	nextCtlID atomic.Uint32
@@ -35,7 +37,7 @@ type Subsystem struct {
 // NewSubsystem returns a subsystem named nqn that admits any host until
 // AllowHost names one.
 func NewSubsystem(nqn string) (*Subsystem, error) {
-	if !validNQN(nqn) || nqn == DiscoveryNQN {
+	if !nvme.ValidNQN(nqn) || nqn == nvme.DiscoveryNQN {
 		return nil, fmt.Errorf("nvmeof: %q is not a valid subsystem NQN", nqn)
 	}
 	h := sha256.Sum256([]byte(nqn))
@@ -283,11 +285,11 @@ func (s *Subsystem) namespace(id uint32) *Namespace {
 // NVMe Base 2.0 section 3.2.1.5 has it and QEMU's controller answers.
 // (nvmet answers Invalid Namespace for both; Linux's host treats the two
 // alike.)
-func noNamespace(id uint32) Status {
+func noNamespace(id uint32) nvme.Status {
 	if id == 0 || id > maxNSID {
-		return StatusInvalidNamespace | DNR
+		return nvme.StatusInvalidNamespace | nvme.DNR
 	}
-	return StatusInvalidField | DNR
+	return nvme.StatusInvalidField | nvme.DNR
 }
 
 // namespaces returns the namespaces in NSID order.
@@ -306,11 +308,11 @@ func (s *Subsystem) namespaces() []*Namespace {
 func (s *Subsystem) count(write bool, octets int) {
 	s.countMu.Lock()
 	if write {
-		s.counters.writes++
-		s.counters.writeBytes += uint64(octets)
+		s.counters.Writes++
+		s.counters.WriteBytes += uint64(octets)
 	} else {
-		s.counters.reads++
-		s.counters.readBytes += uint64(octets)
+		s.counters.Reads++
+		s.counters.ReadBytes += uint64(octets)
 	}
 	s.countMu.Unlock()
 }

@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
 // activeNSIDs returns the controller's active namespace list (CNS 02h).
 func activeNSIDs(t *testing.T, c *Controller) []uint32 {
 	t.Helper()
-	list := make([]byte, IdentifySize)
-	require.NoError(t, c.Identify(testCtx(t), CNSActiveNSList, 0, list))
+	list := make([]byte, nvme.IdentifySize)
+	require.NoError(t, c.Identify(testCtx(t), nvme.CNSActiveNSList, 0, list))
 	var ids []uint32
 	for i := 0; i < len(list); i += 4 {
 		id := binary.LittleEndian.Uint32(list[i:])
@@ -52,10 +53,10 @@ func TestAddNamespaceConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, nguid, h5.Info.NGUID)
 	require.Equal(t, 4096, h5.BlockSize())
-	desc := make([]byte, IdentifySize)
-	require.NoError(t, c.Identify(ctx, CNSNSDescriptors, 5, desc))
+	desc := make([]byte, nvme.IdentifySize)
+	require.NoError(t, c.Identify(ctx, nvme.CNSNSDescriptors, 5, desc))
 	require.Equal(t, nguid[:], desc[4:20], "NIDT 2, the NGUID")
-	require.EqualValues(t, nidtUUID, desc[20])
+	require.EqualValues(t, nvme.NIDTUUID, desc[20])
 	require.Equal(t, uuid[:], desc[24:40], "NIDT 3, the UUID")
 	w := make([]byte, 8192)
 	fill(w, 5)
@@ -100,7 +101,7 @@ func TestAddNamespaceConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, nguid, h5.Info.NGUID)
 	log := make([]byte, 4096)
-	require.NoError(t, quiet.GetLogPage(ctx, LogChangedNS, 0xffffffff, 0, log))
+	require.NoError(t, quiet.GetLogPage(ctx, nvme.LogChangedNS, 0xffffffff, 0, log))
 	require.EqualValues(t, 5, binary.LittleEndian.Uint32(log[0:]))
 	require.Zero(t, binary.LittleEndian.Uint32(log[4:]), "removed and added again: listed once, as nvmet")
 	got := make([]byte, len(w))
@@ -127,7 +128,7 @@ func TestSetAllowedHosts(t *testing.T) {
 	require.False(t, sub.Allowed(hostA))
 	require.True(t, sub.Allowed(hostB))
 	_, err = Connect(ctx, "tcp", addr, testNQN, HostConfig{HostNQN: hostA})
-	requireStatus(t, err, StatusConnectInvalidHost|DNR)
+	requireStatus(t, err, nvme.StatusConnectInvalidHost|nvme.DNR)
 	ents, err := Discover(ctx, "tcp", addr, HostConfig{HostNQN: hostA})
 	require.NoError(t, err)
 	require.Empty(t, ents, "the discovery log lists what the host may reach")
@@ -196,7 +197,7 @@ func TestRemoveSubsystem(t *testing.T) {
 	require.Len(t, ents, 1)
 	require.Equal(t, sub1.NQN, ents[0].SubNQN)
 	_, err = Connect(ctx, "tcp", addr, sub2.NQN, HostConfig{})
-	requireStatus(t, err, StatusConnectInvalidParm|DNR)
+	requireStatus(t, err, nvme.StatusConnectInvalidParm|nvme.DNR)
 	h1, err := c1.Namespace(ctx, 1)
 	require.NoError(t, err)
 	_, err = h1.WriteAt(make([]byte, 512), 0)
@@ -225,8 +226,8 @@ func TestNSIDReusedBetweenPlanAndExec(t *testing.T) {
 	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
 	require.NoError(t, err)
 	c := &controller{t: &Target{cfg: TargetConfig{MaxTransfer: maxTransfer}}, sub: sub}
-	cmd := make(Command, CommandSize)
-	NewRW(cmd, IOWrite, 1, 1, 1000, 7) // 8 blocks at LBA 1000: 4 KiB at 512 000
+	cmd := make(nvme.Command, nvme.CommandSize)
+	nvme.NewRW(cmd, nvme.IOWrite, 1, 1, 1000, 7) // 8 blocks at LBA 1000: 4 KiB at 512 000
 	_, need, st, planned := c.planIO(cmd, &Port{})
 	require.True(t, st.OK())
 	require.NoError(t, sub.RemoveNamespace(ctx, 1))
@@ -238,15 +239,15 @@ func TestNSIDReusedBetweenPlanAndExec(t *testing.T) {
 	_, err = sub.AddNamespaceConfig(fb, NamespaceConfig{ID: 1, BlockSize: 4096})
 	require.NoError(t, err)
 	_, st, _ = c.execIO(&request{cmd: cmd, in: make([]byte, need), ns: planned})
-	require.Equal(t, StatusInvalidNamespace|DNR, st)
+	require.Equal(t, nvme.StatusInvalidNamespace|nvme.DNR, st)
 
 	// Removed and not given again: the NSID is inactive (Invalid Field).
-	NewRW(cmd, IOWrite, 1, 1, 0, 0)
+	nvme.NewRW(cmd, nvme.IOWrite, 1, 1, 0, 0)
 	_, need, st, planned = c.planIO(cmd, &Port{})
 	require.True(t, st.OK())
 	require.NoError(t, sub.RemoveNamespace(ctx, 1))
 	_, st, _ = c.execIO(&request{cmd: cmd, in: make([]byte, need), ns: planned})
-	require.Equal(t, StatusInvalidField|DNR, st)
+	require.Equal(t, nvme.StatusInvalidField|nvme.DNR, st)
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	require.EqualValues(t, 64<<10, fi.Size(), "the new namespace's file is untouched")

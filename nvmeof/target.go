@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 )
 
@@ -118,7 +119,7 @@ func NewTarget(cfg TargetConfig, subsystems ...*Subsystem) (*Target, error) {
 	if cfg.InCapsuleData <= 0 {
 		cfg.InCapsuleData = defaultInCapsule
 	}
-	if cfg.InCapsuleData < ConnectDataSize || cfg.InCapsuleData > 64<<10 || cfg.InCapsuleData%16 != 0 {
+	if cfg.InCapsuleData < nvme.ConnectDataSize || cfg.InCapsuleData > 64<<10 || cfg.InCapsuleData%16 != 0 {
 		return nil, fmt.Errorf("nvmeof: InCapsuleData %d: want a multiple of 16 in 1024 .. 65536", cfg.InCapsuleData)
 	}
 	if cfg.MaxTransfer <= 0 {
@@ -139,7 +140,7 @@ func NewTarget(cfg TargetConfig, subsystems ...*Subsystem) (*Target, error) {
 		t.subs[s.NQN] = s
 	}
 	if t.dev == nil {
-		dev, err := verbs.Open(verbs.DeviceAttr{MaxInline: CompletionSize})
+		dev, err := verbs.Open(verbs.DeviceAttr{MaxInline: nvme.CompletionSize})
 		if err != nil {
 			return nil, err
 		}
@@ -279,20 +280,20 @@ func (t *Target) accept(p *Port) {
 // admit checks a connection request's NVMe/RDMA private data and starts
 // a queue for it, or rejects it with the transport binding's status.
 func (t *Target) admit(req *verbs.ConnRequest, p *Port) {
-	cm, err := ParseCMRequest(req.PrivateData)
+	cm, err := nvme.ParseCMRequest(req.PrivateData)
 	reject := func(st uint16, why string) {
 		t.logf("nvmeof: %v: rejected: %s", req.RemoteAddr(), why)
-		req.Reject(CMReject{Status: st}.Append(nil))
+		req.Reject(nvme.CMReject{Status: st}.Append(nil))
 	}
 	switch {
 	case err != nil:
-		reject(CMRejectInvalidRecFmt, err.Error())
+		reject(nvme.CMRejectInvalidRecFmt, err.Error())
 		return
 	case cm.RecFmt != 0:
-		reject(CMRejectInvalidRecFmt, fmt.Sprintf("record format %d", cm.RecFmt))
+		reject(nvme.CMRejectInvalidRecFmt, fmt.Sprintf("record format %d", cm.RecFmt))
 		return
 	case cm.QID > uint16(t.cfg.MaxIOQueues):
-		reject(CMRejectInvalidQID, fmt.Sprintf("queue %d", cm.QID))
+		reject(nvme.CMRejectInvalidQID, fmt.Sprintf("queue %d", cm.QID))
 		return
 	}
 	limit := t.cfg.MaxQueueSize
@@ -301,15 +302,15 @@ func (t *Target) admit(req *verbs.ConnRequest, p *Port) {
 	}
 	switch {
 	case cm.HSQSize == 0 || int(cm.HSQSize) >= limit:
-		reject(CMRejectInvalidHSQSize, fmt.Sprintf("HSQSIZE %d (queue %d)", cm.HSQSize, cm.QID))
+		reject(nvme.CMRejectInvalidHSQSize, fmt.Sprintf("HSQSIZE %d (queue %d)", cm.HSQSize, cm.QID))
 		return
 	case cm.HRQSize == 0 || int(cm.HRQSize) > limit:
-		reject(CMRejectInvalidHRQSize, fmt.Sprintf("HRQSIZE %d (queue %d)", cm.HRQSize, cm.QID))
+		reject(nvme.CMRejectInvalidHRQSize, fmt.Sprintf("HRQSIZE %d (queue %d)", cm.HRQSize, cm.QID))
 		return
 	}
 	q, err := t.newQueue(cm)
 	if err != nil {
-		reject(CMRejectNoResources, err.Error())
+		reject(nvme.CMRejectNoResources, err.Error())
 		return
 	}
 	q.port = p
@@ -317,7 +318,7 @@ func (t *Target) admit(req *verbs.ConnRequest, p *Port) {
 	if t.closed || p.closed {
 		t.mu.Unlock()
 		q.release()
-		req.Reject(CMReject{Status: CMRejectNoResources}.Append(nil))
+		req.Reject(nvme.CMReject{Status: nvme.CMRejectNoResources}.Append(nil))
 		return
 	}
 	t.queues[q] = struct{}{}
@@ -436,7 +437,7 @@ func (t *Target) removeController(c *controller) {
 
 // discoveryEntries lists the subsystems hostNQN may reach through port p,
 // at the address the discovery connection came to (or AdvertiseAddr).
-func (t *Target) discoveryEntries(hostNQN string, local net.Addr, p *Port) (uint64, []DiscoveryEntry) {
+func (t *Target) discoveryEntries(hostNQN string, local net.Addr, p *Port) (uint64, []nvme.DiscoveryEntry) {
 	host, port := "", "4420"
 	if t.cfg.AdvertiseAddr != "" {
 		if h, p, err := net.SplitHostPort(t.cfg.AdvertiseAddr); err == nil {
@@ -445,19 +446,19 @@ func (t *Target) discoveryEntries(hostNQN string, local net.Addr, p *Port) (uint
 	} else if a, ok := local.(*net.TCPAddr); ok {
 		host, port = a.IP.String(), strconv.Itoa(a.Port)
 	}
-	fam := uint8(AdrFamIPv4)
+	fam := uint8(nvme.AdrFamIPv4)
 	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
-		fam = AdrFamIPv6
+		fam = nvme.AdrFamIPv6
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var ents []DiscoveryEntry
+	var ents []nvme.DiscoveryEntry
 	for _, s := range sortedSubs(t.subs) {
 		if !p.serves(s.NQN) || !s.Allowed(hostNQN) {
 			continue
 		}
-		ents = append(ents, DiscoveryEntry{TrType: TrTypeRDMA, AdrFam: fam, SubType: SubTypeNVM, TReq: treqNotSpecific,
-			PortID: p.id, CntlID: DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: host, SubNQN: s.NQN})
+		ents = append(ents, nvme.DiscoveryEntry{TrType: nvme.TrTypeRDMA, AdrFam: fam, SubType: nvme.SubTypeNVM, TReq: nvme.TReqNotSpecific,
+			PortID: p.id, CntlID: nvme.DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: host, SubNQN: s.NQN})
 	}
 	// Then the port's referrals, for every host (as nvmet).
 	ents = append(ents, p.refEnts...)

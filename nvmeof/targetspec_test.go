@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,15 +28,15 @@ func TestIdentifySaysWhatItDoes(t *testing.T) {
 	require.EqualValues(t, 1<<11|1<<8, b.Info.OAES, "OAES: ANA Change and Namespace Attribute Notices")
 	require.EqualValues(t, 0x1f, b.Info.ANACAP, "ANACAP: the five states")
 	require.EqualValues(t, 10, b.Info.ANATT)
-	require.EqualValues(t, MaxANAGroup, b.Info.ANAGRPMAX)
-	require.EqualValues(t, MaxANAGroup, b.Info.NANAGRPID)
+	require.EqualValues(t, nvme.MaxANAGroup, b.Info.ANAGRPMAX)
+	require.EqualValues(t, nvme.MaxANAGroup, b.Info.NANAGRPID)
 	require.EqualValues(t, b.Info.NN, b.Info.MNAN)
 	require.NotZero(t, b.Info.MNAN)
 	ns, err := b.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, ns.Info.NMIC, "NMIC: shared")
 	require.EqualValues(t, 1, ns.Info.ANAGroup, "ANAGRPID: group 1 unless set")
-	d := connectHost(t, addr, DiscoveryNQN, HostConfig{})
+	d := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{})
 	require.Zero(t, d.Info.CMIC)
 	require.Zero(t, d.Info.ANACAP)
 	require.EqualValues(t, uint32(1<<31), d.Info.OAES, "OAES: Discovery Log Page Change Notices")
@@ -47,16 +48,16 @@ func TestTargetRefusesFlags(t *testing.T) {
 	checkRoutines(t)
 	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
-	for _, flags := range []uint8{FlagSGL | 1, FlagSGL | 2, 0x00, 0x80, 0xc0} {
-		st, _ := raw(t, c.io[0], func(cm Command, _ []byte) int {
-			rw(IOWrite, 1, 0, 0, 512)(cm, nil)
+	for _, flags := range []uint8{nvme.FlagSGL | 1, nvme.FlagSGL | 2, 0x00, 0x80, 0xc0} {
+		st, _ := raw(t, c.io[0], func(cm nvme.Command, _ []byte) int {
+			rw(nvme.IOWrite, 1, 0, 0, 512)(cm, nil)
 			cm.SetFlags(flags)
 			return 0
 		})
-		require.Equal(t, StatusInvalidField|DNR, st, "flags %#x", flags)
+		require.Equal(t, nvme.StatusInvalidField|nvme.DNR, st, "flags %#x", flags)
 	}
-	st, _ := raw(t, c.io[0], rw(IOWrite, 1, 0, 0, 512))
-	require.Equal(t, StatusSuccess, st, "the same Write with PSDT 01b")
+	st, _ := raw(t, c.io[0], rw(nvme.IOWrite, 1, 0, 0, 512))
+	require.Equal(t, nvme.StatusSuccess, st, "the same Write with PSDT 01b")
 }
 
 // Number of Queues once I/O queues exist is a Command Sequence Error
@@ -65,8 +66,11 @@ func TestTargetNumQueuesAfterIOQueues(t *testing.T) {
 	checkRoutines(t)
 	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
-	st, _ := raw(t, c.admin, func(cm Command, _ []byte) int { NewAdmin(cm, AdminSetFeatures, 0, 0, FeatNumQueues, 0); return 0 })
-	require.Equal(t, StatusCommandSequenceError|DNR, st)
+	st, _ := raw(t, c.admin, func(cm nvme.Command, _ []byte) int {
+		nvme.NewAdmin(cm, nvme.AdminSetFeatures, 0, 0, nvme.FeatNumQueues, 0)
+		return 0
+	})
+	require.Equal(t, nvme.StatusCommandSequenceError|nvme.DNR, st)
 }
 
 // A lower KATO set by Set Features takes effect at once: the timer checked
@@ -76,7 +80,7 @@ func TestTargetKATOLowered(t *testing.T) {
 	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	c := connectHost(t, addr, testNQN, HostConfig{KATO: 40 * time.Second})
 	c.stopKeepAlive() // a silent host from here
-	_, err := c.SetFeatures(testCtx(t), FeatKATO, 200)
+	_, err := c.SetFeatures(testCtx(t), nvme.FeatKATO, 200)
 	require.NoError(t, err)
 	select {
 	case <-c.admin.dead:
@@ -113,9 +117,9 @@ func TestTargetTransferLengthIn64Bits(t *testing.T) {
 	a, err := tg.Listen(testCtx(t), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	c := connectHost(t, a.String(), testNQN, HostConfig{IOQueues: 1})
-	for _, op := range []uint8{IOWrite, IORead} {
+	for _, op := range []uint8{nvme.IOWrite, nvme.IORead} {
 		st, _ := raw(t, c.io[0], rw(op, 1, 0, 0xffff, 0))
-		require.Equal(t, StatusInvalidField|DNR, st, "op %d", op)
+		require.Equal(t, nvme.StatusInvalidField|nvme.DNR, st, "op %d", op)
 	}
 	require.Zero(t, b.writes)
 }
@@ -129,15 +133,15 @@ func TestTargetEnableChecksMPSAndAMS(t *testing.T) {
 	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
 	ctx := testCtx(t)
 	for _, bad := range []uint32{1 << 7, 1 << 11} { // MPS 1 (8 KiB), AMS 1 (weighted round robin)
-		require.NoError(t, c.propertySet(ctx, PropCC, 0)) // a reset
-		require.NoError(t, c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20|bad))
-		csts, err := c.propertyGet(ctx, PropCSTS, 4)
+		require.NoError(t, c.propertySet(ctx, nvme.PropCC, 0)) // a reset
+		require.NoError(t, c.propertySet(ctx, nvme.PropCC, nvme.CCEnable|6<<16|4<<20|bad))
+		csts, err := c.propertyGet(ctx, nvme.PropCSTS, 4)
 		require.NoError(t, err)
-		require.EqualValues(t, CSTSFatal, csts&(CSTSFatal|CSTSReady), "CC %#x", bad)
+		require.EqualValues(t, nvme.CSTSFatal, csts&(nvme.CSTSFatal|nvme.CSTSReady), "CC %#x", bad)
 	}
-	require.NoError(t, c.propertySet(ctx, PropCC, 0))
-	require.NoError(t, c.propertySet(ctx, PropCC, CCEnable|6<<16|4<<20))
-	csts, err := c.propertyGet(ctx, PropCSTS, 4)
+	require.NoError(t, c.propertySet(ctx, nvme.PropCC, 0))
+	require.NoError(t, c.propertySet(ctx, nvme.PropCC, nvme.CCEnable|6<<16|4<<20))
+	csts, err := c.propertyGet(ctx, nvme.PropCSTS, 4)
 	require.NoError(t, err)
-	require.EqualValues(t, CSTSReady, csts)
+	require.EqualValues(t, nvme.CSTSReady, csts)
 }

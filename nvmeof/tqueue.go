@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 )
 
@@ -16,7 +17,7 @@ import (
 // end the loop.
 type tqueue struct {
 	t    *Target
-	cm   CMRequest
+	cm   nvme.CMRequest
 	port *Port // the listener it came through
 
 	pd     *verbs.PD
@@ -53,7 +54,7 @@ type tqueue struct {
 	sge      [1]verbs.SGE
 	rsge     [1]verbs.SGE
 	rwr      [1]verbs.RecvWR
-	cqe      [CompletionSize]byte
+	cqe      [nvme.CompletionSize]byte
 	maxData  int
 	closeErr error
 	ended    chan struct{} // closed when run has torn the queue down
@@ -72,9 +73,9 @@ type tqueue struct {
 // which may be much later (verbs retires sends when its transmit loop runs
 // dry).
 type tslot struct {
-	cmd       [CommandSize]byte
+	cmd       [nvme.CommandSize]byte
 	ns        *Namespace // an I/O command's, as planned (planIO)
-	data      Data
+	data      nvme.Data
 	buf       int
 	busy      bool
 	dir, need int // of a command waiting for a buffer
@@ -107,7 +108,7 @@ const (
 	wrResp
 )
 
-func (t *Target) newQueue(cm CMRequest) (*tqueue, error) {
+func (t *Target) newQueue(cm nvme.CMRequest) (*tqueue, error) {
 	q := &tqueue{t: t, cm: cm, qid: cm.QID, depth: int(cm.HSQSize) + 1, curRecv: -1, maxData: t.cfg.MaxTransfer,
 		ended: make(chan struct{}), hold: make(chan struct{}, 1)}
 	// Receive buffers for the SQ's depth and as many again (at most 32
@@ -115,7 +116,7 @@ func (t *Target) newQueue(cm CMRequest) (*tqueue, error) {
 	// a Terminate for a Send with no buffer.
 	q.nrecv = q.depth + min(q.depth, 32)
 	q.inCap = t.cfg.InCapsuleData
-	q.capsz = CommandSize + q.inCap
+	q.capsz = nvme.CommandSize + q.inCap
 	nslots := q.nrecv
 	q.slots = make([]tslot, nslots)
 	q.free = make([]int, 0, nslots)
@@ -131,7 +132,7 @@ func (t *Target) newQueue(cm CMRequest) (*tqueue, error) {
 	q.cq = cq
 	q.wcs = make([]verbs.WC, 32)
 	q.qp, err = q.pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, IRD: -1,
-		Cap: verbs.QPCap{MaxSendWR: nsend, MaxRecvWR: q.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: CompletionSize}})
+		Cap: verbs.QPCap{MaxSendWR: nsend, MaxRecvWR: q.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: nvme.CompletionSize}})
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +176,7 @@ func (q *tqueue) run(req *verbs.ConnRequest) {
 		}
 	}
 	ctx, cancel := context.WithTimeout(q.t.ctx, 30*time.Second)
-	err := req.Accept(ctx, q.qp, CMReply{CRQSize: uint16(q.nrecv)}.Append(nil))
+	err := req.Accept(ctx, q.qp, nvme.CMReply{CRQSize: uint16(q.nrecv)}.Append(nil))
 	cancel()
 	if err != nil {
 		req.Reject(nil) // what Accept refused before answering (a no-op after)
@@ -401,7 +402,7 @@ func (q *tqueue) releaseRecv() bool {
 // command takes a command capsule of n octets from receive buffer ri.
 func (q *tqueue) command(ri, n int) bool {
 	buf := q.recvBuf(ri)[:n]
-	cmd, ok := ParseCommand(buf)
+	cmd, ok := nvme.ParseCommand(buf)
 	if !ok {
 		// Without an SQE there is no CID to answer: the NVMe/RDMA
 		// binding has no way but to end the queue.
@@ -423,17 +424,17 @@ func (q *tqueue) command(ri, n int) bool {
 		// leaves this to the host; we answer instead of failing the
 		// connection.
 		q.logf("SQ overflow: command %d beyond %d outstanding", cmd.CID(), q.depth)
-		return q.respondCID(cmd.CID(), 0, StatusCommandSequenceError|DNR)
+		return q.respondCID(cmd.CID(), 0, nvme.StatusCommandSequenceError|nvme.DNR)
 	}
 	idx := q.free[len(q.free)-1]
 	q.free = q.free[:len(q.free)-1]
 	s := &q.slots[idx]
 	s.busy = true
 	copy(s.cmd[:], cmd)
-	s.data = Data{}
+	s.data = nvme.Data{}
 	s.buf = -1
 	q.active++
-	ok = q.dispatch(idx, buf[CommandSize:])
+	ok = q.dispatch(idx, buf[nvme.CommandSize:])
 	if ok {
 		ok = q.releaseRecv()
 	}
@@ -448,15 +449,15 @@ func (q *tqueue) command(ri, n int) bool {
 // commands that carry keys, for which Linux's host sends its whole
 // structure (Release: 16 octets for the 8 of CRKEY), as nvmet reads only
 // the keys.
-func (q *tqueue) longerData(cmd Command) bool {
+func (q *tqueue) longerData(cmd nvme.Command) bool {
 	if cmd.IsFabrics() {
 		return false
 	}
 	if q.qid == 0 {
-		return cmd.Opcode() == AdminSetFeatures
+		return cmd.Opcode() == nvme.AdminSetFeatures
 	}
 	switch cmd.Opcode() {
-	case IODSM, IOResvRegister, IOResvAcquire, IOResvRelease:
+	case nvme.IODSM, nvme.IOResvRegister, nvme.IOResvAcquire, nvme.IOResvRelease:
 		return true
 	}
 	return false
@@ -472,11 +473,11 @@ const (
 // dispatch checks the command, fetches its data and executes it.
 func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 	s := &q.slots[idx]
-	cmd := Command(s.cmd[:])
+	cmd := nvme.Command(s.cmd[:])
 	// No fused commands, and data only by SGL (PSDT 01b), which the
 	// RDMA transport requires: as Linux's nvmet.
-	if f := cmd.Flags(); f&3 != 0 || f&0xc0 != FlagSGL {
-		return q.respond(idx, 0, StatusInvalidField|DNR, nil)
+	if f := cmd.Flags(); f&3 != 0 || f&0xc0 != nvme.FlagSGL {
+		return q.respond(idx, 0, nvme.StatusInvalidField|nvme.DNR, nil)
 	}
 	if q.qid != 0 && q.ctrl != nil && q.ctrl.ended.Load() {
 		// Its controller ended and this queue is ending (tqueue.end):
@@ -489,18 +490,18 @@ func (q *tqueue) dispatch(idx int, inCap []byte) bool {
 	if !st.OK() {
 		return q.respond(idx, 0, st, nil)
 	}
-	d, st := ParseData(cmd, len(inCap), q.inCap)
+	d, st := nvme.ParseData(cmd, len(inCap), q.inCap)
 	if !st.OK() {
 		return q.respond(idx, 0, st, nil)
 	}
 	switch {
 	case dir == dirOut && d.InCap:
 		// In-capsule data only goes from host to controller.
-		return q.respond(idx, 0, StatusInvalidField|DNR, nil)
+		return q.respond(idx, 0, nvme.StatusInvalidField|nvme.DNR, nil)
 	case need > q.maxData:
-		return q.respond(idx, 0, StatusInvalidField|DNR, nil) // beyond MDTS
+		return q.respond(idx, 0, nvme.StatusInvalidField|nvme.DNR, nil) // beyond MDTS
 	case int(d.Len) < need, int(d.Len) > need && !q.longerData(cmd):
-		return q.respond(idx, 0, StatusSGLInvalidData|DNR, nil)
+		return q.respond(idx, 0, nvme.StatusSGLInvalidData|nvme.DNR, nil)
 	}
 	// What moves is need octets: a longer SGL's tail is not read. Its key
 	// is still the host's to have invalidated with the response.
@@ -526,7 +527,7 @@ func (q *tqueue) transfer(idx, dir, need int) bool {
 			q.waitBuf = append(q.waitBuf, idx)
 			return q.releaseRecv()
 		case mr == nil:
-			return q.respond(idx, 0, StatusInternalError, nil)
+			return q.respond(idx, 0, nvme.StatusInternalError, nil)
 		}
 	}
 	if dir == dirIn && need > 0 {
@@ -632,7 +633,7 @@ func (q *tqueue) outBuf(idx, n int) []byte {
 // exec runs a command whose data (in) is here.
 func (q *tqueue) exec(idx int, in []byte) bool {
 	s := &q.slots[idx]
-	r := request{q: q, idx: idx, cmd: Command(s.cmd[:]), data: s.data, in: in, ns: s.ns}
+	r := request{q: q, idx: idx, cmd: nvme.Command(s.cmd[:]), data: s.data, in: in, ns: s.ns}
 	s.ns = nil
 	c := q.ctrl
 	change := changes(r.cmd.Opcode())
@@ -653,12 +654,12 @@ func (q *tqueue) exec(idx int, in []byte) bool {
 
 // respond sends the command's data (out, by RDMA Write) and its
 // completion, with Send with Invalidate when the host's SGL asked for it.
-func (q *tqueue) respond(idx int, res uint64, st Status, out []byte) bool {
+func (q *tqueue) respond(idx int, res uint64, st nvme.Status, out []byte) bool {
 	if !q.releaseRecv() {
 		return false
 	}
 	s := &q.slots[idx]
-	cmd := Command(s.cmd[:])
+	cmd := nvme.Command(s.cmd[:])
 	wrs := q.wr[:0]
 	signal := false
 	if st.OK() && len(out) > 0 {
@@ -692,7 +693,7 @@ func (q *tqueue) respond(idx int, res uint64, st Status, out []byte) bool {
 }
 
 // respondCID answers a command that has no slot.
-func (q *tqueue) respondCID(cid uint16, res uint64, st Status) bool {
+func (q *tqueue) respondCID(cid uint16, res uint64, st nvme.Status) bool {
 	if !q.releaseRecv() {
 		return false
 	}
@@ -704,20 +705,20 @@ func (q *tqueue) respondCID(cid uint16, res uint64, st Status) bool {
 	return true
 }
 
-func (q *tqueue) completion(res uint64, cid uint16, st Status) []byte {
+func (q *tqueue) completion(res uint64, cid uint16, st nvme.Status) []byte {
 	sqhd := q.sqhd
 	if q.noSQFlow {
 		sqhd = 0xffff
 	}
-	return AppendCompletion(q.cqe[:0], res, sqhd, q.qid, cid, st)
+	return nvme.AppendCompletion(q.cqe[:0], res, sqhd, q.qid, cid, st)
 }
 
 // request is a command being executed.
 type request struct {
 	q    *tqueue
 	idx  int
-	cmd  Command
-	data Data
+	cmd  nvme.Command
+	data nvme.Data
 	in   []byte
 	ns   *Namespace // an I/O command's, as planned
 }

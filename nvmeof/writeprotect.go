@@ -1,8 +1,9 @@
 package nvmeof
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // Namespace write protection (NVMe base 2.0 section 8.x, feature 84h), as
@@ -26,55 +27,20 @@ import (
 // on waits until it is decided, and is refused only if it was: a
 // protection that fails refuses nothing.
 
-// FeatWriteProtect is the Namespace Write Protection Config feature.
-const FeatWriteProtect = 0x84
-
-// WPState is a namespace's write protection state, the value of feature
-// 84h.
-type WPState uint8
-
-// The write protection states.
-const (
-	WPNone            WPState = 0 // No Write Protect
-	WPOn              WPState = 1 // Write Protect
-	WPUntilPowerCycle WPState = 2 // Write Protect Until Power Cycle
-	WPPermanent       WPState = 3 // Permanent Write Protect (not offered here)
-)
-
-const (
-	nwpcWriteProtect   = 1 << 0 // NWPC: No Write Protect and Write Protect
-	nwpcUntilPowerCyle = 1 << 1 // NWPC: Write Protect Until Power Cycle
-	nsattrWP           = 1 << 0 // NSATTR: the namespace is write protected
-)
-
-func (s WPState) String() string {
-	switch s {
-	case WPNone:
-		return "no write protect"
-	case WPOn:
-		return "write protect"
-	case WPUntilPowerCycle:
-		return "write protect until power cycle"
-	case WPPermanent:
-		return "permanent write protect"
-	}
-	return fmt.Sprintf("write protection state %d", uint8(s))
-}
-
 // WriteProtected reports whether a host has set the namespace write
 // protected (Set Features 84h), in either state: writes, Write Zeroes and
 // Dataset Management fail with Namespace is Write Protected.
 func (ns *Namespace) WriteProtected() bool { return ns.wp.Load() }
 
 // WriteProtection returns the namespace's write protection state.
-func (ns *Namespace) WriteProtection() WPState {
+func (ns *Namespace) WriteProtection() nvme.WPState {
 	switch {
 	case ns.wpLocked.Load():
-		return WPUntilPowerCycle
+		return nvme.WPUntilPowerCycle
 	case ns.wp.Load():
-		return WPOn
+		return nvme.WPOn
 	}
-	return WPNone
+	return nvme.WPNone
 }
 
 // admitWrite counts a write of ns into those running, which protecting
@@ -83,7 +49,7 @@ func (ns *Namespace) WriteProtection() WPState {
 // waits until that is decided, for at most quiesceWait (a flush that
 // hangs) or until done closes; then it is refused without DNR, so that the
 // host tries again. StatusSuccess must be matched by ns.writing.Add(-1).
-func (ns *Namespace) admitWrite(done <-chan struct{}) Status {
+func (ns *Namespace) admitWrite(done <-chan struct{}) nvme.Status {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -99,12 +65,12 @@ func (ns *Namespace) admitWrite(done <-chan struct{}) Status {
 		ns.writing.Add(1)
 		ch := ns.settling.Load()
 		if ch == nil && !ns.wp.Load() {
-			return StatusSuccess
+			return nvme.StatusSuccess
 		}
 		ns.writing.Add(-1)
 		if ch == nil {
 			if ns.wp.Load() {
-				return StatusNSWriteProtected | DNR
+				return nvme.StatusNSWriteProtected | nvme.DNR
 			}
 			continue // unprotected since
 		}
@@ -114,9 +80,9 @@ func (ns *Namespace) admitWrite(done <-chan struct{}) Status {
 		select {
 		case <-*ch:
 		case <-timer.C:
-			return StatusCommandInterrupted
+			return nvme.StatusCommandInterrupted
 		case <-done:
-			return StatusCommandInterrupted
+			return nvme.StatusCommandInterrupted
 		}
 	}
 }
@@ -126,7 +92,7 @@ func (ns *Namespace) admitWrite(done <-chan struct{}) Status {
 // reservation commands (which change no data) run.
 func wpRefuses(op uint8) bool {
 	switch op {
-	case IOWrite, IOWriteZeroes, IODSM:
+	case nvme.IOWrite, nvme.IOWriteZeroes, nvme.IODSM:
 		return true
 	}
 	return false
@@ -136,23 +102,23 @@ func wpRefuses(op uint8) bool {
 // flushes what the namespace holds, as nvmet does, and fails (protection
 // off) if it cannot. A namespace protected until a power cycle takes no
 // other state (NVMe base 2.0: Feature Not Changeable).
-func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
+func (c *controller) setWriteProtect(nsid, v uint32) (uint64, nvme.Status) {
 	ns := c.sub.namespace(nsid)
 	if ns == nil {
 		return 0, noNamespace(nsid)
 	}
-	s := WPState(v)
-	if v > uint32(WPUntilPowerCycle) {
+	s := nvme.WPState(v)
+	if v > uint32(nvme.WPUntilPowerCycle) {
 		// 3 (permanent) is not offered.
-		return 0, StatusInvalidField | DNR
+		return 0, nvme.StatusInvalidField | nvme.DNR
 	}
 	c.sub.wpMu.Lock()
 	if ns.wpLocked.Load() {
 		c.sub.wpMu.Unlock()
-		return 0, StatusFeatureNotChangeable | DNR
+		return 0, nvme.StatusFeatureNotChangeable | nvme.DNR
 	}
 	switch s {
-	case WPOn, WPUntilPowerCycle:
+	case nvme.WPOn, nvme.WPUntilPowerCycle:
 		// Writes that come meanwhile wait for the outcome (admitWrite);
 		// the state reported (Identify, Get Features) is the old one
 		// until then.
@@ -166,7 +132,7 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 			settle()
 			c.sub.wpMu.Unlock()
 			c.t.logf("nvmeof: namespace %d: a write still running after %v: not protected", nsid, quiesceTimeout())
-			return 0, StatusCommandInterrupted // no DNR: the host may try again
+			return 0, nvme.StatusCommandInterrupted // no DNR: the host may try again
 		}
 		if st := c.flush(ns, " for write protection"); !st.OK() {
 			settle() // a namespace protected before stays so
@@ -174,9 +140,9 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 			return 0, st
 		}
 		ns.wp.Store(true)
-		ns.wpLocked.Store(s == WPUntilPowerCycle)
+		ns.wpLocked.Store(s == nvme.WPUntilPowerCycle)
 		settle()
-	case WPNone:
+	case nvme.WPNone:
 		ns.wp.Store(false)
 	}
 	c.sub.mu.RLock()
@@ -186,14 +152,14 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, Status) {
 	for _, o := range ctrls {
 		o.nsChanged(nsid)
 	}
-	return 0, StatusSuccess
+	return 0, nvme.StatusSuccess
 }
 
 // getWriteProtect serves Get Features 84h.
-func (c *controller) getWriteProtect(nsid uint32) (uint64, Status) {
+func (c *controller) getWriteProtect(nsid uint32) (uint64, nvme.Status) {
 	ns := c.sub.namespace(nsid)
 	if ns == nil {
 		return 0, noNamespace(nsid)
 	}
-	return uint64(ns.WriteProtection()), StatusSuccess
+	return uint64(ns.WriteProtection()), nvme.StatusSuccess
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,7 +26,7 @@ func TestWriteProtect(t *testing.T) {
 	_, sub, addr := newBackendTarget(t, be, TargetConfig{})
 	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true})
 	b := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:0b000000-0000-4000-8000-00000000000b"})
-	require.Equal(t, uint8(nwpcWriteProtect|nwpcUntilPowerCyle), a.Info.NWPC, "Identify Controller's NWPC")
+	require.Equal(t, uint8(nvme.NWPCWriteProtect|nvme.NWPCUntilPowerCycle), a.Info.NWPC, "Identify Controller's NWPC")
 	na, err := a.Namespace(ctx, 1)
 	require.NoError(t, err)
 	nb, err := b.Namespace(ctx, 1)
@@ -39,7 +40,7 @@ func TestWriteProtect(t *testing.T) {
 
 	// A flush that fails leaves the namespace as it was.
 	be.failFlush.Store(true)
-	requireStatus(t, na.SetWriteProtect(ctx, true), 0x280|DNR)
+	requireStatus(t, na.SetWriteProtect(ctx, true), 0x280|nvme.DNR)
 	require.False(t, sub.namespace(1).WriteProtected(), "not protected: its data could not be flushed")
 	be.failFlush.Store(false)
 
@@ -61,23 +62,23 @@ func TestWriteProtect(t *testing.T) {
 
 	// Protected again, a flush that fails leaves it protected.
 	be.failFlush.Store(true)
-	requireStatus(t, nb.SetWriteProtect(ctx, true), 0x280|DNR)
+	requireStatus(t, nb.SetWriteProtect(ctx, true), 0x280|nvme.DNR)
 	be.failFlush.Store(false)
 	require.True(t, sub.namespace(1).WriteProtected(), "still protected")
 	nb2, err := b.Namespace(ctx, 1)
 	require.NoError(t, err)
-	require.Equal(t, uint8(nsattrWP), nb2.Info.NSATTR, "NSATTR")
+	require.Equal(t, uint8(nvme.NSATTRWriteProtect), nb2.Info.NSATTR, "NSATTR")
 	on, err = nb.WriteProtected(ctx)
 	require.NoError(t, err)
 	require.True(t, on)
 
 	writes := be.plain.Load() + be.fua.Load() + be.zeroes.Load()
 	_, err = nb.WriteAt(p, 4096)
-	requireStatus(t, err, StatusNSWriteProtected|DNR)
-	requireStatus(t, nb.WriteZeroes(ctx, 0, 4096), StatusNSWriteProtected|DNR)
-	requireStatus(t, nb.Deallocate(ctx, 0, 4096), StatusNSWriteProtected|DNR)
+	requireStatus(t, err, nvme.StatusNSWriteProtected|nvme.DNR)
+	requireStatus(t, nb.WriteZeroes(ctx, 0, 4096), nvme.StatusNSWriteProtected|nvme.DNR)
+	requireStatus(t, nb.Deallocate(ctx, 0, 4096), nvme.StatusNSWriteProtected|nvme.DNR)
 	_, err = na.WriteAtFUA(ctx, p, 0)
-	requireStatus(t, err, StatusNSWriteProtected|DNR)
+	requireStatus(t, err, nvme.StatusNSWriteProtected|nvme.DNR)
 	require.Equal(t, writes, be.plain.Load()+be.fua.Load()+be.zeroes.Load(), "nothing written, zeroed or deallocated")
 	got := make([]byte, 4096)
 	_, err = nb.ReadAt(got, 0)
@@ -86,13 +87,13 @@ func TestWriteProtect(t *testing.T) {
 	require.NoError(t, nb.Flush(ctx), "flushes go on")
 
 	for _, v := range []uint32{3, 4} {
-		_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 1, FeatWriteProtect, v) }, 0, "", nil)
-		requireStatus(t, err, StatusInvalidField|DNR)
+		_, err = a.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, 1, nvme.FeatWriteProtect, v) }, 0, "", nil)
+		requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
 	}
-	_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 9, FeatWriteProtect, 1) }, 0, "", nil)
-	requireStatus(t, err, StatusInvalidField|DNR) // inactive
-	_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminSetFeatures, 0, 0, FeatWriteProtect, 1) }, 0, "", nil)
-	requireStatus(t, err, StatusInvalidNamespace|DNR)
+	_, err = a.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, 9, nvme.FeatWriteProtect, 1) }, 0, "", nil)
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR) // inactive
+	_, err = a.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, 0, nvme.FeatWriteProtect, 1) }, 0, "", nil)
+	requireStatus(t, err, nvme.StatusInvalidNamespace|nvme.DNR)
 
 	require.NoError(t, nb.SetWriteProtect(ctx, false))
 	changed, err = b.WaitNamespaceChange(ctx)
@@ -108,16 +109,16 @@ func TestWriteProtect(t *testing.T) {
 
 	// A write whose data was moving when the namespace was protected is
 	// refused when it runs.
-	hook := func(_ *Port, cmd Command) Status {
-		if cmd.Opcode() == IOWrite {
+	hook := func(_ *Port, cmd nvme.Command) nvme.Status {
+		if cmd.Opcode() == nvme.IOWrite {
 			sub.namespace(1).wp.Store(true)
 		}
-		return StatusSuccess
+		return nvme.StatusSuccess
 	}
 	testIOStatus.Store(&hook)
 	t.Cleanup(func() { testIOStatus.Store(nil) })
 	_, err = na.WriteAt(p, 8192)
-	requireStatus(t, err, StatusNSWriteProtected|DNR)
+	requireStatus(t, err, nvme.StatusNSWriteProtected|nvme.DNR)
 	testIOStatus.Store(nil)
 	require.NoError(t, na.SetWriteProtect(ctx, false))
 
@@ -136,19 +137,19 @@ func TestWriteProtect(t *testing.T) {
 	require.False(t, on)
 
 	// Identify CNS 06h for the NVM command set: zeros, as nvmet.
-	idc := bytes.Repeat([]byte{0xff}, IdentifySize)
-	require.NoError(t, a.Identify(ctx, CNSIOCtrlCSI, 0, idc))
-	require.Equal(t, make([]byte, IdentifySize), idc)
+	idc := bytes.Repeat([]byte{0xff}, nvme.IdentifySize)
+	require.NoError(t, a.Identify(ctx, nvme.CNSIOCtrlCSI, 0, idc))
+	require.Equal(t, make([]byte, nvme.IdentifySize), idc)
 
 	// The host identifier feature.
-	_, err = a.SetFeatures(ctx, FeatHostID, 0)
-	requireStatus(t, err, StatusCommandSequenceError|DNR)
+	_, err = a.SetFeatures(ctx, nvme.FeatHostID, 0)
+	requireStatus(t, err, nvme.StatusCommandSequenceError|nvme.DNR)
 	id := make([]byte, 16)
-	_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, 0, FeatHostID, 1) }, 16, "", func(b []byte) { copy(id, b) })
+	_, err = a.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminGetFeatures, 0, 0, nvme.FeatHostID, 1) }, 16, "", func(b []byte) { copy(id, b) })
 	require.NoError(t, err)
 	require.Equal(t, a.cfg.HostID[:], id, "the host ID it connected with")
-	_, err = a.admin.adminCmd(ctx, func(cmd Command) { NewAdmin(cmd, AdminGetFeatures, 0, 0, FeatHostID, 0) }, 16, "", nil)
-	requireStatus(t, err, StatusInvalidField|DNR)
+	_, err = a.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminGetFeatures, 0, 0, nvme.FeatHostID, 0) }, 16, "", nil)
+	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)
 }
 
 // slowWriteBackend holds each plain write until release is closed, once
@@ -210,7 +211,7 @@ func TestWriteProtectWaitsForRunningWrite(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, p, got)
 	_, err = n.WriteAt(p, 8192)
-	requireStatus(t, err, StatusNSWriteProtected|DNR)
+	requireStatus(t, err, nvme.StatusNSWriteProtected|nvme.DNR)
 }
 
 // Set Features 84h while other hosts connect and disconnect: the notice
@@ -304,7 +305,7 @@ func TestWriteProtectThatFailsRefusesNothing(t *testing.T) {
 			open()
 			got := make([]byte, 4096)
 			if tc.fail {
-				requireStatus(t, <-protected, 0x280|DNR)
+				requireStatus(t, <-protected, 0x280|nvme.DNR)
 				require.NoError(t, <-wrote, "written: the namespace was not protected")
 				_, err = nb.ReadAt(got, 8192)
 				require.NoError(t, err)
@@ -312,7 +313,7 @@ func TestWriteProtectThatFailsRefusesNothing(t *testing.T) {
 				return
 			}
 			require.NoError(t, <-protected)
-			requireStatus(t, <-wrote, StatusNSWriteProtected|DNR)
+			requireStatus(t, <-wrote, nvme.StatusNSWriteProtected|nvme.DNR)
 			_, err = nb.ReadAt(got, 8192)
 			require.NoError(t, err)
 			require.Equal(t, make([]byte, 4096), got, "nothing written")
@@ -341,7 +342,7 @@ func TestWriteProtectTimeoutRefusesNothing(t *testing.T) {
 		_, err := on.WriteAt(p, 8192)
 		wrote <- err
 	}()
-	requireStatus(t, <-protected, StatusCommandInterrupted)
+	requireStatus(t, <-protected, nvme.StatusCommandInterrupted)
 	require.NoError(t, <-wrote, "written: the namespace was not protected")
 	be.open()
 	require.NoError(t, <-stuck)
@@ -364,10 +365,10 @@ func TestWriteProtectFlushHangs(t *testing.T) {
 	go func() { protected <- na.SetWriteProtect(ctx, true) }()
 	<-entered
 	_, err = na.WriteAt(bytes.Repeat([]byte{4}, 4096), 0)
-	requireStatus(t, err, StatusCommandInterrupted)
-	var se *StatusError
+	requireStatus(t, err, nvme.StatusCommandInterrupted)
+	var se *nvme.StatusError
 	require.ErrorAs(t, err, &se)
-	require.Zero(t, se.Status&DNR, "no DNR: the host may try again")
+	require.Zero(t, se.Status&nvme.DNR, "no DNR: the host may try again")
 	open()
 	require.NoError(t, <-protected)
 	require.True(t, sub.namespace(1).WriteProtected())
@@ -390,31 +391,31 @@ func TestWriteProtectUntilPowerCycle(t *testing.T) {
 	_, err = na.WriteAt(p, 0)
 	require.NoError(t, err)
 
-	require.NoError(t, na.SetWriteProtectState(ctx, WPUntilPowerCycle))
+	require.NoError(t, na.SetWriteProtectState(ctx, nvme.WPUntilPowerCycle))
 	require.Equal(t, int64(1), be.flushes.Load(), "flushed")
-	require.Equal(t, WPUntilPowerCycle, sub.namespace(1).WriteProtection())
+	require.Equal(t, nvme.WPUntilPowerCycle, sub.namespace(1).WriteProtection())
 	require.True(t, sub.namespace(1).WriteProtected())
 	changed, err := a.WaitNamespaceChange(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []uint32{1}, changed)
 	st, err := na.WriteProtection(ctx)
 	require.NoError(t, err)
-	require.Equal(t, WPUntilPowerCycle, st)
+	require.Equal(t, nvme.WPUntilPowerCycle, st)
 	on, err := na.WriteProtected(ctx)
 	require.NoError(t, err)
 	require.True(t, on)
 	na2, err := a.Namespace(ctx, 1)
 	require.NoError(t, err)
-	require.Equal(t, uint8(nsattrWP), na2.Info.NSATTR)
+	require.Equal(t, uint8(nvme.NSATTRWriteProtect), na2.Info.NSATTR)
 	_, err = na.WriteAt(p, 4096)
-	requireStatus(t, err, StatusNSWriteProtected|DNR)
+	requireStatus(t, err, nvme.StatusNSWriteProtected|nvme.DNR)
 
-	for _, s := range []WPState{WPNone, WPOn, WPUntilPowerCycle} {
-		requireStatus(t, na.SetWriteProtectState(ctx, s), StatusFeatureNotChangeable|DNR)
+	for _, s := range []nvme.WPState{nvme.WPNone, nvme.WPOn, nvme.WPUntilPowerCycle} {
+		requireStatus(t, na.SetWriteProtectState(ctx, s), nvme.StatusFeatureNotChangeable|nvme.DNR)
 	}
-	requireStatus(t, na.SetWriteProtect(ctx, false), StatusFeatureNotChangeable|DNR)
-	requireStatus(t, na.SetWriteProtectState(ctx, WPPermanent), StatusInvalidField|DNR)
-	require.Equal(t, WPUntilPowerCycle, sub.namespace(1).WriteProtection(), "unchanged")
+	requireStatus(t, na.SetWriteProtect(ctx, false), nvme.StatusFeatureNotChangeable|nvme.DNR)
+	requireStatus(t, na.SetWriteProtectState(ctx, nvme.WPPermanent), nvme.StatusInvalidField|nvme.DNR)
+	require.Equal(t, nvme.WPUntilPowerCycle, sub.namespace(1).WriteProtection(), "unchanged")
 	got := make([]byte, 4096)
 	_, err = na.ReadAt(got, 0)
 	require.NoError(t, err, "reads go on")
@@ -424,7 +425,7 @@ func TestWriteProtectUntilPowerCycle(t *testing.T) {
 	require.NoError(t, a.Close())
 	require.NoError(t, tg.Close())
 	_, sub, addr = newBackendTarget(t, be, TargetConfig{})
-	require.Equal(t, WPNone, sub.namespace(1).WriteProtection())
+	require.Equal(t, nvme.WPNone, sub.namespace(1).WriteProtection())
 	b := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
 	nb, err := b.Namespace(ctx, 1)
 	require.NoError(t, err)
@@ -435,5 +436,5 @@ func TestWriteProtectUntilPowerCycle(t *testing.T) {
 	_, err = nb.WriteAt(p, 4096)
 	require.NoError(t, err, "writable")
 	require.NoError(t, nb.SetWriteProtect(ctx, true), "and protectable again")
-	require.Equal(t, "write protect until power cycle", WPUntilPowerCycle.String())
+	require.Equal(t, "write protect until power cycle", nvme.WPUntilPowerCycle.String())
 }

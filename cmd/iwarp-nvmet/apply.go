@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // served is what a target serves from a configuration, so that a reload
@@ -256,12 +257,12 @@ func (s *served) applyANA(cur servedPort, pp portPlan, accessible bool) {
 	for _, g := range slices.Sorted(maps.Keys(groups)) {
 		want, ok := pp.ana[g]
 		if !ok {
-			want = nvmeof.ANAInaccessible
+			want = nvme.ANAInaccessible
 			if g == 1 {
-				want = nvmeof.ANAOptimized
+				want = nvme.ANAOptimized
 			}
 		}
-		if cur.port.ANAState(g) == want || accessible && want != nvmeof.ANAOptimized && want != nvmeof.ANANonOptimized {
+		if cur.port.ANAState(g) == want || accessible && want != nvme.ANAOptimized && want != nvme.ANANonOptimized {
 			continue
 		}
 		if err := cur.port.SetANAState(g, want); err != nil { // logged by the target

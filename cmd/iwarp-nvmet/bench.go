@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // bench connects a Go host to a target and measures it.
@@ -47,7 +48,7 @@ func bench(args []string, out io.Writer) error {
 			return fmt.Errorf("discovery: %w", err)
 		}
 		for _, e := range ents {
-			if e.SubType == nvmeof.SubTypeNVM {
+			if e.SubType == nvme.SubTypeNVM {
 				*nqn = e.SubNQN
 				break
 			}

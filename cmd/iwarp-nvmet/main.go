@@ -48,6 +48,7 @@ import (
 	"syscall"
 
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 const usage = `iwarp-nvmet: an NVMe over Fabrics (RDMA) target on userspace iWARP
@@ -191,7 +192,7 @@ func serve(args []string) error {
 		return err
 	}
 	log.Printf("serving %s: namespace 1, %d blocks of %d octets (%s), and %s on %v",
-		*nqn, ns.Blocks(), ns.BlockSize, what, nvmeof.DiscoveryNQN, addr)
+		*nqn, ns.Blocks(), ns.BlockSize, what, nvme.DiscoveryNQN, addr)
 	for s := range sig {
 		if s == syscall.SIGHUP {
 			log.Printf("%v: nothing to reload without --config", s)
@@ -229,7 +230,7 @@ func serveConfig(path string, tcfg nvmeof.TargetConfig) error {
 		t.Close()
 		return err
 	}
-	log.Printf("serving %d subsystems from %s, and %s; SIGHUP reloads the file", len(s.subs), path, nvmeof.DiscoveryNQN)
+	log.Printf("serving %d subsystems from %s, and %s; SIGHUP reloads the file", len(s.subs), path, nvme.DiscoveryNQN)
 	for sg := range sig {
 		if sg != syscall.SIGHUP {
 			log.Printf("%v: disconnecting hosts", sg)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -43,7 +44,7 @@ func TestServeConfigReferrals(t *testing.T) {
 		require.Equal(t, nqn, ents[0].SubNQN)
 		var rs []string
 		for _, e := range ents[1:] {
-			require.Equal(t, nvmeof.DiscoveryNQN, e.SubNQN)
+			require.Equal(t, nvme.DiscoveryNQN, e.SubNQN)
 			rs = append(rs, fmt.Sprintf("%s:%s port %d", e.TrAddr, e.TrSvcID, e.PortID))
 		}
 		return rs

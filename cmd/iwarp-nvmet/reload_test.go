@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -208,8 +209,8 @@ func TestServeConfigReload(t *testing.T) {
 
 func active(t *testing.T, ctx context.Context, c *nvmeof.Controller) []uint32 {
 	t.Helper()
-	list := make([]byte, nvmeof.IdentifySize)
-	require.NoError(t, c.Identify(ctx, nvmeof.CNSActiveNSList, 0, list))
+	list := make([]byte, nvme.IdentifySize)
+	require.NoError(t, c.Identify(ctx, nvme.CNSActiveNSList, 0, list))
 	var ids []uint32
 	for i := 0; i < len(list) && binary.LittleEndian.Uint32(list[i:]) != 0; i += 4 {
 		ids = append(ids, binary.LittleEndian.Uint32(list[i:]))

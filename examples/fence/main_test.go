@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
@@ -87,9 +88,9 @@ func TestFenceProcesses(t *testing.T) {
 	n, err := c.Namespace(context.Background(), 1)
 	require.NoError(t, err)
 	_, err = n.WriteAt(make([]byte, 512), 0)
-	var se *nvmeof.StatusError
+	var se *nvme.StatusError
 	require.ErrorAs(t, err, &se, "node 1's host, fenced")
-	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status)
+	require.Equal(t, nvme.StatusReservationConflict|nvme.DNR, se.Status)
 }
 
 var binDir string

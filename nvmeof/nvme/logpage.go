@@ -1,4 +1,4 @@
-package nvmeof
+package nvme
 
 import (
 	"encoding/binary"
@@ -16,14 +16,14 @@ const (
 
 // Sizes of the fixed logs.
 const (
-	errorLogEntry   = 64
-	smartLogSize    = 512
-	firmwareLogSize = 512
-	discHeaderSize  = 1024
-	discEntrySize   = 1024
-	// maxDiscRecords bounds the discovery log a host reads (4 MiB): a
+	ErrorLogEntrySize = 64
+	SMARTLogSize      = 512
+	FirmwareLogSize   = 512
+	DiscHeaderSize    = 1024
+	DiscEntrySize     = 1024
+	// MaxDiscRecords bounds the discovery log a host reads (4 MiB): a
 	// target's record count is not a reason to allocate without end.
-	maxDiscRecords = 4096
+	MaxDiscRecords = 4096
 )
 
 // Discovery log entry constants (NVMe-oF 1.1 figure 32).
@@ -34,7 +34,7 @@ const (
 	SubTypeDisc     = 1 // a referral to a discovery subsystem
 	SubTypeNVM      = 2
 	SubTypeCurrDisc = 3 // the discovery subsystem the log came from (TP 8014)
-	treqNotSpecific = 0
+	TReqNotSpecific = 0
 	rdmaQPTypeRC    = 1
 	rdmaPrTypeNone  = 1
 	rdmaCMSRDMACM   = 1
@@ -47,23 +47,23 @@ type DiscoveryEntry struct {
 	TrSvcID, TrAddr, SubNQN       string
 }
 
-// appendDiscoveryLog appends the whole discovery log page: the 1024-octet
+// AppendDiscoveryLog appends the whole discovery log page: the 1024-octet
 // header (GENCTR, NUMREC, RECFMT 0) and the entries.
-func appendDiscoveryLog(b []byte, genctr uint64, ents []DiscoveryEntry) []byte {
+func AppendDiscoveryLog(b []byte, genctr uint64, ents []DiscoveryEntry) []byte {
 	start := len(b)
-	b = append(b, make([]byte, discHeaderSize+discEntrySize*len(ents))...)
+	b = append(b, make([]byte, DiscHeaderSize+DiscEntrySize*len(ents))...)
 	p := b[start:]
 	binary.LittleEndian.PutUint64(p[0:], genctr)
 	binary.LittleEndian.PutUint64(p[8:], uint64(len(ents)))
 	for i, e := range ents {
-		q := p[discHeaderSize+i*discEntrySize:]
+		q := p[DiscHeaderSize+i*DiscEntrySize:]
 		q[0], q[1], q[2], q[3] = e.TrType, e.AdrFam, e.SubType, e.TReq
 		binary.LittleEndian.PutUint16(q[4:], e.PortID)
 		binary.LittleEndian.PutUint16(q[6:], e.CntlID)
 		binary.LittleEndian.PutUint16(q[8:], e.ASQSZ)
-		putASCII(q[32:64], e.TrSvcID)
+		PutASCII(q[32:64], e.TrSvcID)
 		copy(q[256:512], e.SubNQN)
-		putASCII(q[512:768], e.TrAddr)
+		PutASCII(q[512:768], e.TrAddr)
 		// TSAS for RDMA: QP type, provider type, CM service.
 		q[768], q[769], q[770] = rdmaQPTypeRC, rdmaPrTypeNone, rdmaCMSRDMACM
 	}
@@ -73,17 +73,17 @@ func appendDiscoveryLog(b []byte, genctr uint64, ents []DiscoveryEntry) []byte {
 // ParseDiscoveryLog decodes a discovery log page: the generation counter,
 // the record count from the header, and the entries that b holds.
 func ParseDiscoveryLog(b []byte) (genctr, numrec uint64, ents []DiscoveryEntry, err error) {
-	if len(b) < discHeaderSize {
+	if len(b) < DiscHeaderSize {
 		return 0, 0, nil, errors.New("nvmeof: discovery log shorter than its header")
 	}
 	genctr = binary.LittleEndian.Uint64(b[0:])
 	numrec = binary.LittleEndian.Uint64(b[8:])
 	for i := uint64(0); i < numrec; i++ {
-		off := discHeaderSize + i*discEntrySize
-		if off+discEntrySize > uint64(len(b)) {
+		off := DiscHeaderSize + i*DiscEntrySize
+		if off+DiscEntrySize > uint64(len(b)) {
 			break
 		}
-		q := b[off : off+discEntrySize]
+		q := b[off : off+DiscEntrySize]
 		ents = append(ents, DiscoveryEntry{
 			TrType: q[0], AdrFam: q[1], SubType: q[2], TReq: q[3],
 			PortID: binary.LittleEndian.Uint16(q[4:]), CntlID: binary.LittleEndian.Uint16(q[6:]),
@@ -95,25 +95,35 @@ func ParseDiscoveryLog(b []byte) (genctr, numrec uint64, ents []DiscoveryEntry, 
 	return genctr, numrec, ents, nil
 }
 
-// smartCounters are what the SMART / Health log reports.
-type smartCounters struct {
-	readBytes, writeBytes uint64
-	reads, writes         uint64 // commands
+// SMARTCounters are what the SMART / Health log reports.
+type SMARTCounters struct {
+	ReadBytes, WriteBytes uint64
+	Reads, Writes         uint64 // commands
 }
 
-// appendSMARTLog appends the 512-octet SMART / Health Information log.
-func appendSMARTLog(b []byte, c smartCounters, powerOnHours uint64) []byte {
+// AppendSMARTLog appends the 512-octet SMART / Health Information log.
+func AppendSMARTLog(b []byte, c SMARTCounters, powerOnHours uint64) []byte {
 	start := len(b)
-	b = append(b, make([]byte, smartLogSize)...)
+	b = append(b, make([]byte, SMARTLogSize)...)
 	p := b[start:]
 	binary.LittleEndian.PutUint16(p[1:], 300) // composite temperature, Kelvin
 	p[3] = 100                                // available spare, %
 	p[4] = 10                                 // available spare threshold
 	// Data units are thousands of 512-octet units, rounded up.
-	binary.LittleEndian.PutUint64(p[32:], (c.readBytes+511999)/512000)
-	binary.LittleEndian.PutUint64(p[48:], (c.writeBytes+511999)/512000)
-	binary.LittleEndian.PutUint64(p[64:], c.reads)
-	binary.LittleEndian.PutUint64(p[80:], c.writes)
+	binary.LittleEndian.PutUint64(p[32:], (c.ReadBytes+511999)/512000)
+	binary.LittleEndian.PutUint64(p[48:], (c.WriteBytes+511999)/512000)
+	binary.LittleEndian.PutUint64(p[64:], c.Reads)
+	binary.LittleEndian.PutUint64(p[80:], c.Writes)
 	binary.LittleEndian.PutUint64(p[128:], powerOnHours)
 	return b
 }
+
+// Log pages of namespace changes, ANA and reservations.
+const (
+	LogChangedNS  = 0x04 // Changed Namespace List
+	LogANA        = 0x0c // Asymmetric Namespace Access
+	LogResvNotice = 0x80 // Reservation Notification
+	// MaxChangedNS is how many NSIDs the Changed Namespace List holds
+	// (4 KiB); past that it holds 0xFFFFFFFF alone.
+	MaxChangedNS = 1024
+)

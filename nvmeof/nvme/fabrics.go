@@ -1,4 +1,4 @@
-package nvmeof
+package nvme
 
 import (
 	"bytes"
@@ -28,10 +28,10 @@ const DynamicCntlID = 0xffff
 // Offsets in the Connect data, for the Invalid Parameter Offset of a
 // failed Connect.
 const (
-	connOffCntlID  = 16
-	connOffSubNQN  = 256
-	connOffHostNQN = 512
-	nqnMax         = 223 // NVMe base: an NQN is at most 223 octets
+	ConnectOffCntlID  = 16
+	ConnectOffSubNQN  = 256
+	ConnectOffHostNQN = 512
+	nqnMax            = 223 // NVMe base: an NQN is at most 223 octets
 )
 
 var errConnectData = errors.New("nvmeof: Connect data shorter than 1024 octets")
@@ -43,9 +43,9 @@ func (d ConnectData) Append(b []byte) []byte {
 	b = append(b, make([]byte, ConnectDataSize)...)
 	p := b[start:]
 	copy(p, d.HostID[:])
-	binary.LittleEndian.PutUint16(p[connOffCntlID:], d.CntlID)
-	copy(p[connOffSubNQN:connOffSubNQN+255], d.SubNQN)
-	copy(p[connOffHostNQN:connOffHostNQN+255], d.HostNQN)
+	binary.LittleEndian.PutUint16(p[ConnectOffCntlID:], d.CntlID)
+	copy(p[ConnectOffSubNQN:ConnectOffSubNQN+255], d.SubNQN)
+	copy(p[ConnectOffHostNQN:ConnectOffHostNQN+255], d.HostNQN)
 	return b
 }
 
@@ -56,9 +56,9 @@ func ParseConnectData(b []byte) (ConnectData, error) {
 	}
 	var d ConnectData
 	copy(d.HostID[:], b)
-	d.CntlID = binary.LittleEndian.Uint16(b[connOffCntlID:])
-	d.SubNQN = cstring(b[connOffSubNQN : connOffSubNQN+256])
-	d.HostNQN = cstring(b[connOffHostNQN : connOffHostNQN+256])
+	d.CntlID = binary.LittleEndian.Uint16(b[ConnectOffCntlID:])
+	d.SubNQN = cstring(b[ConnectOffSubNQN : ConnectOffSubNQN+256])
+	d.HostNQN = cstring(b[ConnectOffHostNQN : ConnectOffHostNQN+256])
 	return d, nil
 }
 
@@ -70,9 +70,9 @@ func cstring(b []byte) string {
 	return string(b)
 }
 
-// validNQN reports whether s may be an NQN: non-empty, at most 223
+// ValidNQN reports whether s may be an NQN: non-empty, at most 223
 // octets, printable ASCII.
-func validNQN(s string) bool {
+func ValidNQN(s string) bool {
 	if len(s) == 0 || len(s) > nqnMax {
 		return false
 	}
@@ -103,9 +103,9 @@ const (
 	CSTSShstDone = 2 << 2 // shutdown processing complete
 )
 
-// ccIOSQES and ccIOCQES return the entry sizes CC asks for (log2).
-func ccIOSQES(cc uint32) uint32 { return cc >> 16 & 0xf }
-func ccIOCQES(cc uint32) uint32 { return cc >> 20 & 0xf }
+// CCIOSQES and CCIOCQES return the entry sizes CC asks for (log2).
+func CCIOSQES(cc uint32) uint32 { return cc >> 16 & 0xf }
+func CCIOCQES(cc uint32) uint32 { return cc >> 20 & 0xf }
 
 // NVMe versions as VS holds them.
 const (

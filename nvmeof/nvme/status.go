@@ -1,4 +1,4 @@
-package nvmeof
+package nvme
 
 import "fmt"
 
@@ -13,6 +13,7 @@ const (
 	SCTGeneric         = 0x0
 	SCTCommandSpecific = 0x1
 	SCTMediaError      = 0x2
+	SCTPath            = 0x3
 )
 
 // DNR is the Do Not Retry bit.
@@ -36,12 +37,14 @@ const (
 	StatusSGLInvalidType       Status = 0x11 // SGL Descriptor Type Invalid
 	StatusSGLInvalidOffset     Status = 0x16
 	StatusKATOExpired          Status = 0x19
+	StatusHostIDInconsistent   Status = 0x18 // Host Identifier Inconsistent Format: a report without EDS
 	StatusKATOInvalid          Status = 0x1a
 	StatusNSWriteProtected     Status = 0x20
 	StatusCommandInterrupted   Status = 0x21
 	StatusLBARange             Status = 0x80 // LBA Out of Range
 	StatusCapacityExceeded     Status = 0x81
 	StatusNSNotReady           Status = 0x82
+	StatusReservationConflict  Status = 0x83
 )
 
 // Command specific status (SCT 1), including the Fabrics Connect ones.
@@ -134,3 +137,18 @@ type StatusError struct {
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("nvmeof: %s: %v (status %#x)", e.Op, e.Status, uint16(e.Status))
 }
+
+// Media and data integrity errors (SCT 2).
+const (
+	StatusWriteFault      Status = 0x280
+	StatusUnrecoveredRead Status = 0x281 // Unrecovered Read Error
+)
+
+// Path related status (SCT 3): what an I/O command gets through a port
+// where its namespace's group is not accessible. No DNR: the host is to
+// retry on another path.
+const (
+	StatusANAPersistentLoss Status = 0x301
+	StatusANAInaccessible   Status = 0x302
+	StatusANATransition     Status = 0x303
+)

@@ -1,4 +1,4 @@
-package nvmeof
+package nvme
 
 import "encoding/binary"
 
@@ -49,11 +49,15 @@ const (
 
 // NVM command set (I/O) opcodes.
 const (
-	IOFlush       = 0x00
-	IOWrite       = 0x01
-	IORead        = 0x02
-	IOWriteZeroes = 0x08
-	IODSM         = 0x09
+	IOFlush        = 0x00
+	IOWrite        = 0x01
+	IORead         = 0x02
+	IOWriteZeroes  = 0x08
+	IODSM          = 0x09
+	IOResvRegister = 0x0d
+	IOResvReport   = 0x0e
+	IOResvAcquire  = 0x11
+	IOResvRelease  = 0x15
 )
 
 // Fabrics command types (FCTYPE, octet 4 of a Fabrics command).
@@ -194,4 +198,10 @@ func NewAdmin(c Command, op uint8, cid uint16, nsid, cdw10, cdw11 uint32) {
 	c.SetCDW(10, cdw10)
 	c.SetCDW(11, cdw11)
 	c.SGL().SetKeyed(0, 0, 0, false)
+}
+
+// LogLen returns a Get Log Page's length in octets (NUMDL and NUMDU, 0's
+// based dwords).
+func (c Command) LogLen() uint64 {
+	return (uint64(c.CDW(11)&0xffff)<<16 | uint64(c.CDW(10)>>16) + 1) * 4
 }

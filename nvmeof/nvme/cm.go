@@ -1,4 +1,4 @@
-package nvmeof
+package nvme
 
 import (
 	"encoding/binary"

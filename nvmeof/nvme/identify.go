@@ -1,4 +1,4 @@
-package nvmeof
+package nvme
 
 import (
 	"encoding/binary"
@@ -19,15 +19,15 @@ const (
 	CSINVM            = 0x00
 	ControllerIO      = 1 // CNTRLTYPE
 	ControllerDisc    = 2
-	sglsSupported     = 1 << 0
-	sglsKeyed         = 1 << 2
-	sglsOffset        = 1 << 20 // in-capsule data by offset
-	oncsDSM           = 1 << 2
-	oncsWriteZeroes   = 1 << 3
-	cmicMultiPort     = 1 << 0
-	cmicMultiCtrl     = 1 << 1
-	nmicShared        = 1 << 0
-	lpaExtendedData   = 1 << 2
+	SGLSSupported     = 1 << 0
+	SGLSKeyed         = 1 << 2
+	SGLSOffset        = 1 << 20 // in-capsule data by offset
+	ONCSDSM           = 1 << 2
+	ONCSWriteZeroes   = 1 << 3
+	CMICMultiPort     = 1 << 0
+	CMICMultiCtrl     = 1 << 1
+	NMICShared        = 1 << 0
+	LPAExtendedData   = 1 << 2
 	ctrattrDynamicCtl = 0 // FCATT bit 0 clear: dynamic controller model
 )
 
@@ -79,9 +79,9 @@ func (c *ControllerInfo) Append(b []byte) []byte {
 	le := binary.LittleEndian
 	le.PutUint16(p[0:], c.VID)
 	le.PutUint16(p[2:], c.SSVID)
-	putASCII(p[4:24], c.Serial)
-	putASCII(p[24:64], c.Model)
-	putASCII(p[64:72], c.Firmware)
+	PutASCII(p[4:24], c.Serial)
+	PutASCII(p[24:64], c.Model)
+	PutASCII(p[64:72], c.Firmware)
 	p[76], p[77] = c.CMIC, c.MDTS
 	le.PutUint16(p[78:], c.CntlID)
 	le.PutUint32(p[80:], c.Version)
@@ -189,23 +189,23 @@ func ParseNamespaceInfo(p []byte) (NamespaceInfo, error) {
 
 // Namespace identification descriptor types (CNS 3).
 const (
-	nidtNGUID = 2
-	nidtUUID  = 3
+	NIDTNGUID = 2
+	NIDTUUID  = 3
 )
 
-// appendNSDescriptors appends the CNS 3 list: an NGUID and a UUID
+// AppendNSDescriptors appends the CNS 3 list: an NGUID and a UUID
 // descriptor, then zeros to 4096 octets.
-func appendNSDescriptors(b []byte, nguid, uuid [16]byte) []byte {
+func AppendNSDescriptors(b []byte, nguid, uuid [16]byte) []byte {
 	start := len(b)
-	b = append(b, nidtNGUID, 16, 0, 0)
+	b = append(b, NIDTNGUID, 16, 0, 0)
 	b = append(b, nguid[:]...)
-	b = append(b, nidtUUID, 16, 0, 0)
+	b = append(b, NIDTUUID, 16, 0, 0)
 	b = append(b, uuid[:]...)
 	return append(b, make([]byte, IdentifySize-(len(b)-start))...)
 }
 
-// putASCII fills dst with s padded with spaces, as Identify's strings are.
-func putASCII(dst []byte, s string) {
+// PutASCII fills dst with s padded with spaces, as Identify's strings are.
+func PutASCII(dst []byte, s string) {
 	n := copy(dst, s)
 	for i := n; i < len(dst); i++ {
 		dst[i] = ' '
@@ -213,3 +213,9 @@ func putASCII(dst []byte, s string) {
 }
 
 func getASCII(b []byte) string { return strings.TrimRight(cstring(b), " ") }
+
+// Capability bits of Identify that ANA and reservations use.
+const (
+	CMICANA  = 1 << 3 // CMIC: ANA reporting
+	ONCSResv = 1 << 5 // ONCS: reservations
+)
