@@ -13,6 +13,7 @@ import (
 
 	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
@@ -118,7 +119,7 @@ dmesg | grep -iE 'nvme|ana' | tail -20`, hp1, hp2, nvmeNQN)
 	require.Equal(t, 4, logs.count(`ANA group 1`), "four state changes")
 }
 
-// Our multipath host (nvmeof.Multipath) against the Linux kernel's nvmet
+// Our multipath host (host.Multipath) against the Linux kernel's nvmet
 // on two ports, its namespace in ANA group 2: optimized through port 1,
 // non-optimized through port 2. I/O goes down port 1; nvmet's states
 // flipped in the guest (port 2 optimized, then port 1 inaccessible) reach
@@ -148,8 +149,8 @@ dmesg | grep -iE 'nvmet' | tail -20`)
 	require.NotContains(t, vm.Output(), "FAILED")
 	ctx := vmCtx(t, vm, 3*time.Minute)
 	addrs := []string{fmt.Sprintf("127.0.0.1:%d", hp1), fmt.Sprintf("127.0.0.1:%d", hp2)}
-	m, err := nvmeof.ConnectMultipath(ctx, "tcp", addrs, nvmeNQN, nvmeof.MultipathConfig{
-		HostConfig: nvmeof.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 1, QueueDepth: 16}})
+	m, err := host.ConnectMultipath(ctx, "tcp", addrs, nvmeNQN, host.MultipathConfig{
+		HostConfig: host.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 1, QueueDepth: 16}})
 	require.NoError(t, err)
 	defer m.Close()
 	for _, p := range m.Paths() {

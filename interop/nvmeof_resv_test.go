@@ -16,6 +16,7 @@ import (
 
 	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
@@ -289,9 +290,9 @@ func guestKV(vm *siw.VM, prefix string) map[string]string {
 // goHostRefused connects our Go host (host identifier id) to the target
 // on 127.0.0.1:port, checks that a write to namespace 1 gets Reservation
 // Conflict, and returns the namespace (closed with the test).
-func goHostRefused(t *testing.T, ctx context.Context, port int, id [16]byte, why string) *nvmeof.HostNamespace {
+func goHostRefused(t *testing.T, ctx context.Context, port int, id [16]byte, why string) *host.HostNamespace {
 	t.Helper()
-	c, err := nvmeof.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port), nvmeNQN, nvmeof.HostConfig{IOQueues: 1, HostID: id})
+	c, err := host.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port), nvmeNQN, host.HostConfig{IOQueues: 1, HostID: id})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	n, err := c.Namespace(ctx, 1)

@@ -18,6 +18,7 @@ import (
 	"github.com/goiwarp/iwarp/internal/blkstress"
 	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -218,7 +219,7 @@ func fieldValue(line, key string) int {
 // (reading zeros), where the guest's tmpfs takes no Write Zeroes.
 type hostDev struct {
 	ctx context.Context
-	ns  *nvmeof.HostNamespace
+	ns  *host.HostNamespace
 }
 
 func (d hostDev) Size() int64                              { return d.ns.Size() }
@@ -248,8 +249,8 @@ dmesg | grep -iE 'nvmet|siw' | tail -20`, gp, gp)
 	vm := nvmeVM(t, script, siw.Forward{Host: hp, Guest: gp})
 	guestLine(t, vm, "TARGET READY", 2*time.Minute)
 	ctx := vmCtx(t, vm, 4*time.Minute)
-	c, err := nvmeof.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", hp), nvmeNQN,
-		nvmeof.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 2, QueueDepth: 32})
+	c, err := host.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", hp), nvmeNQN,
+		host.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 2, QueueDepth: 32})
 	require.NoError(t, err, "connect")
 	defer c.Close()
 	ns, err := c.Namespace(ctx, 1)

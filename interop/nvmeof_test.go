@@ -28,6 +28,7 @@ import (
 
 	"github.com/goiwarp/iwarp/interop/siw"
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -600,14 +601,14 @@ dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, gp, gp)
 	guestLine(t, vm, "TARGET READY", 2*time.Minute)
 	ctx := vmCtx(t, vm, 3*time.Minute)
 	addr := fmt.Sprintf("127.0.0.1:%d", hp)
-	ents, err := nvmeof.Discover(ctx, "tcp", addr, nvmeof.HostConfig{HostNQN: nvmeHostNQN})
+	ents, err := host.Discover(ctx, "tcp", addr, host.HostConfig{HostNQN: nvmeHostNQN})
 	require.NoError(t, err, "discovery")
 	var names []string
 	for _, e := range ents {
 		names = append(names, e.SubNQN)
 	}
 	require.Contains(t, names, nvmeNQN)
-	c, err := nvmeof.Connect(ctx, "tcp", addr, nvmeNQN, nvmeof.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 2, QueueDepth: 16})
+	c, err := host.Connect(ctx, "tcp", addr, nvmeNQN, host.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 2, QueueDepth: 16})
 	require.NoError(t, err, "connect")
 	defer c.Close()
 	t.Logf("kernel target: controller %d, model %q, MDTS %d, IOCCSZ %d, SGLS %#x, %d I/O queues",

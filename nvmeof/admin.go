@@ -135,7 +135,7 @@ func (c *controller) identify(r *request) ([]byte, nvme.Status) {
 			return nil, nvme.StatusInvalidNamespace | nvme.DNR
 		}
 		clear(out)
-		if ns := c.sub.namespace(nsid); ns != nil {
+		if ns := c.sub.Namespace(nsid); ns != nil {
 			b := ns.Blocks()
 			ni := nvme.NamespaceInfo{Size: b, Capacity: b, Utilization: b, LBADS: ns.lbads(), NMIC: nvme.NMICShared, NGUID: ns.NGUID}
 			if ns.wp.Load() {
@@ -144,7 +144,7 @@ func (c *controller) identify(r *request) ([]byte, nvme.Status) {
 			if ns.resv != nil {
 				ni.RESCAP = rescapAll
 				if ns.resv.file != "" {
-					ni.RESCAP |= rescapPTPL
+					ni.RESCAP |= nvme.RESCAPPTPL
 				}
 			}
 			if c.ana() {
@@ -161,7 +161,7 @@ func (c *controller) identify(r *request) ([]byte, nvme.Status) {
 		}
 		clear(out)
 		i := 0
-		for _, ns := range c.sub.namespaces() {
+		for _, ns := range c.sub.Namespaces() {
 			if ns.ID > nsid && i < nvme.IdentifySize/4 {
 				binary.LittleEndian.PutUint32(out[4*i:], ns.ID)
 				i++
@@ -176,7 +176,7 @@ func (c *controller) identify(r *request) ([]byte, nvme.Status) {
 		}
 		clear(out)
 	case nvme.CNSNSDescriptors:
-		ns := c.sub.namespace(nsid)
+		ns := c.sub.Namespace(nsid)
 		if ns == nil {
 			return nil, noNamespace(nsid)
 		}

@@ -193,7 +193,7 @@ func (c *controller) anaLog(rgo, rae bool) []byte {
 	chg := t.anaChg
 	t.mu.Unlock()
 	groups := map[uint32][]uint32{1: nil}
-	for _, ns := range c.sub.namespaces() {
+	for _, ns := range c.sub.Namespaces() {
 		g := ns.ANAGroup()
 		groups[g] = append(groups[g], ns.ID)
 	}

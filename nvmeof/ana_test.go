@@ -1,11 +1,11 @@
 package nvmeof
 
 import (
-	"bytes"
 	"context"
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
@@ -35,13 +35,13 @@ func anaTarget(t *testing.T) (tg *Target, sub *Subsystem, p1, p2 *Port) {
 
 // anaHosts connects a host (one I/O queue) through each of anaTarget's
 // ports.
-func anaHosts(t *testing.T) (context.Context, *Subsystem, *Port, *Port, *Controller, *Controller) {
+func anaHosts(t *testing.T) (context.Context, *Subsystem, *Port, *Port, *host.Controller, *host.Controller) {
 	t.Helper()
 	checkRoutines(t)
 	ctx := testCtx(t)
 	_, sub, p1, p2 := anaTarget(t)
-	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1})
-	b := connectHost(t, p2.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	a := connectHost(t, p1.Addr().String(), testNQN, host.HostConfig{IOQueues: 1})
+	b := connectHost(t, p2.Addr().String(), testNQN, host.HostConfig{IOQueues: 1})
 	return ctx, sub, p1, p2, a, b
 }
 
@@ -87,7 +87,7 @@ func TestANALog(t *testing.T) {
 func TestANALogGroupsOnly(t *testing.T) {
 	checkRoutines(t)
 	tg, _, p1, _ := anaTarget(t)
-	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{})
+	a := connectHost(t, p1.Addr().String(), testNQN, host.HostConfig{})
 	c := tg.controller(a.ID)
 	require.NotNil(t, c)
 	l, err := nvme.ParseANALog(c.anaLog(true, true), nvme.MaxANAGroup)
@@ -98,69 +98,12 @@ func TestANALogGroupsOnly(t *testing.T) {
 	}
 }
 
-// I/O through a port where the namespace's group is not accessible fails
-// with the path status (no DNR, so that Linux's host retries on another
-// path), and the data is untouched; the other path serves it. Each state
-// gives its own status, and the namespace comes back when the state does.
-func TestANAStatus(t *testing.T) {
-	ctx, sub, p1, p2, a, b := anaHosts(t)
-	na, err := a.Namespace(ctx, 2)
-	require.NoError(t, err)
-	nb, err := b.Namespace(ctx, 2)
-	require.NoError(t, err)
-
-	data := bytes.Repeat([]byte{0x5a}, 4096)
-	_, err = na.WriteAt(data, 0)
-	requireStatus(t, err, nvme.StatusANAInaccessible)
-	_, err = na.ReadAt(make([]byte, 512), 0)
-	requireStatus(t, err, nvme.StatusANAInaccessible)
-	requireStatus(t, na.Flush(ctx), nvme.StatusANAInaccessible)
-	requireStatus(t, na.WriteZeroes(ctx, 0, 512), nvme.StatusANAInaccessible)
-	requireStatus(t, na.Deallocate(ctx, 0, 512), nvme.StatusANAInaccessible)
-	got := make([]byte, 4096)
-	_, err = nb.ReadAt(got, 0)
-	require.NoError(t, err)
-	require.Equal(t, make([]byte, 4096), got, "nothing written through the inaccessible path")
-
-	_, err = nb.WriteAt(data, 0)
-	require.NoError(t, err)
-	for _, c := range []struct {
-		s  nvme.ANAState
-		st nvme.Status
-	}{{nvme.ANAPersistentLoss, nvme.StatusANAPersistentLoss}, {nvme.ANAChange, nvme.StatusANATransition}, {nvme.ANAInaccessible, nvme.StatusANAInaccessible}} {
-		require.NoError(t, p2.SetANAState(5, c.s))
-		require.Equal(t, c.s, p2.ANAState(5))
-		_, err = nb.ReadAt(got, 0)
-		requireStatus(t, err, c.st)
-	}
-	require.NoError(t, p1.SetANAState(5, nvme.ANANonOptimized))
-	_, err = na.ReadAt(got, 0)
-	require.NoError(t, err, "non-optimized serves I/O")
-	require.Equal(t, data, got)
-	// Namespace 1 stays in group 1 throughout; moved to group 5 it goes
-	// where group 5 is, and Flush of every namespace (NSID FFFFFFFFh)
-	// takes no path status.
-	n1, err := b.Namespace(ctx, 1)
-	require.NoError(t, err)
-	_, err = n1.ReadAt(got, 0)
-	require.NoError(t, err)
-	require.NoError(t, sub.SetANAGroup(1, 5))
-	_, err = n1.ReadAt(got, 0)
-	requireStatus(t, err, nvme.StatusANAInaccessible)
-	st, _ := raw(t, b.io[0], func(cm nvme.Command, _ []byte) int { nvme.NewAdmin(cm, nvme.IOFlush, 0, 0xffffffff, 0, 0); return 0 })
-	require.Equal(t, nvme.StatusSuccess, st)
-	var se *nvme.StatusError
-	_, err = n1.ReadAt(got, 0)
-	require.ErrorAs(t, err, &se)
-	require.Zero(t, se.Status&nvme.DNR, "a path status is to be retried elsewhere")
-}
-
 // A state changed raises an ANA Change notice on the controllers through
 // that port only; the next is held back until the host reads the log, as
 // nvmet does; a namespace moved to another group tells every path.
 func TestANAChange(t *testing.T) {
 	ctx, sub, p1, _, a, b := anaHosts(t)
-	for _, c := range []*Controller{a, b} {
+	for _, c := range []*host.Controller{a, b} {
 		v, err := c.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECANAChange)
 		require.NoError(t, err)
 		require.EqualValues(t, nvme.AECANAChange, v)
@@ -235,9 +178,9 @@ func TestANAConfigChecks(t *testing.T) {
 	_, err = nvme.ParseANAState("offline")
 	require.Error(t, err)
 
-	d := connectHost(t, p1.Addr().String(), nvme.DiscoveryNQN, HostConfig{})
+	d := connectHost(t, p1.Addr().String(), nvme.DiscoveryNQN, host.HostConfig{})
 	_, err = d.ANALog(ctx)
-	require.ErrorIs(t, err, ErrNoANA)
+	require.ErrorIs(t, err, host.ErrNoANA)
 	err = d.GetLogPage(ctx, nvme.LogANA, 0, 0, make([]byte, 64))
 	requireStatus(t, err, nvme.StatusInvalidLogPage|nvme.DNR)
 }
@@ -257,25 +200,6 @@ func FuzzANALog(f *testing.F) {
 	})
 }
 
-// A controller reset drops the events waiting for an AER, and their masks
-// with them: the next change raises a notice (it raised none until the
-// host happened to read the log).
-func TestANAResetUnmasks(t *testing.T) {
-	checkRoutines(t)
-	ctx := testCtx(t)
-	_, _, p1, _ := anaTarget(t)
-	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1})
-	_, err := a.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECANAChange)
-	require.NoError(t, err)
-	require.NoError(t, p1.SetANAState(1, nvme.ANANonOptimized)) // queued, masked: no AER is posted
-	require.NoError(t, a.propertySet(ctx, nvme.PropCC, 0))      // a reset
-	require.NoError(t, a.enable(ctx))
-	post, noticed := aerProbe(t, a, nvme.AERANAChanged)
-	i := post()
-	require.NoError(t, p1.SetANAState(1, nvme.ANAOptimized))
-	require.True(t, noticed(i, 5*time.Second), "a notice after the reset")
-}
-
 // A target whose transfers cannot carry the whole ANA log (MaxTransfer 8
 // KiB: the log Linux's host sizes is 8 208 octets) does not report ANA,
 // as Linux's host would give it up: no CMIC bit, no log, no notices, and
@@ -292,11 +216,11 @@ func TestANANotReportedOnSmallMDTS(t *testing.T) {
 	t.Cleanup(func() { tg.Close() })
 	p, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{sub.NQN}})
 	require.NoError(t, err)
-	c := connectHost(t, p.Addr().String(), testNQN, HostConfig{IOQueues: 1, WatchANA: true})
+	c := connectHost(t, p.Addr().String(), testNQN, host.HostConfig{IOQueues: 1, WatchANA: true})
 	require.Zero(t, c.Info.CMIC&nvme.CMICANA)
 	require.Zero(t, c.Info.OAES&nvme.AECANAChange)
 	_, err = c.ANALog(ctx)
-	require.ErrorIs(t, err, ErrNoANA)
+	require.ErrorIs(t, err, host.ErrNoANA)
 	requireStatus(t, c.GetLogPage(ctx, nvme.LogANA, 0xffffffff, 0, make([]byte, 4096)), nvme.StatusInvalidLogPage|nvme.DNR)
 	_, err = c.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECANAChange)
 	requireStatus(t, err, nvme.StatusInvalidField|nvme.DNR)

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goiwarp/iwarp/nvmeof/host"
 )
 
 // Benchmarks: a Go host and a Go target over loopback, a RAM namespace.
@@ -16,7 +18,7 @@ import (
 
 const benchNS = 256 << 20
 
-func benchNamespace(b *testing.B, queues, depth int) *HostNamespace {
+func benchNamespace(b *testing.B, queues, depth int) *host.HostNamespace {
 	b.Helper()
 	sub, err := NewSubsystem(testNQN)
 	if err != nil {
@@ -36,7 +38,7 @@ func benchNamespace(b *testing.B, queues, depth int) *HostNamespace {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := Connect(ctx, "tcp", addr.String(), testNQN, HostConfig{IOQueues: queues, QueueDepth: depth})
+	c, err := host.Connect(ctx, "tcp", addr.String(), testNQN, host.HostConfig{IOQueues: queues, QueueDepth: depth})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 )
@@ -26,7 +27,7 @@ func TestDiscoveryChangeNotice(t *testing.T) {
 	checkRoutines(t)
 	tg, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	ctx := testCtx(t)
-	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{})
+	c := connectHost(t, addr, nvme.DiscoveryNQN, host.HostConfig{})
 	require.EqualValues(t, nvme.AECDiscChange, c.Info.OAES, "OAES announces the discovery notice only")
 	postAER, noticed := aerProbe(t, c, 0x70f002) // a notice: discovery log page change, log page 70h
 	n := 1
@@ -74,9 +75,9 @@ func TestHostWatchesDiscovery(t *testing.T) {
 	tg, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	ctx := testCtx(t)
 	const me = "nqn.2014-08.org.nvmexpress:uuid:0d0d0d0d-0000-4000-8000-00000000000d"
-	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{HostNQN: me, WatchDiscovery: true, WatchNamespaces: true})
+	c := connectHost(t, addr, nvme.DiscoveryNQN, host.HostConfig{HostNQN: me, WatchDiscovery: true, WatchNamespaces: true})
 	_, err := c.WaitNamespaceChange(ctx)
-	require.ErrorIs(t, err, ErrNoWatch)
+	require.ErrorIs(t, err, host.ErrNoWatch)
 	nqns := func(ents []nvme.DiscoveryEntry) []string {
 		var s []string
 		for _, e := range ents {
@@ -102,10 +103,10 @@ func TestHostWatchesDiscovery(t *testing.T) {
 	require.Empty(t, ents)
 
 	s2.SetAllowedHosts(true)
-	nvm := connectHost(t, addr, s2.NQN, HostConfig{HostNQN: "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-0000-4000-8000-00000000000e",
+	nvm := connectHost(t, addr, s2.NQN, host.HostConfig{HostNQN: "nqn.2014-08.org.nvmexpress:uuid:0e0e0e0e-0000-4000-8000-00000000000e",
 		WatchDiscovery: true})
 	_, err = nvm.WaitDiscoveryChange(ctx)
-	require.ErrorIs(t, err, ErrNoWatch)
+	require.ErrorIs(t, err, host.ErrNoWatch)
 }
 
 // A change right after the host's read of the discovery log was built
@@ -130,7 +131,7 @@ func TestDiscoveryNoticeAfterRead(t *testing.T) {
 	}
 	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{})
 	ctx := testCtx(t)
-	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{})
+	c := connectHost(t, addr, nvme.DiscoveryNQN, host.HostConfig{})
 	_, err = c.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECDiscChange)
 	require.NoError(t, err)
 	postAER, noticed := aerProbe(t, c, 0x70f002)
@@ -175,7 +176,7 @@ func TestDiscoveryLogLong(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, tg.AddSubsystem(s))
 	}
-	ents, err := Discover(testCtx(t), "tcp", addr, HostConfig{})
+	ents, err := host.Discover(testCtx(t), "tcp", addr, host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, ents, 301, "300 subsystems and the one added while it was read")
 	seen := map[string]bool{}
@@ -208,7 +209,7 @@ func TestHostWatchEndsWithError(t *testing.T) {
 	}
 	tg, _, addr := newTestTarget(t, 1<<20, TargetConfig{Logf: func(string, ...any) {}})
 	ctx := testCtx(t)
-	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	c := connectHost(t, addr, nvme.DiscoveryNQN, host.HostConfig{WatchDiscovery: true})
 	armed.Store(true)
 	s, err := NewSubsystem(testNQN + "-first")
 	require.NoError(t, err)
@@ -230,7 +231,7 @@ func TestDiscoveryLogSmallMDTS(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, tg.AddSubsystem(s))
 	}
-	ents, err := Discover(testCtx(t), "tcp", addr, HostConfig{})
+	ents, err := host.Discover(testCtx(t), "tcp", addr, host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, ents, 10)
 }
@@ -263,12 +264,12 @@ func TestDiscoveryLogShrinks(t *testing.T) {
 	}
 	add(0, 299)
 	armed.Store(true)
-	ents, err := Discover(testCtx(t), "tcp", addr, HostConfig{})
+	ents, err := host.Discover(testCtx(t), "tcp", addr, host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, ents, 50, "the log as it is after the removals")
 
 	add(0, 250)
-	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	c := connectHost(t, addr, nvme.DiscoveryNQN, host.HostConfig{WatchDiscovery: true})
 	reads.Store(0)
 	s, err := NewSubsystem(testNQN + "-new")
 	require.NoError(t, err)
@@ -321,8 +322,8 @@ func TestDiscoveryLogNotTorn(t *testing.T) {
 	require.NoError(t, tg.AddSubsystem(late))
 	p, err = tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: nqns})
 	require.NoError(t, err)
-	connectHost(t, p.Addr().String(), nqns[0], HostConfig{}) // the unlink drops it, and logs
-	ents, err := Discover(ctx, "tcp", p.Addr().String(), HostConfig{})
+	connectHost(t, p.Addr().String(), nqns[0], host.HostConfig{}) // the unlink drops it, and logs
+	ents, err := host.Discover(ctx, "tcp", p.Addr().String(), host.HostConfig{})
 	close(release)
 	require.NoError(t, <-setDone)
 	require.NoError(t, err)
@@ -352,5 +353,5 @@ func TestRemoveSubsystemAfterOtherTargetClosed(t *testing.T) {
 	require.NoError(t, b.Close())
 	require.ErrorIs(t, b.AddSubsystem(sub), verbs.ErrClosed)
 	require.NoError(t, a.RemoveSubsystem(testCtx(t), testNQN))
-	require.Empty(t, sub.namespaces())
+	require.Empty(t, sub.Namespaces())
 }

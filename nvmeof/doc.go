@@ -124,5 +124,5 @@
 // segments (MSDBD 1), asynchronous events but the notices above and the
 // SMART warnings never raised, and MPA CRCs are not asked for by default
 // (TargetConfig.AskCRC, HostConfig.AskCRC: Linux siw 6.1 mis-checks CRCs
-// whose trailer arrives split across two receive buffers, see CRCMaxFPDU).
+// whose trailer arrives split across two receive buffers, see transport.CRCMaxFPDU).
 package nvmeof

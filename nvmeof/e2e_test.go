@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,7 +13,7 @@ import (
 func TestHostTargetBasic(t *testing.T) {
 	checkRoutines(t)
 	_, _, addr := newTestTarget(t, 8<<20, TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{})
+	c := connectHost(t, addr, testNQN, host.HostConfig{})
 	require.Equal(t, testNQN, c.Info.SubNQN)
 	require.Equal(t, 2, c.IOQueues())
 	ids, err := c.ActiveNamespaces(testCtx(t))

@@ -7,6 +7,7 @@ import (
 	"log"
 
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
@@ -31,13 +32,13 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	ents, err := nvmeof.Discover(ctx, "tcp", addr.String(), nvmeof.HostConfig{})
+	ents, err := host.Discover(ctx, "tcp", addr.String(), host.HostConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("discovered:", ents[0].SubNQN)
 
-	c, err := nvmeof.Connect(ctx, "tcp", addr.String(), ents[0].SubNQN, nvmeof.HostConfig{IOQueues: 2})
+	c, err := host.Connect(ctx, "tcp", addr.String(), ents[0].SubNQN, host.HostConfig{IOQueues: 2})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -80,14 +81,14 @@ func ExampleTarget_ListenPort() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ents, err := nvmeof.Discover(ctx, "tcp", public.Addr().String(), nvmeof.HostConfig{})
+	ents, err := host.Discover(ctx, "tcp", public.Addr().String(), host.HostConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, e := range ents {
 		fmt.Println("port", e.PortID, e.SubNQN)
 	}
-	_, err = nvmeof.Connect(ctx, "tcp", public.Addr().String(), priv.NQN, nvmeof.HostConfig{})
+	_, err = host.Connect(ctx, "tcp", public.Addr().String(), priv.NQN, host.HostConfig{})
 	fmt.Println("private through the public port:", err != nil)
 	// Output:
 	// port 2 nqn.2024-01.io.example:public
@@ -118,7 +119,7 @@ func ExampleConnectMultipath() {
 		ports, addrs = append(ports, p), append(addrs, p.Addr().String())
 	}
 
-	m, err := nvmeof.ConnectMultipath(ctx, "tcp", addrs, sub.NQN, nvmeof.MultipathConfig{HostConfig: nvmeof.HostConfig{IOQueues: 1}})
+	m, err := host.ConnectMultipath(ctx, "tcp", addrs, sub.NQN, host.MultipathConfig{HostConfig: host.HostConfig{IOQueues: 1}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -162,17 +163,17 @@ func ExampleHostNamespace_Preempt() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var ctrls []*nvmeof.Controller
+	var ctrls []*host.Controller
 	defer func() {
 		for _, c := range ctrls {
 			c.Close()
 		}
 	}()
-	node := func(id byte) *nvmeof.HostNamespace {
+	node := func(id byte) *host.HostNamespace {
 		// A node's host identifier must stay the same across its
 		// connections: registrations are the host's.
-		c, err := nvmeof.Connect(ctx, "tcp", addr.String(), sub.NQN,
-			nvmeof.HostConfig{IOQueues: 1, HostID: [16]byte{id}, WatchReservations: true})
+		c, err := host.Connect(ctx, "tcp", addr.String(), sub.NQN,
+			host.HostConfig{IOQueues: 1, HostID: [16]byte{id}, WatchReservations: true})
 		if err != nil {
 			log.Fatal(err)
 		}

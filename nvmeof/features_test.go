@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
@@ -28,7 +29,7 @@ func TestDiscovery(t *testing.T) {
 	require.NoError(t, err)
 	private.AllowHost("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa")
 	require.NoError(t, tg.AddSubsystem(private))
-	ents, err := Discover(testCtx(t), "tcp", addr, HostConfig{})
+	ents, err := host.Discover(testCtx(t), "tcp", addr, host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, ents, 1, "a host not on the private list sees only the open subsystem")
 	e := ents[0]
@@ -37,12 +38,12 @@ func TestDiscovery(t *testing.T) {
 	require.EqualValues(t, nvme.AdrFamIPv4, e.AdrFam)
 	require.EqualValues(t, nvme.SubTypeNVM, e.SubType)
 	require.Equal(t, addr, e.TrAddr+":"+e.TrSvcID)
-	ents, err = Discover(testCtx(t), "tcp", addr, HostConfig{HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa"})
+	ents, err = host.Discover(testCtx(t), "tcp", addr, host.HostConfig{HostNQN: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-0000000000aa"})
 	require.NoError(t, err)
 	require.Len(t, ents, 2)
 	require.Equal(t, "nqn.2024-01.io.goiwarp:private", ents[0].SubNQN)
 
-	c := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{})
+	c := connectHost(t, addr, nvme.DiscoveryNQN, host.HostConfig{})
 	require.EqualValues(t, nvme.ControllerDisc, c.Info.CtrlType)
 	require.Equal(t, nvme.DiscoveryNQN, c.Info.SubNQN)
 	require.Zero(t, c.IOQueues())
@@ -62,7 +63,7 @@ func TestDiscovery(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// Discovery has no I/O queues: a Connect for one is refused.
-	_, err = Connect(testCtx(t), "tcp", addr, "nqn.2024-01.io.goiwarp:nothere", HostConfig{})
+	_, err = host.Connect(testCtx(t), "tcp", addr, "nqn.2024-01.io.goiwarp:nothere", host.HostConfig{})
 	requireStatus(t, err, nvme.StatusConnectInvalidParm|nvme.DNR)
 }
 
@@ -86,7 +87,7 @@ func TestNamespacesAndFiles(t *testing.T) {
 	ns2, err := subA.AddNamespace(fb, 4096)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, ns2.ID)
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
+	c := connectHost(t, addr, testNQN, host.HostConfig{IOQueues: 2})
 	ids, err := c.ActiveNamespaces(testCtx(t))
 	require.NoError(t, err)
 	require.Equal(t, []uint32{1, 2}, ids)
@@ -115,7 +116,7 @@ func TestNamespacesAndFiles(t *testing.T) {
 	require.Equal(t, make([]byte, len(w)), r)
 	// Unaligned I/O is refused before it is sent; reads at the end stop there.
 	_, err = n2.ReadAt(make([]byte, 512), 0)
-	require.ErrorIs(t, err, ErrUnaligned)
+	require.ErrorIs(t, err, host.ErrUnaligned)
 	k, err := n1.ReadAt(make([]byte, 4096), n1.Size()-1024)
 	require.Equal(t, 1024, k)
 	require.ErrorIs(t, err, io.EOF)
@@ -139,7 +140,7 @@ func TestNamespacesAndFiles(t *testing.T) {
 func TestAdminAndIOCommands(t *testing.T) {
 	checkRoutines(t)
 	_, _, addr := newTestTarget(t, 1<<20, TargetConfig{MaxIOQueues: 3})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 8})
+	c := connectHost(t, addr, testNQN, host.HostConfig{IOQueues: 8})
 	require.Equal(t, 3, c.IOQueues(), "granted no more than MaxIOQueues")
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
@@ -213,7 +214,7 @@ func TestManyQueuesAndHosts(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, hosts*workers)
 	for h := range hosts {
-		c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 4, QueueDepth: 16})
+		c := connectHost(t, addr, testNQN, host.HostConfig{IOQueues: 4, QueueDepth: 16})
 		require.Equal(t, 4, c.IOQueues())
 		ns, err := c.Namespace(testCtx(t), 1)
 		require.NoError(t, err)
@@ -276,7 +277,7 @@ func TestShutdownFlushes(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		b.flushes.Store(0)
 		b.fail.Store(fail)
-		c := connectHost(t, addr, testNQN, HostConfig{})
+		c := connectHost(t, addr, testNQN, host.HostConfig{})
 		ns, err := c.Namespace(testCtx(t), 1)
 		require.NoError(t, err)
 		_, err = ns.WriteAt(bytes.Repeat([]byte{7}, 8192), 4096)
@@ -285,14 +286,14 @@ func TestShutdownFlushes(t *testing.T) {
 		err = c.Close()
 		require.EqualValues(t, 1, b.flushes.Load(), "Flushes at the shutdown (failing: %v)", fail)
 		if fail {
-			require.ErrorIs(t, err, ErrShutdownFatal)
+			require.ErrorIs(t, err, host.ErrShutdownFatal)
 		} else {
 			require.NoError(t, err)
 		}
 	}
 	// A target closed under a host flushes too, and says when it could not.
 	b.flushes.Store(0)
-	c := connectHost(t, addr, testNQN, HostConfig{})
+	c := connectHost(t, addr, testNQN, host.HostConfig{})
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	_, err = ns.WriteAt(bytes.Repeat([]byte{9}, 8192), 4096)
@@ -334,48 +335,4 @@ func (b *slowBackend) Flush() error {
 		b.flushAt = time.Now()
 	}
 	return nil
-}
-
-// A host that sets CC.SHN under writes (not ours: it drains first): the
-// target closes the I/O queues and waits for the writes they were amid
-// before it flushes, so that CSTS.SHST done covers them.
-func TestShutdownUnderWrites(t *testing.T) {
-	checkRoutines(t)
-	b := &slowBackend{MemBackend: NewMemBackend(1 << 20), delay: 20 * time.Millisecond}
-	_, _, addr := newBackendTarget(t, b, TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
-	ns, err := c.Namespace(testCtx(t), 1)
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				if _, err := ns.WriteAt(bytes.Repeat([]byte{byte(w)}, 4096), int64(w)*4096); err != nil {
-					return
-				}
-			}
-		}()
-	}
-	require.Eventually(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.writes >= 4 && b.inFlight > 0
-	}, 10*time.Second, time.Millisecond, "writes under way")
-	ctx := testCtx(t)
-	require.NoError(t, c.propertySet(ctx, nvme.PropCC, nvme.CCEnable|6<<16|4<<20|1<<14))
-	csts, err := c.propertyGet(ctx, nvme.PropCSTS, 4)
-	require.NoError(t, err)
-	require.EqualValues(t, nvme.CSTSShstDone, csts&nvme.CSTSShstMask, "CSTS %#x", csts)
-	wg.Wait() // the I/O queues are gone: every writer's call failed
-	require.Eventually(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.inFlight == 0
-	}, 10*time.Second, time.Millisecond, "the target's writes ended")
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	require.False(t, b.flushAt.IsZero(), "no Flush at the shutdown")
-	require.False(t, b.lastEnd.After(b.flushAt), "a write ended %v after the shutdown's Flush began", b.lastEnd.Sub(b.flushAt))
 }

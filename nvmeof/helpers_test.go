@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
@@ -50,9 +51,9 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func connectHost(t *testing.T, addr, nqn string, cfg HostConfig) *Controller {
+func connectHost(t *testing.T, addr, nqn string, cfg host.HostConfig) *host.Controller {
 	t.Helper()
-	c, err := Connect(testCtx(t), "tcp", addr, nqn, cfg)
+	c, err := host.Connect(testCtx(t), "tcp", addr, nqn, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -104,7 +105,7 @@ func listenPorts(t *testing.T, tg *Target, sub *Subsystem, n int) ([]*Port, []st
 
 // hostNS connects a host with cfg to a new test target of size octets and
 // opens namespace 1.
-func hostNS(t *testing.T, size int64, cfg HostConfig) (*Controller, *HostNamespace) {
+func hostNS(t *testing.T, size int64, cfg host.HostConfig) (*host.Controller, *host.HostNamespace) {
 	t.Helper()
 	_, _, addr := newTestTarget(t, size, TargetConfig{})
 	c := connectHost(t, addr, testNQN, cfg)
@@ -115,29 +116,43 @@ func hostNS(t *testing.T, size int64, cfg HostConfig) (*Controller, *HostNamespa
 
 // aerProbe posts Asynchronous Event Requests on a host's admin queue by
 // hand (the Go host's own watch keeps one of its own) and waits for their
-// completions: post returns the slot, noticed reports whether it
-// completed within the time with a success and the event want.
-func aerProbe(t *testing.T, c *Controller, want uint64) (post func() int, noticed func(i int, within time.Duration) bool) {
-	q := c.admin
+// completions: post returns the request's number, noticed reports whether
+// it completed within the time with a success and the event want. A
+// request still held when the controller closes ends with it.
+func aerProbe(t *testing.T, c *host.Controller, want uint64) (post func() int, noticed func(i int, within time.Duration) bool) {
+	type result struct {
+		res uint64
+		err error
+	}
+	var done []chan result
 	post = func() int {
-		t.Helper()
-		i, err := q.acquire(testCtx(t))
-		require.NoError(t, err)
-		nvme.NewAdmin(q.cmd(i), nvme.AdminAER, 0, 0, 0, 0)
-		require.NoError(t, q.submit(i, 0))
-		return i
+		ch := make(chan result, 1)
+		done = append(done, ch)
+		go func() {
+			res, err := c.AdminCommand(context.Background(), func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminAER, 0, 0, 0, 0) }, nil)
+			ch <- result{res, err}
+		}()
+		return len(done) - 1
 	}
 	noticed = func(i int, within time.Duration) bool {
 		t.Helper()
 		select {
-		case <-q.slots[i].done:
-			require.Equal(t, nvme.StatusSuccess, q.slots[i].st)
-			require.EqualValues(t, want, q.slots[i].res, "the event")
-			q.releaseSlot(i)
+		case r := <-done[i]:
+			require.NoError(t, r.err)
+			require.EqualValues(t, want, r.res, "the event")
 			return true
 		case <-time.After(within):
 			return false
 		}
 	}
 	return post, noticed
+}
+
+// connectMultipath connects a Multipath of one I/O queue a path to addrs.
+func connectMultipath(t *testing.T, addrs ...string) *host.Multipath {
+	t.Helper()
+	m, err := host.ConnectMultipath(testCtx(t), "tcp", addrs, testNQN, host.MultipathConfig{HostConfig: host.HostConfig{IOQueues: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
 }

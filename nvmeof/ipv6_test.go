@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
@@ -26,14 +27,14 @@ func TestIPv6(t *testing.T) {
 	require.NoError(t, err)
 	port := strconv.Itoa(a.(*net.TCPAddr).Port)
 
-	ents, err := DiscoverAll(ctx, "tcp", a.String(), HostConfig{})
+	ents, err := host.DiscoverAll(ctx, "tcp", a.String(), host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
 	e := ents[0]
 	require.Equal(t, nvme.DiscoveryEntry{TrType: nvme.TrTypeRDMA, AdrFam: nvme.AdrFamIPv6, SubType: nvme.SubTypeNVM, TReq: e.TReq, PortID: e.PortID,
 		CntlID: e.CntlID, ASQSZ: e.ASQSZ, TrSvcID: port, TrAddr: "::1", SubNQN: testNQN}, e)
 
-	c := connectHost(t, net.JoinHostPort(e.TrAddr, e.TrSvcID), testNQN, HostConfig{IOQueues: 1})
+	c := connectHost(t, net.JoinHostPort(e.TrAddr, e.TrSvcID), testNQN, host.HostConfig{IOQueues: 1})
 	ns, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	w := bytes.Repeat([]byte("v6"), 4096)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/internal/blkstress"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/internal/testhook"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
@@ -40,7 +42,7 @@ func (d hostDev) Alloc(n int) []byte                       { return make([]byte,
 // sides' limits is what moves; and the bounds are checked.
 func TestMaxTransfer(t *testing.T) {
 	var most atomic.Int64 // the largest Read or Write, in octets
-	hook := func(_ *Port, cmd nvme.Command) nvme.Status {
+	hook := func(_ uint16, cmd nvme.Command) nvme.Status {
 		if op := cmd.Opcode(); op == nvme.IORead || op == nvme.IOWrite {
 			n := (int64(cmd.NLB()) + 1) * 512 // NLB is 0-based
 			for {
@@ -52,8 +54,8 @@ func TestMaxTransfer(t *testing.T) {
 		}
 		return nvme.StatusSuccess
 	}
-	testIOStatus.Store(&hook)
-	t.Cleanup(func() { testIOStatus.Store(nil) })
+	testhook.IOStatus.Store(&hook)
+	t.Cleanup(func() { testhook.IOStatus.Store(nil) })
 
 	for _, c := range []struct {
 		name           string
@@ -75,7 +77,7 @@ func TestMaxTransfer(t *testing.T) {
 			checkRoutines(t)
 			ctx := testCtx(t)
 			_, _, addr := newTestTarget(t, 16<<20, TargetConfig{MaxTransfer: c.target})
-			h := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2, QueueDepth: c.depth, MaxTransfer: c.host})
+			h := connectHost(t, addr, testNQN, host.HostConfig{IOQueues: 2, QueueDepth: c.depth, MaxTransfer: c.host})
 			ns, err := h.Namespace(ctx, 1)
 			require.NoError(t, err)
 			most.Store(0)
@@ -93,7 +95,7 @@ func TestMaxTransfer(t *testing.T) {
 	for _, bad := range []int{4096, 3 << 18, 2 << 20} {
 		_, err = NewTarget(TargetConfig{MaxTransfer: bad}, sub)
 		require.ErrorContains(t, err, "want a power of two in 8 KiB .. 1 MiB")
-		_, err = Connect(testCtx(t), "tcp", "127.0.0.1:1", testNQN, HostConfig{MaxTransfer: bad})
+		_, err = host.Connect(testCtx(t), "tcp", "127.0.0.1:1", testNQN, host.HostConfig{MaxTransfer: bad})
 		require.ErrorContains(t, err, "want a power of two in 8 KiB .. 1 MiB")
 	}
 }

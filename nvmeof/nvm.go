@@ -3,13 +3,10 @@ package nvmeof
 import (
 	"encoding/binary"
 	"errors"
-	"sync/atomic"
 
+	"github.com/goiwarp/iwarp/nvmeof/internal/testhook"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
-
-// dsmRange is the size of a Dataset Management range.
-const dsmRange = 16
 
 // planIO checks an NVM command set command that came through port p:
 // namespace, its ANA state through p, LBA range, length. It returns the
@@ -20,7 +17,7 @@ const dsmRange = 16
 func (c *controller) planIO(cmd nvme.Command, p *Port) (dir, need int, st nvme.Status, ns *Namespace) {
 	switch op := cmd.Opcode(); op {
 	case nvme.IORead, nvme.IOWrite, nvme.IOWriteZeroes:
-		ns := c.sub.namespace(cmd.NSID())
+		ns := c.sub.Namespace(cmd.NSID())
 		if ns == nil {
 			return 0, 0, noNamespace(cmd.NSID()), nil
 		}
@@ -45,7 +42,7 @@ func (c *controller) planIO(cmd nvme.Command, p *Port) (dir, need int, st nvme.S
 		return dirNone, 0, nvme.StatusSuccess, ns
 	case nvme.IOFlush:
 		if id := cmd.NSID(); id != 0xffffffff {
-			if ns := c.sub.namespace(id); ns != nil {
+			if ns := c.sub.Namespace(id); ns != nil {
 				if st := c.access(p, ns, nvme.IOFlush); !st.OK() {
 					return 0, 0, st, nil
 				}
@@ -55,24 +52,19 @@ func (c *controller) planIO(cmd nvme.Command, p *Port) (dir, need int, st nvme.S
 		}
 		return dirNone, 0, nvme.StatusSuccess, nil
 	case nvme.IODSM:
-		ns := c.sub.namespace(cmd.NSID())
+		ns := c.sub.Namespace(cmd.NSID())
 		if ns == nil {
 			return 0, 0, noNamespace(cmd.NSID()), nil
 		}
 		if st := c.access(p, ns, nvme.IODSM); !st.OK() {
 			return 0, 0, st, nil
 		}
-		return dirIn, (int(cmd.CDW(10)&0xff) + 1) * dsmRange, nvme.StatusSuccess, ns
+		return dirIn, (int(cmd.CDW(10)&0xff) + 1) * nvme.DSMRangeSize, nvme.StatusSuccess, ns
 	case nvme.IOResvRegister, nvme.IOResvAcquire, nvme.IOResvRelease, nvme.IOResvReport:
 		return c.planResv(cmd, p)
 	}
 	return 0, 0, nvme.StatusInvalidOpcode | nvme.DNR, nil
 }
-
-// testIOStatus, if set, answers the I/O commands for which it returns a
-// status with that status, unexecuted (tests: a target's transient
-// errors, and a port's).
-var testIOStatus atomic.Pointer[func(*Port, nvme.Command) nvme.Status]
 
 // execIO runs an NVM command set command. Its namespace was there when
 // planIO looked (r.ns), but may have been removed while its data moved,
@@ -91,8 +83,8 @@ func (c *controller) execIO(r *request) (uint64, nvme.Status, []byte) {
 		// format: not the one the command was checked against.
 		return 0, nvme.StatusInvalidNamespace | nvme.DNR, nil
 	}
-	if h := testIOStatus.Load(); h != nil {
-		if st := (*h)(c.admin.port, cmd); st != nvme.StatusSuccess {
+	if h := testhook.IOStatus.Load(); h != nil {
+		if st := (*h)(c.admin.port.ID(), cmd); st != nvme.StatusSuccess {
 			return 0, st, nil
 		}
 	}
@@ -181,14 +173,14 @@ func (c *controller) execIO(r *request) (uint64, nvme.Status, []byte) {
 			return 0, nvme.StatusSuccess, nil // only hints: nothing to do
 		}
 		// Deallocate: the ranges read as zeros afterwards.
-		for i := 0; i+dsmRange <= len(r.in); i += dsmRange {
+		for i := 0; i+nvme.DSMRangeSize <= len(r.in); i += nvme.DSMRangeSize {
 			n := uint64(binary.LittleEndian.Uint32(r.in[i+4:]))
 			slba := binary.LittleEndian.Uint64(r.in[i+8:])
 			if slba+n < slba || slba+n > ns.Blocks() {
 				return 0, nvme.StatusLBARange | nvme.DNR, nil
 			}
 		}
-		for i := 0; i+dsmRange <= len(r.in); i += dsmRange {
+		for i := 0; i+nvme.DSMRangeSize <= len(r.in); i += nvme.DSMRangeSize {
 			n := uint64(binary.LittleEndian.Uint32(r.in[i+4:]))
 			if st := zero(ns, binary.LittleEndian.Uint64(r.in[i+8:]), n, true); !st.OK() {
 				return 0, st, nil
@@ -222,7 +214,7 @@ func (c *controller) flush(ns *Namespace, when string) nvme.Status {
 // that one removed meanwhile is not flushed after its Backend was let go.
 func (c *controller) flushEach(when string) nvme.Status {
 	st := nvme.StatusSuccess
-	for _, n := range c.sub.namespaces() {
+	for _, n := range c.sub.Namespaces() {
 		if ns := c.sub.use(n.ID); ns != nil {
 			if s := c.flush(ns, when); !s.OK() {
 				st = s

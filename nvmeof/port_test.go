@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
@@ -31,26 +32,26 @@ func TestListenPort(t *testing.T) {
 	_, err = tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", PortConfig{ID: 7})
 	require.ErrorContains(t, err, "port ID 7 in use")
 
-	ents, err := Discover(ctx, "tcp", addr2, HostConfig{})
+	ents, err := host.Discover(ctx, "tcp", addr2, host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
 	require.Equal(t, subB.NQN, ents[0].SubNQN)
 	require.EqualValues(t, 7, ents[0].PortID)
-	ents, err = Discover(ctx, "tcp", addr, HostConfig{})
+	ents, err = host.Discover(ctx, "tcp", addr, host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, ents, 2, "Listen's port serves every subsystem")
 	require.EqualValues(t, 1, ents[0].PortID)
 
-	_, err = Connect(ctx, "tcp", addr2, subA.NQN, HostConfig{})
+	_, err = host.Connect(ctx, "tcp", addr2, subA.NQN, host.HostConfig{})
 	requireStatus(t, err, nvme.StatusConnectInvalidParm|nvme.DNR)
-	viaP2 := connectHost(t, addr2, subB.NQN, HostConfig{IOQueues: 1})
-	viaP1 := connectHost(t, addr, subB.NQN, HostConfig{IOQueues: 1})
+	viaP2 := connectHost(t, addr2, subB.NQN, host.HostConfig{IOQueues: 1})
+	viaP1 := connectHost(t, addr, subB.NQN, host.HostConfig{IOQueues: 1})
 	h, err := viaP2.Namespace(ctx, 1)
 	require.NoError(t, err)
 	_, err = h.WriteAt(make([]byte, 512), 0)
 	require.NoError(t, err)
-	disc := connectHost(t, addr2, nvme.DiscoveryNQN, HostConfig{WatchDiscovery: true})
-	other := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{WatchDiscovery: true}) // through Listen's port
+	disc := connectHost(t, addr2, nvme.DiscoveryNQN, host.HostConfig{WatchDiscovery: true})
+	other := connectHost(t, addr, nvme.DiscoveryNQN, host.HostConfig{WatchDiscovery: true}) // through Listen's port
 
 	require.NoError(t, p2.SetSubsystems(subA.NQN))
 	select {
@@ -70,9 +71,9 @@ func TestListenPort(t *testing.T) {
 	require.NoError(t, err)
 	_, err = h1.WriteAt(make([]byte, 512), 0)
 	require.NoError(t, err, "through the other port it stays")
-	_, err = Connect(ctx, "tcp", addr2, subB.NQN, HostConfig{})
+	_, err = host.Connect(ctx, "tcp", addr2, subB.NQN, host.HostConfig{})
 	requireStatus(t, err, nvme.StatusConnectInvalidParm|nvme.DNR)
-	connectHost(t, addr2, subA.NQN, HostConfig{})
+	connectHost(t, addr2, subA.NQN, host.HostConfig{})
 
 	all := tg.ports[0]
 	require.Nil(t, all.Subsystems())
@@ -95,7 +96,7 @@ func TestConnectRacingUnlink(t *testing.T) {
 	subB.mu.Lock() // the Connect stops in Allowed, after the port said yes
 	done := make(chan error, 1)
 	go func() {
-		c, err := Connect(ctx, "tcp", p2.Addr().String(), subB.NQN, HostConfig{})
+		c, err := host.Connect(ctx, "tcp", p2.Addr().String(), subB.NQN, host.HostConfig{})
 		if err == nil {
 			c.Close()
 		}
@@ -136,8 +137,8 @@ func TestRemoveSubsystemOfOneTarget(t *testing.T) {
 	require.NoError(t, err)
 	a2, err := t2.Listen(ctx, "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	c1 := connectHost(t, a1.String(), testNQN, HostConfig{IOQueues: 1})
-	c2 := connectHost(t, a2.String(), testNQN, HostConfig{IOQueues: 1})
+	c1 := connectHost(t, a1.String(), testNQN, host.HostConfig{IOQueues: 1})
+	c2 := connectHost(t, a2.String(), testNQN, host.HostConfig{IOQueues: 1})
 
 	require.NoError(t, t1.RemoveSubsystem(ctx, testNQN))
 	select {
@@ -145,56 +146,17 @@ func TestRemoveSubsystemOfOneTarget(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("t1's controller stayed")
 	}
-	ents, err := Discover(ctx, "tcp", a2.String(), HostConfig{})
+	ents, err := host.Discover(ctx, "tcp", a2.String(), host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, ents, 1, "t2 still lists it")
 	h, err := c2.Namespace(ctx, 1)
 	require.NoError(t, err)
 	_, err = h.WriteAt(make([]byte, 512), 0)
 	require.NoError(t, err, "t2's controller and namespace stay")
-	connectHost(t, a2.String(), testNQN, HostConfig{})
-	_, err = Connect(ctx, "tcp", a1.String(), testNQN, HostConfig{})
+	connectHost(t, a2.String(), testNQN, host.HostConfig{})
+	_, err = host.Connect(ctx, "tcp", a1.String(), testNQN, host.HostConfig{})
 	requireStatus(t, err, nvme.StatusConnectInvalidParm|nvme.DNR)
 
 	require.NoError(t, t2.RemoveSubsystem(ctx, testNQN))
-	require.Empty(t, sub.namespaces(), "the last target's removal takes the namespaces")
-}
-
-// A port closed, as a port removed from nvmet: its hosts lose their
-// controllers, hosts through the other port keep theirs, nothing more
-// connects through it, and its ID may be listened on again.
-func TestPortClose(t *testing.T) {
-	checkRoutines(t)
-	tg, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
-	ctx := testCtx(t)
-	p2, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{ID: 9, Subsystems: []string{sub.NQN}})
-	require.NoError(t, err)
-	addr2 := p2.Addr().String()
-	via2 := connectHost(t, addr2, sub.NQN, HostConfig{IOQueues: 1})
-	via1 := connectHost(t, addr, sub.NQN, HostConfig{IOQueues: 1})
-	d := connectHost(t, addr2, nvme.DiscoveryNQN, HostConfig{})
-
-	require.NoError(t, p2.Close())
-	require.NoError(t, p2.Close(), "twice")
-	for _, done := range []<-chan struct{}{via2.IOQueueDone(0), d.admin.dead} {
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("a queue through the closed port stayed")
-		}
-	}
-	ns, err := via1.Namespace(ctx, 1)
-	require.NoError(t, err)
-	_, err = ns.WriteAt(make([]byte, 512), 0)
-	require.NoError(t, err, "the other port's host goes on")
-	_, err = Connect(ctx, "tcp", addr2, sub.NQN, HostConfig{})
-	require.Error(t, err, "nothing listens there")
-	require.Eventually(t, func() bool { return tg.controller(via2.ID) == nil }, 10*time.Second, 5*time.Millisecond,
-		"the controller through the closed port is gone")
-	require.NotNil(t, tg.controller(via1.ID))
-	p9, err := tg.ListenPort(ctx, "tcp", addr2, PortConfig{ID: 9, Subsystems: []string{sub.NQN}})
-	require.NoError(t, err, "the ID and the address are free again")
-	connectHost(t, p9.Addr().String(), sub.NQN, HostConfig{})
-	require.Len(t, tg.Ports(), 2)
-	require.Error(t, p2.SetANAState(1, nvme.ANAInaccessible), "a closed port")
+	require.Empty(t, sub.Namespaces(), "the last target's removal takes the namespaces")
 }

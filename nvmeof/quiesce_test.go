@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
@@ -58,25 +59,22 @@ func (b *gateWriteBackend) ReadAt(p []byte, off int64) (int, error) {
 // abortHost drops every connection of c at once, as a host that resets
 // its controller or loses its network does, and waits until the target
 // has ended the controller.
-func abortHost(t *testing.T, tg *Target, c *Controller) {
+func abortHost(t *testing.T, tg *Target, c *host.Controller) {
 	t.Helper()
 	id := c.ID
-	c.admin.qp.Abort()
-	for _, q := range c.io {
-		q.qp.Abort()
-	}
+	c.Abort()
 	require.Eventually(t, func() bool { return tg.controller(id) == nil }, 5*time.Second, 10*time.Millisecond)
 	t.Cleanup(func() { c.Close() })
 }
 
 // quiesceHost is the host of the quiesce tests, the same for each of its
 // controllers.
-var quiesceHost = HostConfig{IOQueues: 1, HostID: [16]byte{0xc0, 0xff, 0xee},
+var quiesceHost = host.HostConfig{IOQueues: 1, HostID: [16]byte{0xc0, 0xff, 0xee},
 	HostNQN: "nqn.2014-08.org.nvmexpress:uuid:c0ffee00-0000-4000-8000-000000000000"}
 
 // stuckWrite has c write 4 KiB at off, and returns once be holds the
 // write in the Backend: its namespace, and the write's result to come.
-func stuckWrite(t *testing.T, be *gateWriteBackend, c *Controller, off int64) (*HostNamespace, <-chan error) {
+func stuckWrite(t *testing.T, be *gateWriteBackend, c *host.Controller, off int64) (*host.HostNamespace, <-chan error) {
 	t.Helper()
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
@@ -91,7 +89,7 @@ func stuckWrite(t *testing.T, be *gateWriteBackend, c *Controller, off int64) (*
 
 // cutWhileWriting has c write at off, which be holds in the Backend, and
 // then drops c's connections (abortHost).
-func cutWhileWriting(t *testing.T, tg *Target, be *gateWriteBackend, c *Controller, off int64) {
+func cutWhileWriting(t *testing.T, tg *Target, be *gateWriteBackend, c *host.Controller, off int64) {
 	t.Helper()
 	_, wrote := stuckWrite(t, be, c, off)
 	abortHost(t, tg, c)
@@ -113,12 +111,12 @@ func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 	cutWhileWriting(t, tg, be, connectHost(t, addr, testNQN, cfg), 4096)
 
 	type result struct {
-		c   *Controller
+		c   *host.Controller
 		err error
 	}
 	again := make(chan result, 1)
 	go func() {
-		c, err := Connect(ctx, "tcp", addr, testNQN, cfg)
+		c, err := host.Connect(ctx, "tcp", addr, testNQN, cfg)
 		again <- result{c, err}
 	}()
 	stillWaiting(t, again, be.open, "the host connected again")
@@ -141,14 +139,14 @@ func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 	shortQuiesce(t)
 	be2, tg2, addr2 := gatedTarget(t, 8192)
 	cutWhileWriting(t, tg2, be2, connectHost(t, addr2, testNQN, cfg), 8192)
-	_, err = Connect(ctx, "tcp", addr2, testNQN, cfg)
+	_, err = host.Connect(ctx, "tcp", addr2, testNQN, cfg)
 	requireStatus(t, err, nvme.StatusConnectCtrlBusy)
 	// Another host connects meanwhile.
-	other := connectHost(t, addr2, testNQN, HostConfig{IOQueues: 1})
+	other := connectHost(t, addr2, testNQN, host.HostConfig{IOQueues: 1})
 	require.NoError(t, other.Close())
 	be2.open()
 	require.Eventually(t, func() bool {
-		d, err := Connect(ctx, "tcp", addr2, testNQN, cfg)
+		d, err := host.Connect(ctx, "tcp", addr2, testNQN, cfg)
 		if err == nil {
 			d.Close()
 		}
@@ -189,8 +187,8 @@ func TestEndedControllersReadsHoldNothing(t *testing.T) {
 	go func() {
 		_, err := nb.WriteAt(newer, 4096)
 		if err == nil {
-			var c *Controller
-			if c, err = Connect(ctx, "tcp", addr, testNQN, quiesceHost); err == nil {
+			var c *host.Controller
+			if c, err = host.Connect(ctx, "tcp", addr, testNQN, quiesceHost); err == nil {
 				err = c.Close()
 			}
 		}
@@ -247,29 +245,6 @@ func TestOtherPathWaitsForEndedControllersWrites(t *testing.T) {
 	require.Equal(t, newer, got, "the last write stays")
 }
 
-// A host that resets its controller in place (CC.EN 1 → 0 on the same
-// admin queue) while a write of its is in the Backend sees CSTS.RDY clear
-// only once the write has left it: after RDY it may connect I/O queues
-// again and send the write anew.
-func TestResetInPlaceWaitsForBackend(t *testing.T) {
-	checkRoutines(t)
-	ctx := testCtx(t)
-	be, _, addr := gatedTarget(t, 4096)
-	c := connectHost(t, addr, testNQN, quiesceHost)
-	_, wrote := stuckWrite(t, be, c, 4096)
-	cc, err := c.propertyGet(ctx, nvme.PropCC, 4)
-	require.NoError(t, err)
-	reset := make(chan error, 1)
-	go func() { reset <- c.propertySet(ctx, nvme.PropCC, uint32(cc)&^nvme.CCEnable) }()
-	stillWaiting(t, reset, be.open, "CC.EN 0 answered")
-	be.open()
-	require.NoError(t, <-reset)
-	csts, err := c.propertyGet(ctx, nvme.PropCSTS, 4)
-	require.NoError(t, err)
-	require.Zero(t, csts&nvme.CSTSReady, "RDY clear once the write has landed")
-	<-wrote
-}
-
 // A write stuck in the Backend does not hang Set Features 84h: after
 // quiesceWait the namespace stays as it was and the host gets Command
 // Interrupted (no DNR), and meanwhile other writes go on.
@@ -282,10 +257,10 @@ func TestWriteProtectWithHungWrite(t *testing.T) {
 	ns, wrote := stuckWrite(t, be, c, 4096)
 	requireStatus(t, ns.SetWriteProtect(ctx, true), nvme.StatusCommandInterrupted)
 	sub := tg.subs[testNQN]
-	require.False(t, sub.namespace(1).WriteProtected(), "left as it was")
+	require.False(t, sub.Namespace(1).WriteProtected(), "left as it was")
 	// Another host's write (its own queue: the stuck write holds its
 	// queue's goroutine), while the first is still stuck.
-	other := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	other := connectHost(t, addr, testNQN, host.HostConfig{IOQueues: 1})
 	on, err := other.Namespace(ctx, 1)
 	require.NoError(t, err)
 	_, err = on.WriteAt(bytes.Repeat([]byte{2}, 4096), 8192)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
@@ -38,7 +39,7 @@ func TestReferrals(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, pb.SetReferrals(Referral{Addr: pa.Addr().String(), PortID: 1})) // a loop
 
-	log, err := Discover(ctx, "tcp", pa.Addr().String(), HostConfig{})
+	log, err := host.Discover(ctx, "tcp", pa.Addr().String(), host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, log, 2)
 	require.Equal(t, subA.NQN, log[0].SubNQN)
@@ -46,7 +47,7 @@ func TestReferrals(t *testing.T) {
 	require.Equal(t, nvme.DiscoveryEntry{TrType: nvme.TrTypeRDMA, AdrFam: nvme.AdrFamIPv4, SubType: nvme.SubTypeDisc, TReq: nvme.TReqNotSpecific,
 		PortID: 7, CntlID: nvme.DynamicCntlID, ASQSZ: adminQueueSize, TrSvcID: port, TrAddr: "127.0.0.1", SubNQN: nvme.DiscoveryNQN}, log[1])
 
-	all, err := DiscoverAll(ctx, "tcp", pa.Addr().String(), HostConfig{})
+	all, err := host.DiscoverAll(ctx, "tcp", pa.Addr().String(), host.HostConfig{})
 	require.NoError(t, err)
 	var nqns []string
 	for _, e := range all {
@@ -57,7 +58,7 @@ func TestReferrals(t *testing.T) {
 
 	// A referral added while a host watches the log: it is told, and
 	// the log's generation counter moves.
-	c := connectHost(t, pb.Addr().String(), nvme.DiscoveryNQN, HostConfig{WatchDiscovery: true})
+	c := connectHost(t, pb.Addr().String(), nvme.DiscoveryNQN, host.HostConfig{WatchDiscovery: true})
 	gen := func() uint64 {
 		hdr := make([]byte, nvme.DiscHeaderSize)
 		require.NoError(t, c.GetLogPage(ctx, nvme.LogDiscovery, 0, 0, hdr))
@@ -78,7 +79,7 @@ func TestReferrals(t *testing.T) {
 	require.Greater(t, gen(), gen0)
 	require.Equal(t, []Referral{{Addr: pa.Addr().String(), PortID: 1}, dead}, pb.Referrals())
 
-	all, err = DiscoverAll(ctx, "tcp", pa.Addr().String(), HostConfig{})
+	all, err = host.DiscoverAll(ctx, "tcp", pa.Addr().String(), host.HostConfig{})
 	require.ErrorContains(t, err, "127.0.0.1:1", "the referral nobody answers")
 	require.Len(t, all, 2, "what the others gave")
 
@@ -109,7 +110,7 @@ func TestDiscoverAllOnce(t *testing.T) {
 	_, err = tg.ListenPort(ctx, "tcp", addr, PortConfig{Subsystems: []string{sub.NQN}, Referrals: []Referral{{Addr: addr}}})
 	require.NoError(t, err)
 	_, port, _ := net.SplitHostPort(addr)
-	all, err := DiscoverAll(ctx, "tcp", net.JoinHostPort("localhost", port), HostConfig{})
+	all, err := host.DiscoverAll(ctx, "tcp", net.JoinHostPort("localhost", port), host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 	require.Equal(t, sub.NQN, all[0].SubNQN)

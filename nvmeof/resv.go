@@ -192,7 +192,7 @@ func (r *resv) preemptOne(host, victim [16]byte) {
 func (r *resv) register(host [16]byte, cdw10 uint32, data []byte) (nvme.Status, error) {
 	cptpl := cdw10 >> 30
 	if r.file == "" {
-		cptpl = cptplNoChange
+		cptpl = nvme.ResvCPTPLNoChange
 	}
 	if cptpl == 1 { // reserved
 		return nvme.StatusInvalidField | nvme.DNR, nil
@@ -201,8 +201,8 @@ func (r *resv) register(host [16]byte, cdw10 uint32, data []byte) (nvme.Status, 
 	defer r.mu.Unlock()
 	return r.change(func() nvme.Status {
 		st := r.registerLocked(host, cdw10, data)
-		if st.OK() && cptpl != cptplNoChange {
-			r.ptpl = cptpl == cptplSet
+		if st.OK() && cptpl != nvme.ResvCPTPLNoChange {
+			r.ptpl = cptpl == nvme.ResvCPTPLSet
 		}
 		return st
 	})
@@ -409,7 +409,7 @@ func (c *controller) access(p *Port, ns *Namespace, op uint8) nvme.Status {
 // Release as nvme-cli sends it; a longer buffer, as Linux's host sends
 // for Release, is taken: tqueue.longerData) or, for Report, NUMD's length.
 func (c *controller) planResv(cmd nvme.Command, p *Port) (dir, need int, st nvme.Status, ns *Namespace) {
-	ns = c.sub.namespace(cmd.NSID())
+	ns = c.sub.Namespace(cmd.NSID())
 	switch {
 	case ns == nil:
 		return 0, 0, noNamespace(cmd.NSID()), nil

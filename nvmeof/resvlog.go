@@ -145,7 +145,7 @@ func (c *controller) setResvMask(nsid, v uint32) nvme.Status {
 	}
 	var nss []*Namespace
 	if nsid == 0xffffffff {
-		for _, ns := range c.sub.namespaces() {
+		for _, ns := range c.sub.Namespaces() {
 			if ns.resv != nil {
 				nss = append(nss, ns)
 			}
@@ -195,7 +195,7 @@ func (c *controller) getResvMask(nsid uint32) (uint64, nvme.Status) {
 // controller's end. A namespace removed takes its masks with it, so a
 // new one with its NSID starts with none.
 func (c *controller) forgetResvMasks() {
-	for _, ns := range c.sub.namespaces() {
+	for _, ns := range c.sub.Namespaces() {
 		if r := ns.resv; r != nil {
 			r.maskMu.Lock()
 			delete(r.masks, c)

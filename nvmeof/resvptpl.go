@@ -25,12 +25,6 @@ import (
 // and the directory synced) before the change it records completes; a
 // change that cannot be written fails with Internal Error and is undone.
 
-const (
-	rescapPTPL = 1 << 0 // RESCAP: Persist Through Power Loss
-	// CPTPL, Reservation Register's CDW10 bits 31:30.
-	cptplNoChange, cptplClear, cptplSet = 0, 2, 3
-)
-
 // resvState is a reservation file's content.
 type resvState struct {
 	PTPL        bool                 `json:"ptpl"`
@@ -265,7 +259,7 @@ func (c *controller) resvDone(ns *Namespace, st nvme.Status, err error) nvme.Sta
 // resvNamespace returns namespace nsid if it has reservations, or the
 // status for a feature of one that does not.
 func (c *controller) resvNamespace(nsid uint32) (*Namespace, nvme.Status) {
-	ns := c.sub.namespace(nsid)
+	ns := c.sub.Namespace(nsid)
 	switch {
 	case nsid == 0xffffffff:
 		return nil, nvme.StatusInvalidField | nvme.DNR
@@ -288,7 +282,7 @@ func (c *controller) setResvPersist(nsid, v uint32) (uint64, nvme.Status) {
 	on := v&1 != 0
 	var nss []*Namespace
 	if nsid == 0xffffffff {
-		for _, ns := range c.sub.namespaces() {
+		for _, ns := range c.sub.Namespaces() {
 			if ns.resv != nil && (ns.resv.file != "" || !on) {
 				nss = append(nss, ns)
 			}

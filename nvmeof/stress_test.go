@@ -2,7 +2,6 @@ package nvmeof
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/stretchr/testify/require"
 )
 
@@ -27,7 +27,7 @@ func stress(t *testing.T, bufLimit int) {
 	t.Cleanup(func() { testBufLimit = 0 })
 	checkRoutines(t)
 	_, _, addr := newTestTarget(t, 32<<20, TargetConfig{MaxQueueSize: 64})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 4, QueueDepth: 8})
+	c := connectHost(t, addr, testNQN, host.HostConfig{IOQueues: 4, QueueDepth: 8})
 	require.Equal(t, 4, c.IOQueues())
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
@@ -73,43 +73,6 @@ func stress(t *testing.T, bufLimit int) {
 	require.NoError(t, c.Err())
 }
 
-// TestRWNoHoldAndWait: callers that each split their I/O into more
-// commands than the queues have slots must not wait for a slot while
-// holding slots of commands already answered. Four callers over two
-// queues of depth 2 (four slots in all), each reading eight commands'
-// worth: a caller that held its slots while it waited for more would wait
-// for the others' slots, and they for its.
-func TestRWNoHoldAndWait(t *testing.T) {
-	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 32<<20, TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2, QueueDepth: 2})
-	ns, err := c.Namespace(testCtx(t), 1)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	size := 8 * c.maxData
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, size)
-			for range 5 {
-				if _, err := ns.ReadAtContext(ctx, buf, int64(w*size)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-}
-
 // Closing a controller while its namespace is being read and written ends
 // every call, with its data or an error, and panics in none: a command that
 // finishes as the queues are torn down (their regions deregistered) reads
@@ -131,7 +94,7 @@ func TestHostCloseUnderIO(t *testing.T) {
 			disconnected++
 		}
 	}})
-	c, err := Connect(testCtx(t), "tcp", addr, testNQN, HostConfig{IOQueues: 2, QueueDepth: 4})
+	c, err := host.Connect(testCtx(t), "tcp", addr, testNQN, host.HostConfig{IOQueues: 2, QueueDepth: 4})
 	require.NoError(t, err)
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
@@ -181,11 +144,11 @@ func TestHostCloseUnderIO(t *testing.T) {
 	for w := range workers {
 		require.Positive(t, oks[w], "worker %d: no call returned its data before the Close", w)
 		if errs[w] != nil {
-			require.ErrorIs(t, errs[w], ErrClosed, "worker %d", w)
+			require.ErrorIs(t, errs[w], host.ErrClosed, "worker %d", w)
 		}
 	}
 	_, err = ns.ReadAt(make([]byte, 512), 0)
-	require.ErrorIs(t, err, ErrClosed, "a call after Close")
+	require.ErrorIs(t, err, host.ErrClosed, "a call after Close")
 	// The I/O queues disconnected before the shutdown, so the target
 	// closed none of them under a command. (It may still find one at
 	// CC.SHN whose disconnect it has not yet handled, and close it again:

@@ -268,8 +268,8 @@ func (ns *Namespace) done() {
 // none was running (both may, hence the Once).
 func (ns *Namespace) drain() { ns.drainOnce.Do(func() { close(ns.drained) }) }
 
-// namespace returns the namespace with the given NSID, or nil.
-func (s *Subsystem) namespace(id uint32) *Namespace {
+// Namespace returns the namespace with the given NSID, or nil.
+func (s *Subsystem) Namespace(id uint32) *Namespace {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if id == 0 || id > uint32(len(s.ns)) {
@@ -292,8 +292,8 @@ func noNamespace(id uint32) nvme.Status {
 	return nvme.StatusInvalidField | nvme.DNR
 }
 
-// namespaces returns the namespaces in NSID order.
-func (s *Subsystem) namespaces() []*Namespace {
+// Namespaces returns the namespaces in NSID order.
+func (s *Subsystem) Namespaces() []*Namespace {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var nss []*Namespace

@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/internal/transport"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
 
 // activeNSIDs returns the controller's active namespace list (CNS 02h).
-func activeNSIDs(t *testing.T, c *Controller) []uint32 {
+func activeNSIDs(t *testing.T, c *host.Controller) []uint32 {
 	t.Helper()
 	list := make([]byte, nvme.IdentifySize)
 	require.NoError(t, c.Identify(testCtx(t), nvme.CNSActiveNSList, 0, list))
@@ -36,7 +38,7 @@ func activeNSIDs(t *testing.T, c *Controller) []uint32 {
 func TestAddNamespaceConfig(t *testing.T) {
 	checkRoutines(t)
 	_, sub, addr := newTestTarget(t, 1<<20, TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true})
+	c := connectHost(t, addr, testNQN, host.HostConfig{IOQueues: 1, WatchNamespaces: true})
 	ctx := testCtx(t)
 
 	nguid := [16]byte{0x5e, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
@@ -84,7 +86,7 @@ func TestAddNamespaceConfig(t *testing.T) {
 	// Disabled and enabled again, as in nvmet: the same NSID, the same
 	// identity, the data its backend kept. A controller that has not read
 	// its Changed Namespace List meanwhile finds NSID 5 in it once.
-	quiet := connectHost(t, addr, testNQN, HostConfig{})
+	quiet := connectHost(t, addr, testNQN, host.HostConfig{})
 	b5 := ns5.Backend
 	require.NoError(t, sub.RemoveNamespace(ctx, 5))
 	ids, err = c.WaitNamespaceChange(ctx)
@@ -120,22 +122,22 @@ func TestSetAllowedHosts(t *testing.T) {
 	ctx := testCtx(t)
 	const hostA = "nqn.2014-08.org.nvmexpress:uuid:0a0a0a0a-0000-4000-8000-000000000001"
 	const hostB = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-0000-4000-8000-000000000002"
-	cA := connectHost(t, addr, testNQN, HostConfig{HostNQN: hostA, IOQueues: 1})
+	cA := connectHost(t, addr, testNQN, host.HostConfig{HostNQN: hostA, IOQueues: 1})
 	hA, err := cA.Namespace(ctx, 1)
 	require.NoError(t, err)
 
 	sub.SetAllowedHosts(false, hostB, hostB)
 	require.False(t, sub.Allowed(hostA))
 	require.True(t, sub.Allowed(hostB))
-	_, err = Connect(ctx, "tcp", addr, testNQN, HostConfig{HostNQN: hostA})
+	_, err = host.Connect(ctx, "tcp", addr, testNQN, host.HostConfig{HostNQN: hostA})
 	requireStatus(t, err, nvme.StatusConnectInvalidHost|nvme.DNR)
-	ents, err := Discover(ctx, "tcp", addr, HostConfig{HostNQN: hostA})
+	ents, err := host.Discover(ctx, "tcp", addr, host.HostConfig{HostNQN: hostA})
 	require.NoError(t, err)
 	require.Empty(t, ents, "the discovery log lists what the host may reach")
-	ents, err = Discover(ctx, "tcp", addr, HostConfig{HostNQN: hostB})
+	ents, err = host.Discover(ctx, "tcp", addr, host.HostConfig{HostNQN: hostB})
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
-	connectHost(t, addr, testNQN, HostConfig{HostNQN: hostB})
+	connectHost(t, addr, testNQN, host.HostConfig{HostNQN: hostB})
 	_, err = hA.WriteAt(make([]byte, 512), 0)
 	require.NoError(t, err, "a connected controller stays, as in nvmet")
 
@@ -143,7 +145,7 @@ func TestSetAllowedHosts(t *testing.T) {
 	require.False(t, sub.Allowed(hostB), "no list and not any host: nobody")
 	sub.SetAllowedHosts(true)
 	require.True(t, sub.Allowed(hostA))
-	connectHost(t, addr, testNQN, HostConfig{HostNQN: hostA})
+	connectHost(t, addr, testNQN, host.HostConfig{HostNQN: hostA})
 }
 
 // RemoveSubsystem on a running target: the hosts connected to it lose
@@ -166,8 +168,8 @@ func TestRemoveSubsystem(t *testing.T) {
 	require.NoError(t, tg.AddSubsystem(sub2))
 	require.Error(t, tg.AddSubsystem(sub2), "twice")
 
-	c1 := connectHost(t, addr, sub1.NQN, HostConfig{IOQueues: 1})
-	c2 := connectHost(t, addr, sub2.NQN, HostConfig{IOQueues: 1})
+	c1 := connectHost(t, addr, sub1.NQN, host.HostConfig{IOQueues: 1})
+	c2 := connectHost(t, addr, sub2.NQN, host.HostConfig{IOQueues: 1})
 	h2, err := c2.Namespace(ctx, 1)
 	require.NoError(t, err)
 	wrote := make(chan error, 1)
@@ -192,11 +194,11 @@ func TestRemoveSubsystem(t *testing.T) {
 	require.Error(t, <-wrote, "the host lost the queue the write was on")
 	require.Error(t, tg.RemoveSubsystem(ctx, sub2.NQN), "removed already")
 
-	ents, err := Discover(ctx, "tcp", addr, HostConfig{})
+	ents, err := host.Discover(ctx, "tcp", addr, host.HostConfig{})
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
 	require.Equal(t, sub1.NQN, ents[0].SubNQN)
-	_, err = Connect(ctx, "tcp", addr, sub2.NQN, HostConfig{})
+	_, err = host.Connect(ctx, "tcp", addr, sub2.NQN, host.HostConfig{})
 	requireStatus(t, err, nvme.StatusConnectInvalidParm|nvme.DNR)
 	h1, err := c1.Namespace(ctx, 1)
 	require.NoError(t, err)
@@ -207,7 +209,7 @@ func TestRemoveSubsystem(t *testing.T) {
 	require.NoError(t, tg.AddSubsystem(sub2))
 	_, err = sub2.AddNamespaceConfig(g, NamespaceConfig{ID: 1})
 	require.NoError(t, err)
-	c2 = connectHost(t, addr, sub2.NQN, HostConfig{IOQueues: 1})
+	c2 = connectHost(t, addr, sub2.NQN, host.HostConfig{IOQueues: 1})
 	h2, err = c2.Namespace(context.Background(), 1)
 	require.NoError(t, err)
 	_, err = h2.WriteAt(make([]byte, 512), 0)
@@ -225,7 +227,7 @@ func TestNSIDReusedBetweenPlanAndExec(t *testing.T) {
 	require.NoError(t, err)
 	_, err = sub.AddNamespace(NewMemBackend(1<<20), 512)
 	require.NoError(t, err)
-	c := &controller{t: &Target{cfg: TargetConfig{MaxTransfer: maxTransfer}}, sub: sub}
+	c := &controller{t: &Target{cfg: TargetConfig{MaxTransfer: transport.DefaultMaxTransfer}}, sub: sub}
 	cmd := make(nvme.Command, nvme.CommandSize)
 	nvme.NewRW(cmd, nvme.IOWrite, 1, 1, 1000, 7) // 8 blocks at LBA 1000: 4 KiB at 512 000
 	_, need, st, planned := c.planIO(cmd, &Port{})
@@ -258,7 +260,7 @@ func TestNSIDReusedBetweenPlanAndExec(t *testing.T) {
 func TestNSIDReusedUnderWrites(t *testing.T) {
 	_, sub, addr := newTestTarget(t, 1<<20, TargetConfig{Logf: func(string, ...any) {}})
 	ctx := testCtx(t)
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
+	c := connectHost(t, addr, testNQN, host.HostConfig{IOQueues: 2})
 	h, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "small.img")
@@ -326,7 +328,7 @@ func TestRemoveWhileBackendHangs(t *testing.T) {
 	require.NoError(t, err)
 	ns4, err := sub.AddNamespace(NewMemBackend(1<<20), 512)
 	require.NoError(t, err)
-	c := connectHost(t, addr, sub.NQN, HostConfig{IOQueues: 2})
+	c := connectHost(t, addr, sub.NQN, host.HostConfig{IOQueues: 2})
 	stuck := func(id uint32, g *gateWrite) chan error {
 		h, err := c.Namespace(ctx, id)
 		require.NoError(t, err)
@@ -354,18 +356,18 @@ func TestRemoveWhileBackendHangs(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	require.ErrorIs(t, sub.RemoveNamespace(short, 3), context.DeadlineExceeded)
-	require.Nil(t, sub.namespace(3), "out all the same")
+	require.Nil(t, sub.Namespace(3), "out all the same")
 	drained(ns3, false, "a write is stuck in its backend")
 	release3()
 	drained(ns3, true, "the write finished")
 	require.NoError(t, <-wrote3, "the stuck write completes")
 
 	wrote2 := stuck(2, g2)
-	ns1 := sub.namespace(1)
+	ns1 := sub.Namespace(1)
 	short2, cancel2 := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel2()
 	require.ErrorIs(t, tg.RemoveSubsystem(short2, sub.NQN), context.DeadlineExceeded)
-	require.Empty(t, sub.namespaces(), "every namespace out, 4 after the stuck 2 too")
+	require.Empty(t, sub.Namespaces(), "every namespace out, 4 after the stuck 2 too")
 	drained(ns1, true, "unused")
 	drained(ns4, true, "unused, after the stuck one")
 	drained(ns2, false, "a write is stuck in its backend")
@@ -387,7 +389,7 @@ func TestClosePortWhileBackendHangs(t *testing.T) {
 	tg, _, _ := newBackendTarget(t, g, TargetConfig{})
 	p, err := tg.ListenPort(ctx, "tcp", "127.0.0.1:0", PortConfig{Subsystems: []string{testNQN}})
 	require.NoError(t, err)
-	c, err := Connect(ctx, "tcp", p.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	c, err := host.Connect(ctx, "tcp", p.Addr().String(), testNQN, host.HostConfig{IOQueues: 1})
 	require.NoError(t, err)
 	defer c.Close()
 	ns, err := c.Namespace(ctx, 1)
@@ -448,11 +450,11 @@ func TestRemoveSubsystemRacingAdd(t *testing.T) {
 		sub.mu.RLock()
 		_, joined := sub.targets[tg]
 		sub.mu.RUnlock()
-		nss := len(sub.namespaces())
+		nss := len(sub.Namespaces())
 		require.True(t, served, "round %d: added", i)
 		require.True(t, joined, "round %d: the subsystem has the target that lists it", i)
 		require.Zero(t, nss, "round %d: added after the removal, without its namespaces", i)
 	}
-	c := connectHost(t, p.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	c := connectHost(t, p.Addr().String(), testNQN, host.HostConfig{IOQueues: 1})
 	require.NoError(t, c.Close())
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/internal/transport"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 )
@@ -44,12 +47,12 @@ type TargetConfig struct {
 	ConnConfig verbs.ConnConfig
 	// AskCRC turns MPA CRCs on for every queue (the target's Reply asks
 	// for them), and, unless ConnConfig.MaxFPDU is set, sends FPDUs of at
-	// most CRCMaxFPDU octets, each in a TCP segment of its own
+	// most transport.CRCMaxFPDU octets, each in a TCP segment of its own
 	// (ConnConfig.SegmentPerFPDU), which costs throughput on paths with
 	// larger segments. Off by default, as Linux: nvme-rdma leaves CRCs to
 	// the RDMA device, and siw does not ask for them. Linux siw 6.1
 	// mis-checks the CRC of an FPDU whose trailer arrives split across two
-	// receive buffers (see CRCMaxFPDU): with AskCRC and 32 KiB FPDUs
+	// receive buffers (see transport.CRCMaxFPDU): with AskCRC and 32 KiB FPDUs
 	// through QEMU's user network every 16 MiB run against the kernel's
 	// host failed a queue with a Terminate (LLP, MPA, CRC error), while
 	// every CRC on the wire was good; with FPDUs of 1440 octets none of 7
@@ -67,8 +70,6 @@ const (
 	defaultMaxQueueSize = 128
 	adminQueueSize      = 32
 	defaultInCapsule    = 4096
-	maxTransfer         = 128 << 10 // the default MaxTransfer, of targets and hosts
-	maxMaxTransfer      = 1 << 20
 	maxQueueSizeLimit   = 1024
 )
 
@@ -123,14 +124,14 @@ func NewTarget(cfg TargetConfig, subsystems ...*Subsystem) (*Target, error) {
 		return nil, fmt.Errorf("nvmeof: InCapsuleData %d: want a multiple of 16 in 1024 .. 65536", cfg.InCapsuleData)
 	}
 	if cfg.MaxTransfer <= 0 {
-		cfg.MaxTransfer = maxTransfer
+		cfg.MaxTransfer = transport.DefaultMaxTransfer
 	}
 	// MDTS counts 4 KiB pages as a power of two, and 0 means no limit: one
 	// page cannot be said.
-	if cfg.MaxTransfer < 8192 || cfg.MaxTransfer > maxMaxTransfer || cfg.MaxTransfer&(cfg.MaxTransfer-1) != 0 {
+	if cfg.MaxTransfer < 8192 || cfg.MaxTransfer > transport.MaxMaxTransfer || cfg.MaxTransfer&(cfg.MaxTransfer-1) != 0 {
 		return nil, fmt.Errorf("nvmeof: MaxTransfer %d: want a power of two in 8 KiB .. 1 MiB", cfg.MaxTransfer)
 	}
-	cfg.ConnConfig = crcConn(cfg.ConnConfig, cfg.AskCRC)
+	cfg.ConnConfig = transport.ConnConfig(cfg.ConnConfig, cfg.AskCRC)
 	t := &Target{cfg: cfg, dev: cfg.Device, start: time.Now(), seq: targetSeq.Add(1), subs: map[string]*Subsystem{},
 		ctrls: map[uint16]*controller{}, queues: map[*tqueue]struct{}{}}
 	for _, s := range subsystems {
@@ -235,7 +236,7 @@ func (t *Target) RemoveSubsystem(ctx context.Context, nqn string) error {
 		return nil // another target still serves it, namespaces and all
 	}
 	var out []*Namespace
-	for _, ns := range s.namespaces() {
+	for _, ns := range s.Namespaces() {
 		if n, err := s.takeOut(ns.ID); err == nil { // gone meanwhile: removed by another call
 			out = append(out, n)
 		}
@@ -377,7 +378,7 @@ func (t *Target) Close() error {
 	}
 	var err error
 	for _, s := range subs {
-		for _, ns := range s.namespaces() {
+		for _, ns := range s.Namespaces() {
 			if e := ns.Backend.Flush(); e != nil && err == nil {
 				err = fmt.Errorf("nvmeof: %s namespace %d: flush: %w", s.NQN, ns.ID, e)
 			}
@@ -420,6 +421,15 @@ const (
 	addBusy               // no controller ID free, or the target closed
 	addUnlinked           // the subsystem is no longer exposed there
 )
+
+// Controllers returns the IDs of the target's controllers, in order: each
+// is a host's association, from its admin queue's Connect until the
+// controller ends (the host's shutdown, a lost admin queue, KATO).
+func (t *Target) Controllers() []uint16 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Sorted(maps.Keys(t.ctrls))
+}
 
 func (t *Target) controller(id uint16) *controller {
 	t.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goiwarp/iwarp/nvmeof/internal/transport"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/goiwarp/iwarp/verbs"
 )
@@ -538,7 +539,7 @@ func (q *tqueue) transfer(idx, dir, need int) bool {
 		q.sge[0] = mr.SGE(0, int(d.Len))
 		q.wr[0] = verbs.SendWR{ID: wrRead<<32 | uint64(idx), Opcode: verbs.OpRDMARead, Flags: verbs.Signaled,
 			SGL: q.sge[:], RemoteAddr: d.Addr, RKey: d.Key}
-		if err := postSend(q.qp, q.wr[:1]); err != nil {
+		if err := transport.PostSend(q.qp, q.wr[:1]); err != nil {
 			q.closeErr = fmt.Errorf("posting an RDMA Read: %w", err)
 			return false
 		}
@@ -678,7 +679,7 @@ func (q *tqueue) respond(idx int, res uint64, st nvme.Status, out []byte) bool {
 	}
 	wrs = append(wrs, send)
 	q.active--
-	if err := postSend(q.qp, wrs); err != nil {
+	if err := transport.PostSend(q.qp, wrs); err != nil {
 		q.closeErr = fmt.Errorf("posting a response: %w", err)
 		return false
 	}
@@ -698,7 +699,7 @@ func (q *tqueue) respondCID(cid uint16, res uint64, st nvme.Status) bool {
 		return false
 	}
 	q.wr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: q.completion(res, cid, st)}
-	if err := postSend(q.qp, q.wr[:1]); err != nil {
+	if err := transport.PostSend(q.qp, q.wr[:1]); err != nil {
 		q.closeErr = fmt.Errorf("posting a response: %w", err)
 		return false
 	}

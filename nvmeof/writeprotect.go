@@ -103,7 +103,7 @@ func wpRefuses(op uint8) bool {
 // off) if it cannot. A namespace protected until a power cycle takes no
 // other state (NVMe base 2.0: Feature Not Changeable).
 func (c *controller) setWriteProtect(nsid, v uint32) (uint64, nvme.Status) {
-	ns := c.sub.namespace(nsid)
+	ns := c.sub.Namespace(nsid)
 	if ns == nil {
 		return 0, noNamespace(nsid)
 	}
@@ -157,7 +157,7 @@ func (c *controller) setWriteProtect(nsid, v uint32) (uint64, nvme.Status) {
 
 // getWriteProtect serves Get Features 84h.
 func (c *controller) getWriteProtect(nsid uint32) (uint64, nvme.Status) {
-	ns := c.sub.namespace(nsid)
+	ns := c.sub.Namespace(nsid)
 	if ns == nil {
 		return 0, noNamespace(nsid)
 	}

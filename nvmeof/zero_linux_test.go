@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,7 +25,7 @@ func TestFileZeroFallocate(t *testing.T) {
 	require.NoError(t, err)
 	defer fb.Close()
 	_, _, addr := newBackendTarget(t, fb, TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	c := connectHost(t, addr, testNQN, host.HostConfig{IOQueues: 1})
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	allocated := func() int64 {

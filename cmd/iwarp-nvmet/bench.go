@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
@@ -43,7 +43,7 @@ func bench(args []string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if *nqn == "" {
-		ents, err := nvmeof.Discover(ctx, "tcp", addr, nvmeof.HostConfig{})
+		ents, err := host.Discover(ctx, "tcp", addr, host.HostConfig{})
 		if err != nil {
 			return fmt.Errorf("discovery: %w", err)
 		}
@@ -57,7 +57,7 @@ func bench(args []string, out io.Writer) error {
 			return errors.New("the discovery log lists no NVM subsystem")
 		}
 	}
-	c, err := nvmeof.Connect(ctx, "tcp", addr, *nqn, nvmeof.HostConfig{IOQueues: *queues, QueueDepth: *qd})
+	c, err := host.Connect(ctx, "tcp", addr, *nqn, host.HostConfig{IOQueues: *queues, QueueDepth: *qd})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -85,7 +86,7 @@ func TestReloadHungBackend(t *testing.T) {
 		tg.Close()
 		s.close()
 	}()
-	c, err := nvmeof.Connect(ctx, "tcp", addr, nqn, nvmeof.HostConfig{IOQueues: 1})
+	c, err := host.Connect(ctx, "tcp", addr, nqn, host.HostConfig{IOQueues: 1})
 	require.NoError(t, err)
 	defer c.Close()
 	stuck := func(id uint32, g *gatedBackend) chan error {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
@@ -39,7 +39,7 @@ func TestServeConfigReferrals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	referrals := func() []string {
-		ents, err := nvmeof.Discover(ctx, "tcp", addr, nvmeof.HostConfig{})
+		ents, err := host.Discover(ctx, "tcp", addr, host.HostConfig{})
 		require.NoError(t, err)
 		require.Equal(t, nqn, ents[0].SubNQN)
 		var rs []string

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
@@ -92,7 +92,7 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c1, err := nvmeof.Connect(ctx, "tcp", addr1, nqn, nvmeof.HostConfig{IOQueues: 1})
+	c1, err := host.Connect(ctx, "tcp", addr1, nqn, host.HostConfig{IOQueues: 1})
 	require.NoError(t, err)
 	defer c1.Close()
 	l, err := c1.ANALog(ctx)
@@ -120,7 +120,7 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 	var se *nvme.StatusError
 	require.True(t, errors.As(err, &se), "%v", err)
 	require.Equal(t, nvme.StatusANAInaccessible, se.Status)
-	c2, err := nvmeof.Connect(ctx, "tcp", addr2, nqn, nvmeof.HostConfig{IOQueues: 1})
+	c2, err := host.Connect(ctx, "tcp", addr2, nqn, host.HostConfig{IOQueues: 1})
 	require.NoError(t, err, "the port opened by the reload")
 	defer c2.Close()
 	l, err = c2.ANALog(ctx)
@@ -141,7 +141,7 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 	// subsystem is on the new address only.
 	writePortsConfig(t, cfg, []portJSON{{2, addr3, []string{nqn}, nil}}, sub(3))
 	hup()
-	for _, c := range []*nvmeof.Controller{c1, c2} {
+	for _, c := range []*host.Controller{c1, c2} {
 		select {
 		case <-c.IOQueueDone(0):
 		case <-time.After(10 * time.Second):
@@ -149,10 +149,10 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 		}
 	}
 	for _, a := range []string{addr1, addr2} {
-		_, err := nvmeof.Connect(ctx, "tcp", a, nqn, nvmeof.HostConfig{})
+		_, err := host.Connect(ctx, "tcp", a, nqn, host.HostConfig{})
 		require.Error(t, err, "nothing listens on %s", a)
 	}
-	c3, err := nvmeof.Connect(ctx, "tcp", addr3, nqn, nvmeof.HostConfig{})
+	c3, err := host.Connect(ctx, "tcp", addr3, nqn, host.HostConfig{})
 	require.NoError(t, err)
 	l, err = c3.ANALog(ctx)
 	require.NoError(t, err)

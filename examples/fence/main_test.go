@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/stretchr/testify/require"
 )
@@ -81,7 +82,7 @@ func TestFenceProcesses(t *testing.T) {
 	out3, err := exec.Command(bin, "show", paths).CombinedOutput()
 	require.NoError(t, err, "%s", out3)
 	require.Contains(t, string(out3), "key 0x2 host")
-	c, err := nvmeof.Connect(context.Background(), "tcp", addrs[0], nqn, nvmeof.HostConfig{IOQueues: 1,
+	c, err := host.Connect(context.Background(), "tcp", addrs[0], nqn, host.HostConfig{IOQueues: 1,
 		HostID: [16]byte{'g', 'o', 'i', 'w', 'a', 'r', 'p', '-', 15: 1}})
 	require.NoError(t, err)
 	defer c.Close()

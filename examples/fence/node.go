@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
@@ -18,7 +18,7 @@ var errFenced = errors.New("fenced")
 // node's (its key modulo 8), until ctx ends or the node is fenced, or a
 // heartbeat cannot be written within timeout (the disk is lost: the node
 // must stop by itself, as no notice will reach it).
-func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace, key uint64, period, timeout time.Duration) error {
+func hold(ctx context.Context, m *host.Multipath, n *host.MultipathNamespace, key uint64, period, timeout time.Duration) error {
 	if err := n.RegisterKey(ctx, key); err != nil {
 		return fmt.Errorf("registering key %#x: %w", key, err)
 	}
@@ -70,7 +70,7 @@ func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace
 
 // watch waits for the notification that this node's registration was
 // preempted.
-func watch(ctx context.Context, m *nvmeof.Multipath) error {
+func watch(ctx context.Context, m *host.Multipath) error {
 	for {
 		ns, err := m.WaitReservationNotice(ctx)
 		if err != nil {
@@ -86,7 +86,7 @@ func watch(ctx context.Context, m *nvmeof.Multipath) error {
 }
 
 // take fences the node registered with key victim, and shows the result.
-func take(ctx context.Context, n *nvmeof.MultipathNamespace, key, victim uint64) error {
+func take(ctx context.Context, n *host.MultipathNamespace, key, victim uint64) error {
 	if err := n.RegisterKey(ctx, key); err != nil {
 		return fmt.Errorf("registering key %#x: %w", key, err)
 	}
@@ -98,7 +98,7 @@ func take(ctx context.Context, n *nvmeof.MultipathNamespace, key, victim uint64)
 }
 
 // show prints the reservation report.
-func show(ctx context.Context, n *nvmeof.MultipathNamespace) error {
+func show(ctx context.Context, n *host.MultipathNamespace) error {
 	st, err := n.ReservationReport(ctx)
 	if err != nil {
 		return err

@@ -205,3 +205,6 @@ func NewAdmin(c Command, op uint8, cid uint16, nsid, cdw10, cdw11 uint32) {
 func (c Command) LogLen() uint64 {
 	return (uint64(c.CDW(11)&0xffff)<<16 | uint64(c.CDW(10)>>16) + 1) * 4
 }
+
+// DSMRangeSize is the size of a Dataset Management range.
+const DSMRangeSize = 16

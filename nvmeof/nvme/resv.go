@@ -148,3 +148,10 @@ const (
 	// set (REGPRE, RESREL, RESPRE).
 	ResvMaskAll = 1<<ResvNoticeRegPreempted | 1<<ResvNoticeReleased | 1<<ResvNoticePreempted
 )
+
+// Persist Through Power Loss: RESCAP's bit, and the Change PTPL state
+// values of Reservation Register's CDW10 bits 31:30.
+const (
+	RESCAPPTPL                                      = 1 << 0
+	ResvCPTPLNoChange, ResvCPTPLClear, ResvCPTPLSet = 0, 2, 3
+)
