@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/interop/siw"
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,13 +33,13 @@ import (
 func TestNVMeKernelHostANA(t *testing.T) {
 	sub, mem := memSubsystem(t)
 	logs := &logLines{t: t}
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
+	tg, err := target.New(target.Config{Logf: logs.logf}, sub)
 	require.NoError(t, err)
 	t.Cleanup(func() { tg.Close() })
 	hp1, hp2 := freePort(t), freePort(t)
-	p1, err := tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp1), nvmeof.PortConfig{Subsystems: []string{nvmeNQN}})
+	p1, err := tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp1), target.PortConfig{Subsystems: []string{nvmeNQN}})
 	require.NoError(t, err)
-	p2, err := tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp2), nvmeof.PortConfig{Subsystems: []string{nvmeNQN},
+	p2, err := tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp2), target.PortConfig{Subsystems: []string{nvmeNQN},
 		ANA: map[uint32]nvme.ANAState{1: nvme.ANANonOptimized}})
 	require.NoError(t, err)
 
@@ -150,7 +150,7 @@ dmesg | grep -iE 'nvmet' | tail -20`)
 	ctx := vmCtx(t, vm, 3*time.Minute)
 	addrs := []string{fmt.Sprintf("127.0.0.1:%d", hp1), fmt.Sprintf("127.0.0.1:%d", hp2)}
 	m, err := host.ConnectMultipath(ctx, "tcp", addrs, nvmeNQN, host.MultipathConfig{
-		HostConfig: host.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 1, QueueDepth: 16}})
+		Config: host.Config{HostNQN: nvmeHostNQN, IOQueues: 1, QueueDepth: 16}})
 	require.NoError(t, err)
 	defer m.Close()
 	for _, p := range m.Paths() {

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/interop/siw"
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,12 +30,12 @@ import (
 // Only): the guest's writes now fail, its reads go on, and nvme-cli
 // reports the Go host as the only registrant and holder.
 func TestNVMeKernelHostReservations(t *testing.T) {
-	sub, err := nvmeof.NewSubsystem(nvmeNQN)
+	sub, err := target.NewSubsystem(nvmeNQN)
 	require.NoError(t, err)
-	mem := nvmeof.NewMemBackend(64 << 20)
-	_, err = sub.AddNamespaceConfig(mem, nvmeof.NamespaceConfig{Reservations: true})
+	mem := target.NewMemBackend(64 << 20)
+	_, err = sub.AddNamespaceConfig(mem, target.NamespaceConfig{Reservations: true})
 	require.NoError(t, err)
-	_, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
+	_, ports := serveTarget(t, target.Config{}, sub, 1)
 	const guestKey, goKey = 2748, 11 // 0xabc, 0xb
 	script := fmt.Sprintf(`uevent sh -c 'env | grep NVME_AEN >> /tmp/uev.log' & UEV=$!
 $NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1; echo "CONNECT rc=$?"
@@ -200,15 +200,15 @@ func featureValue(t *testing.T, out string) uint64 {
 // refused its write, and the guest, the holder, still writes.
 func TestNVMeKernelHostPTPL(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "ns1.resv")
-	mem := nvmeof.NewMemBackend(64 << 20) // the data outlives the restart too
+	mem := target.NewMemBackend(64 << 20) // the data outlives the restart too
 	port := freePort(t)
-	serve := func() *nvmeof.Target {
-		sub, err := nvmeof.NewSubsystem(nvmeNQN)
+	serve := func() *target.Target {
+		sub, err := target.NewSubsystem(nvmeNQN)
 		require.NoError(t, err)
-		_, err = sub.AddNamespaceConfig(mem, nvmeof.NamespaceConfig{Reservations: true, ReservationFile: file})
+		_, err = sub.AddNamespaceConfig(mem, target.NamespaceConfig{Reservations: true, ReservationFile: file})
 		require.NoError(t, err)
 		logs := &logLines{t: t}
-		tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
+		tg, err := target.New(target.Config{Logf: logs.logf}, sub)
 		require.NoError(t, err)
 		_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		require.NoError(t, err)
@@ -290,9 +290,9 @@ func guestKV(vm *siw.VM, prefix string) map[string]string {
 // goHostRefused connects our Go host (host identifier id) to the target
 // on 127.0.0.1:port, checks that a write to namespace 1 gets Reservation
 // Conflict, and returns the namespace (closed with the test).
-func goHostRefused(t *testing.T, ctx context.Context, port int, id [16]byte, why string) *host.HostNamespace {
+func goHostRefused(t *testing.T, ctx context.Context, port int, id [16]byte, why string) *host.Namespace {
 	t.Helper()
-	c, err := host.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port), nvmeNQN, host.HostConfig{IOQueues: 1, HostID: id})
+	c, err := host.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port), nvmeNQN, host.Config{IOQueues: 1, HostID: id})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	n, err := c.Namespace(ctx, 1)

@@ -43,7 +43,7 @@ func bench(args []string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if *nqn == "" {
-		ents, err := host.Discover(ctx, "tcp", addr, host.HostConfig{})
+		ents, err := host.Discover(ctx, "tcp", addr, host.Config{})
 		if err != nil {
 			return fmt.Errorf("discovery: %w", err)
 		}
@@ -57,7 +57,7 @@ func bench(args []string, out io.Writer) error {
 			return errors.New("the discovery log lists no NVM subsystem")
 		}
 	}
-	c, err := host.Connect(ctx, "tcp", addr, *nqn, host.HostConfig{IOQueues: *queues, QueueDepth: *qd})
+	c, err := host.Connect(ctx, "tcp", addr, *nqn, host.Config{IOQueues: *queues, QueueDepth: *qd})
 	if err != nil {
 		return err
 	}

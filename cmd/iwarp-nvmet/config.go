@@ -13,8 +13,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 )
 
 // nvmetConfig is a saved configuration of Linux's nvmet as nvmetcli's
@@ -122,7 +122,7 @@ type portPlan struct {
 	addr string
 	subs []string
 	ana  map[uint32]nvme.ANAState
-	refs []nvmeof.Referral
+	refs []target.Referral
 }
 
 type subPlan struct {
@@ -359,7 +359,7 @@ func parseID(s string) ([16]byte, error) {
 
 // referral reads a referral's address, or nil for a transport or address
 // family the discovery log here does not list (nvmet would).
-func referral(r nvmetReferral) (*nvmeof.Referral, error) {
+func referral(r nvmetReferral) (*target.Referral, error) {
 	if r.Name == "" {
 		return nil, errors.New("without a name")
 	}
@@ -387,5 +387,5 @@ func referral(r nvmetReferral) (*nvmeof.Referral, error) {
 	if !ok {
 		return nil, fmt.Errorf("treq %q: want not specified, required or not required", r.Addr["treq"])
 	}
-	return &nvmeof.Referral{Addr: net.JoinHostPort(addr, svc), PortID: uint16(portID), TReq: treq}, nil
+	return &target.Referral{Addr: net.JoinHostPort(addr, svc), PortID: uint16(portID), TReq: treq}, nil
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,7 +21,7 @@ func TestLoadConfig(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []portPlan{
 		{1, "192.168.7.1:4420", []string{"nqn.2024-01.io.example:disk"}, map[uint32]nvme.ANAState{1: nvme.ANAOptimized},
-			[]nvmeof.Referral{{Addr: "192.168.7.9:4420", PortID: 5}, {Addr: "192.168.7.12:4420", TReq: 1}}},
+			[]target.Referral{{Addr: "192.168.7.9:4420", PortID: 5}, {Addr: "192.168.7.12:4420", TReq: 1}}},
 		{2, "[fd00::7]:4421", []string{"nqn.2024-01.io.example:disk"},
 			map[uint32]nvme.ANAState{1: nvme.ANANonOptimized, 2: nvme.ANAOptimized}, nil},
 	}, p.ports, "the TCP port 3 is left out")

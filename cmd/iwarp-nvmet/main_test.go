@@ -77,7 +77,7 @@ func TestServeBenchAndInterrupt(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ents, err := host.Discover(ctx, "tcp", addr, host.HostConfig{})
+	ents, err := host.Discover(ctx, "tcp", addr, host.Config{})
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
 	require.Equal(t, "nqn.2024-01.io.goiwarp:cmdtest", ents[0].SubNQN)
@@ -90,7 +90,7 @@ func TestServeBenchAndInterrupt(t *testing.T) {
 	}
 	t.Logf("bench:\n%s", bench)
 
-	c, err := host.Connect(ctx, "tcp", addr, "nqn.2024-01.io.goiwarp:cmdtest", host.HostConfig{})
+	c, err := host.Connect(ctx, "tcp", addr, "nqn.2024-01.io.goiwarp:cmdtest", host.Config{})
 	require.NoError(t, err)
 	defer c.Close()
 	require.EqualValues(t, 8, c.Info.MDTS, "--max-transfer 1MiB: 2^8 pages")

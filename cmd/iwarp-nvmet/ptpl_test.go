@@ -30,8 +30,8 @@ func TestServePTPL(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	open := func(id byte) (*host.Controller, *host.HostNamespace) {
-		c, err := host.Connect(ctx, "tcp", addr, nqn, host.HostConfig{IOQueues: 1, HostID: [16]byte{id}})
+	open := func(id byte) (*host.Controller, *host.Namespace) {
+		c, err := host.Connect(ctx, "tcp", addr, nqn, host.Config{IOQueues: 1, HostID: [16]byte{id}})
 		require.NoError(t, err)
 		n, err := c.Namespace(ctx, 1)
 		require.NoError(t, err)

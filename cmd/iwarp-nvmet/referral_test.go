@@ -39,7 +39,7 @@ func TestServeConfigReferrals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	referrals := func() []string {
-		ents, err := host.Discover(ctx, "tcp", addr, host.HostConfig{})
+		ents, err := host.Discover(ctx, "tcp", addr, host.Config{})
 		require.NoError(t, err)
 		require.Equal(t, nqn, ents[0].SubNQN)
 		var rs []string

@@ -92,7 +92,7 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c1, err := host.Connect(ctx, "tcp", addr1, nqn, host.HostConfig{IOQueues: 1})
+	c1, err := host.Connect(ctx, "tcp", addr1, nqn, host.Config{IOQueues: 1})
 	require.NoError(t, err)
 	defer c1.Close()
 	l, err := c1.ANALog(ctx)
@@ -120,7 +120,7 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 	var se *nvme.StatusError
 	require.True(t, errors.As(err, &se), "%v", err)
 	require.Equal(t, nvme.StatusANAInaccessible, se.Status)
-	c2, err := host.Connect(ctx, "tcp", addr2, nqn, host.HostConfig{IOQueues: 1})
+	c2, err := host.Connect(ctx, "tcp", addr2, nqn, host.Config{IOQueues: 1})
 	require.NoError(t, err, "the port opened by the reload")
 	defer c2.Close()
 	l, err = c2.ANALog(ctx)
@@ -149,10 +149,10 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 		}
 	}
 	for _, a := range []string{addr1, addr2} {
-		_, err := host.Connect(ctx, "tcp", a, nqn, host.HostConfig{})
+		_, err := host.Connect(ctx, "tcp", a, nqn, host.Config{})
 		require.Error(t, err, "nothing listens on %s", a)
 	}
-	c3, err := host.Connect(ctx, "tcp", addr3, nqn, host.HostConfig{})
+	c3, err := host.Connect(ctx, "tcp", addr3, nqn, host.Config{})
 	require.NoError(t, err)
 	l, err = c3.ANALog(ctx)
 	require.NoError(t, err)

@@ -64,7 +64,7 @@ func subJSON(nqn string, anyHost int, hosts []string, ns ...string) string {
 
 func discovered(t *testing.T, ctx context.Context, addr, hostNQN string) []string {
 	t.Helper()
-	ents, err := host.Discover(ctx, "tcp", addr, host.HostConfig{HostNQN: hostNQN})
+	ents, err := host.Discover(ctx, "tcp", addr, host.Config{HostNQN: hostNQN})
 	require.NoError(t, err)
 	var nqns []string
 	for _, e := range ents {
@@ -116,7 +116,7 @@ func TestServeConfigReload(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := host.Connect(ctx, "tcp", addr, nqnA, host.HostConfig{IOQueues: 1, WatchNamespaces: true})
+	c, err := host.Connect(ctx, "tcp", addr, nqnA, host.Config{IOQueues: 1, WatchNamespaces: true})
 	require.NoError(t, err)
 	defer c.Close()
 	require.Equal(t, []uint32{1, 3}, active(t, ctx, c))
@@ -150,9 +150,9 @@ func TestServeConfigReload(t *testing.T) {
 	require.Error(t, err, "namespace 3 is gone")
 	require.Equal(t, []string{nqnA, nqnB}, discovered(t, ctx, addr, hostX))
 	require.Equal(t, []string{nqnA}, discovered(t, ctx, addr, ""), "B admits host X only")
-	_, err = host.Connect(ctx, "tcp", addr, nqnB, host.HostConfig{})
+	_, err = host.Connect(ctx, "tcp", addr, nqnB, host.Config{})
 	require.Error(t, err)
-	cB, err := host.Connect(ctx, "tcp", addr, nqnB, host.HostConfig{HostNQN: hostX, IOQueues: 1})
+	cB, err := host.Connect(ctx, "tcp", addr, nqnB, host.Config{HostNQN: hostX, IOQueues: 1})
 	require.NoError(t, err)
 	defer cB.Close()
 	hB, err := cB.Namespace(ctx, 1)
@@ -195,7 +195,7 @@ func TestServeConfigReload(t *testing.T) {
 		t.Fatal("the host of the unlinked subsystem kept its queue")
 	}
 	require.Empty(t, discovered(t, ctx, addr, hostX))
-	_, err = host.Connect(ctx, "tcp", addr, nqnA, host.HostConfig{})
+	_, err = host.Connect(ctx, "tcp", addr, nqnA, host.Config{})
 	require.Error(t, err, "A is on no port")
 
 	require.NoError(t, srv.Process.Signal(syscall.SIGTERM))

@@ -79,7 +79,7 @@ func run(args []string) int {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	m, err := host.ConnectMultipath(cctx, "tcp", strings.Split(fs.Arg(0), ","), *nqn, host.MultipathConfig{
-		HostConfig: host.HostConfig{IOQueues: 1, HostID: hostID, WatchReservations: true}})
+		Config: host.Config{IOQueues: 1, HostID: hostID, WatchReservations: true}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence:", err)
 		return 1

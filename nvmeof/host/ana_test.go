@@ -73,7 +73,7 @@ func TestANAResetUnmasks(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
 	_, _, p1, _ := anaTarget(t)
-	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	a := connectHost(t, p1.Addr().String(), testNQN, Config{IOQueues: 1})
 	_, err := a.SetFeatures(ctx, nvme.FeatAsyncEvent, nvme.AECANAChange)
 	require.NoError(t, err)
 	require.NoError(t, p1.SetANAState(1, nvme.ANANonOptimized)) // queued, masked: no AER is posted

@@ -14,9 +14,9 @@ import (
 	"github.com/goiwarp/iwarp/verbs"
 )
 
-// HostConfig configures a host's connection to a controller. The zero
+// Config configures a host's connection to a controller. The zero
 // value works.
-type HostConfig struct {
+type Config struct {
 	// HostNQN names the host; default a UUID-based NQN drawn per Connect.
 	HostNQN string
 	// HostID is the host identifier; default random.
@@ -89,7 +89,7 @@ type HostConfig struct {
 // and, on an NVM subsystem, I/O queues. Its methods may be called from
 // several goroutines.
 type Controller struct {
-	cfg     HostConfig
+	cfg     Config
 	dev     *verbs.Device
 	ownDev  bool
 	network string
@@ -101,12 +101,12 @@ type Controller struct {
 	Info nvme.ControllerInfo
 	CAP  uint64
 
-	admin   *hqueue
-	io      []*hqueue
+	admin   *queue
+	io      []*queue
 	rr      atomic.Uint32
 	maxData int
 
-	events    hostEvents // HostConfig.WatchNamespaces, WatchANA, WatchReservations, WatchDiscovery
+	events    events // Config.WatchNamespaces, WatchANA, WatchReservations, WatchDiscovery
 	kaStop    chan struct{}
 	kaOnce    sync.Once
 	kaWG      sync.WaitGroup
@@ -123,8 +123,8 @@ const (
 	defaultHostInCap  = 4096
 )
 
-// NewHostNQN returns a UUID-based host NQN (NVMe base 2.0 section 4.7).
-func NewHostNQN() string {
+// NewNQN returns a UUID-based host NQN (NVMe base 2.0 section 4.7).
+func NewNQN() string {
 	var u [16]byte
 	rand.Read(u[:])
 	u[6] = u[6]&0x0f | 0x40
@@ -135,10 +135,10 @@ func NewHostNQN() string {
 // Connect connects to the subsystem subNQN at addr (network "tcp"): the
 // admin queue, Connect, enabling the controller, Identify, then the I/O
 // queues (none for the discovery subsystem). ctx bounds all of it.
-func Connect(ctx context.Context, network, addr, subNQN string, cfg HostConfig) (*Controller, error) {
+func Connect(ctx context.Context, network, addr, subNQN string, cfg Config) (*Controller, error) {
 	disc := subNQN == nvme.DiscoveryNQN
 	if cfg.HostNQN == "" {
-		cfg.HostNQN = NewHostNQN()
+		cfg.HostNQN = NewNQN()
 	}
 	if cfg.HostID == [16]byte{} {
 		rand.Read(cfg.HostID[:])
@@ -195,7 +195,7 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg HostConfig) 
 
 func (c *Controller) connect(ctx context.Context, disc bool) error {
 	var err error
-	c.admin, err = dialQueue(ctx, c.dev, hqueueConfig{qid: 0, depth: hostAdminDepth, maxData: transport.DefaultMaxTransfer,
+	c.admin, err = dialQueue(ctx, c.dev, queueConfig{qid: 0, depth: hostAdminDepth, maxData: transport.DefaultMaxTransfer,
 		conn: c.cfg.ConnConfig, network: c.network, addr: c.addr})
 	if err != nil {
 		return err
@@ -249,7 +249,7 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 		inCap = min(int(c.Info.IOCCSZ*16-nvme.CommandSize), c.cfg.MaxInCapsule)
 	}
 	for qid := 1; qid <= n; qid++ {
-		q, err := dialQueue(ctx, c.dev, hqueueConfig{qid: uint16(qid), depth: depth, inCap: inCap, maxData: c.maxData,
+		q, err := dialQueue(ctx, c.dev, queueConfig{qid: uint16(qid), depth: depth, inCap: inCap, maxData: c.maxData,
 			conn: c.cfg.ConnConfig, network: c.network, addr: c.addr})
 		if err != nil {
 			return err
@@ -291,7 +291,7 @@ func (c *Controller) startKeepAlive(kato uint32) {
 
 // fabricsConnect sends Connect on q: the data in the capsule if the queue
 // takes that much, by the target's RDMA Read otherwise.
-func (c *Controller) fabricsConnect(ctx context.Context, q *hqueue, cntlid uint16, kato uint32) (uint16, error) {
+func (c *Controller) fabricsConnect(ctx context.Context, q *queue, cntlid uint16, kato uint32) (uint16, error) {
 	i, err := q.acquire(ctx)
 	if err != nil {
 		return 0, err
@@ -487,7 +487,7 @@ func (c *Controller) DiscoveryLog(ctx context.Context) ([]nvme.DiscoveryEntry, e
 
 // Discover connects to the discovery controller at addr, reads its log
 // and disconnects.
-func Discover(ctx context.Context, network, addr string, cfg HostConfig) ([]nvme.DiscoveryEntry, error) {
+func Discover(ctx context.Context, network, addr string, cfg Config) ([]nvme.DiscoveryEntry, error) {
 	cfg.IOQueues = 0
 	c, err := Connect(ctx, network, addr, nvme.DiscoveryNQN, cfg)
 	if err != nil {

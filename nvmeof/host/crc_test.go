@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/goiwarp/iwarp/mpa"
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/internal/transport"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 )
 
 // AskCRC on either side turns CRCs on for every queue; the side that asked
@@ -27,9 +27,9 @@ func TestAskCRC(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			checkRoutines(t)
-			_, _, addr := newTestTarget(t, 8<<20, nvmeof.TargetConfig{AskCRC: c.target})
-			h := connectHost(t, addr, testNQN, HostConfig{AskCRC: c.host, IOQueues: 1})
-			for _, q := range append([]*hqueue{h.admin}, h.io...) {
+			_, _, addr := newTestTarget(t, 8<<20, target.Config{AskCRC: c.target})
+			h := connectHost(t, addr, testNQN, Config{AskCRC: c.host, IOQueues: 1})
+			for _, q := range append([]*queue{h.admin}, h.io...) {
 				require.True(t, q.qp.Params().CRC, "CRCs on")
 				if c.hostFPDUsCapped {
 					require.Equal(t, mpa.MULPDU(transport.CRCMaxFPDU, false), q.qp.MULPDU())

@@ -19,7 +19,7 @@ const maxReferrals = 64
 // returns every NVM subsystem entry, each once (not the referrals, nor a
 // log's entry for its own discovery service). A referral that cannot be
 // read is an error joined to what was found.
-func DiscoverAll(ctx context.Context, network, addr string, cfg HostConfig) ([]nvme.DiscoveryEntry, error) {
+func DiscoverAll(ctx context.Context, network, addr string, cfg Config) ([]nvme.DiscoveryEntry, error) {
 	addr = canonAddr(addr)
 	seen := map[string]bool{addr: true}
 	queue := []string{addr}

@@ -5,8 +5,8 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,8 +20,8 @@ import (
 // SGL Length Invalid.
 func TestDSMLongerBuffer(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	io := c.io[0]

@@ -11,20 +11,20 @@ import (
 )
 
 // ErrNoWatch is WaitNamespaceChange's error on a controller that does not
-// watch for namespace changes (HostConfig.WatchNamespaces was not set, or
+// watch for namespace changes (Config.WatchNamespaces was not set, or
 // the controller does not announce Namespace Attribute Notices in OAES),
 // and the other Wait methods' on one that does not watch what they wait
 // for (its discovery log, ANA states, reservation notifications).
 var ErrNoWatch = errors.New("nvmeof: not watching for changes")
 
-// hostEvents is a Controller's watch for Namespace Attribute Changed
-// notices (HostConfig.WatchNamespaces), ANA Change notices (WatchANA) or,
+// events is a Controller's watch for Namespace Attribute Changed
+// notices (Config.WatchNamespaces), ANA Change notices (WatchANA) or,
 // on a discovery controller, Discovery Log Page Change notices
 // (WatchDiscovery): one Asynchronous Event Request kept outstanding on
 // the admin queue, and what the log each notice names gave since its
 // Wait call last returned: the NSIDs of the Changed Namespace List, the
 // ANA log, or the discovery log.
-type hostEvents struct {
+type events struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	aec    uint32 // the notices enabled
@@ -34,7 +34,7 @@ type hostEvents struct {
 	discOK bool // disc is new
 	ana    nvme.ANALog
 	anaOK  bool                     // ana is new
-	resv   []nvme.ReservationNotice // HostConfig.WatchReservations: not taken yet
+	resv   []nvme.ReservationNotice // Config.WatchReservations: not taken yet
 	err    error                    // why the watch ended, if it did while the queue lives
 	// changed is closed, and replaced, whenever something comes: every
 	// waiter looks again, each for its own kind of notice (one wake-up
@@ -132,7 +132,7 @@ func (c *Controller) eventLoop() {
 }
 
 // end records why the watch stopped, for the Wait calls.
-func (ev *hostEvents) end(err error) {
+func (ev *events) end(err error) {
 	ev.mu.Lock()
 	ev.err = err
 	ev.wakeLocked()
@@ -140,13 +140,13 @@ func (ev *hostEvents) end(err error) {
 }
 
 // wakeLocked wakes every waiter (ev.mu held).
-func (ev *hostEvents) wakeLocked() {
+func (ev *events) wakeLocked() {
 	close(ev.changed)
 	ev.changed = make(chan struct{})
 }
 
 // WaitNamespaceChange waits until the controller reports that namespaces
-// changed (with HostConfig.WatchNamespaces) and returns the NSIDs it
+// changed (with Config.WatchNamespaces) and returns the NSIDs it
 // listed since the last call, nil when it listed more than its log holds
 // (rescan them all: Identify CNS 2). It returns ctx's error, or the
 // controller's once it has ended.
@@ -167,7 +167,7 @@ func (c *Controller) WaitNamespaceChange(ctx context.Context) ([]uint32, error) 
 }
 
 // WaitDiscoveryChange waits until a discovery controller watching its log
-// (HostConfig.WatchDiscovery) reports that the log changed, and returns
+// (Config.WatchDiscovery) reports that the log changed, and returns
 // the log as read then: the subsystems this host may reach now. It
 // returns ctx's error, or the controller's once it has ended.
 func (c *Controller) WaitDiscoveryChange(ctx context.Context) ([]nvme.DiscoveryEntry, error) {
@@ -184,7 +184,7 @@ func (c *Controller) WaitDiscoveryChange(ctx context.Context) ([]nvme.DiscoveryE
 }
 
 // WaitANAChange waits until a controller watching its ANA states
-// (HostConfig.WatchANA) reports that they changed, and returns its ANA
+// (Config.WatchANA) reports that they changed, and returns its ANA
 // log as read then. It returns ctx's error, or the controller's once it
 // has ended.
 func (c *Controller) WaitANAChange(ctx context.Context) (nvme.ANALog, error) {

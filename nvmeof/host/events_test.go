@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,14 +23,14 @@ import (
 // serves I/O at once.
 func TestNamespaceAddedNotice(t *testing.T) {
 	checkRoutines(t)
-	_, sub, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	_, sub, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	ctx := testCtx(t)
 	q := c.admin
 	postAER, noticed := aerProbe(t, c, 2|nvme.LogChangedNS<<16) // a notice: namespace attribute changed, log page 04h
 	add := func() uint32 {
 		t.Helper()
-		ns, err := sub.AddNamespace(nvmeof.NewMemBackend(1<<20), 512)
+		ns, err := sub.AddNamespace(target.NewMemBackend(1<<20), 512)
 		require.NoError(t, err)
 		return ns.ID
 	}
@@ -101,7 +101,7 @@ func TestNamespaceAddedNotice(t *testing.T) {
 	require.Equal(t, w, r)
 }
 
-// The Go host's side (HostConfig.WatchNamespaces): it enables the notice
+// The Go host's side (Config.WatchNamespaces): it enables the notice
 // and keeps an AER outstanding; WaitNamespaceChange returns the NSIDs the
 // Changed Namespace List gave; Close does not wait for the standing AER
 // (the admin queue still ends in order); a host that does not watch gets
@@ -110,12 +110,12 @@ func TestHostWatchesNamespaces(t *testing.T) {
 	checkRoutines(t)
 	var mu sync.Mutex
 	var logs []string
-	_, sub, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{Logf: func(f string, a ...any) {
+	_, sub, addr := newTestTarget(t, 1<<20, target.Config{Logf: func(f string, a ...any) {
 		mu.Lock()
 		logs = append(logs, fmt.Sprintf(f, a...))
 		mu.Unlock()
 	}})
-	c, err := Connect(testCtx(t), "tcp", addr, testNQN, HostConfig{IOQueues: 1, WatchNamespaces: true})
+	c, err := Connect(testCtx(t), "tcp", addr, testNQN, Config{IOQueues: 1, WatchNamespaces: true})
 	require.NoError(t, err)
 	ctx := testCtx(t)
 	v, err := c.GetFeatures(ctx, nvme.FeatAsyncEvent)
@@ -124,7 +124,7 @@ func TestHostWatchesNamespaces(t *testing.T) {
 
 	add := func() uint32 {
 		t.Helper()
-		ns, err := sub.AddNamespace(nvmeof.NewMemBackend(1<<20), 512)
+		ns, err := sub.AddNamespace(target.NewMemBackend(1<<20), 512)
 		require.NoError(t, err)
 		return ns.ID
 	}
@@ -170,7 +170,7 @@ func TestHostWatchesNamespaces(t *testing.T) {
 		return false
 	}, 5*time.Second, 10*time.Millisecond, "the admin queue ended in order, its AER outstanding")
 
-	other := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	other := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	_, err = other.WaitNamespaceChange(ctx)
 	require.ErrorIs(t, err, ErrNoWatch)
 }
@@ -180,9 +180,9 @@ func TestHostWatchesNamespaces(t *testing.T) {
 // it empties it.
 func TestChangedNSRefusedReadKeepsList(t *testing.T) {
 	checkRoutines(t)
-	_, sub, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
-	ns, err := sub.AddNamespace(nvmeof.NewMemBackend(1<<20), 512)
+	_, sub, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
+	ns, err := sub.AddNamespace(target.NewMemBackend(1<<20), 512)
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		name      string

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,9 +16,9 @@ import (
 // before it flushes, so that CSTS.SHST done covers them.
 func TestShutdownUnderWrites(t *testing.T) {
 	checkRoutines(t)
-	b := &slowBackend{MemBackend: nvmeof.NewMemBackend(1 << 20), delay: 20 * time.Millisecond}
-	_, _, addr := newBackendTarget(t, b, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
+	b := &slowBackend{MemBackend: target.NewMemBackend(1 << 20), delay: 20 * time.Millisecond}
+	_, _, addr := newBackendTarget(t, b, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 2})
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	var wg sync.WaitGroup

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
-// A Write with Force Unit Access (HostNamespace.WriteAtFUA, and Linux's
+// A Write with Force Unit Access (Namespace.WriteAtFUA, and Linux's
 // journal commits) reaches the backend as WriteAtFUA, or as WriteAt and
 // Flush on a backend without it; a plain Write as WriteAt alone. The
 // volatile write cache is on (Get Features 06h reads 1, as nvmet's); a
@@ -18,9 +18,9 @@ import (
 func TestWriteFUA(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
-	be := &fuaBackend{MemBackend: nvmeof.NewMemBackend(1 << 20)}
-	_, _, addr := newBackendTarget(t, be, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	be := &fuaBackend{MemBackend: target.NewMemBackend(1 << 20)}
+	_, _, addr := newBackendTarget(t, be, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	ns, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	counts := func() [3]int64 {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/internal/golden"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,7 +25,7 @@ func FuzzTargetCommands(f *testing.F) {
 	}
 	tg, sub, addr := fuzzTarget(f)
 	_ = tg
-	c, err := Connect(context.Background(), "tcp", addr, testNQN, HostConfig{IOQueues: 1, QueueDepth: 4, KATO: -1})
+	c, err := Connect(context.Background(), "tcp", addr, testNQN, Config{IOQueues: 1, QueueDepth: 4, KATO: -1})
 	require.NoError(f, err)
 	defer c.Close()
 	f.Fuzz(func(t *testing.T, which byte, b []byte) {
@@ -75,15 +75,15 @@ func FuzzTargetCommands(f *testing.F) {
 	require.NoError(f, c.Err())
 }
 
-func fuzzTarget(f *testing.F) (*nvmeof.Target, *nvmeof.Subsystem, string) {
-	sub, err := nvmeof.NewSubsystem(testNQN)
+func fuzzTarget(f *testing.F) (*target.Target, *target.Subsystem, string) {
+	sub, err := target.NewSubsystem(testNQN)
 	require.NoError(f, err)
-	_, err = sub.AddNamespace(nvmeof.NewMemBackend(1<<20), 512)
+	_, err = sub.AddNamespace(target.NewMemBackend(1<<20), 512)
 	require.NoError(f, err)
 	// The second: reservations on, in ANA group 2 (non-optimized below).
-	_, err = sub.AddNamespaceConfig(nvmeof.NewMemBackend(1<<20), nvmeof.NamespaceConfig{ID: 2, ANAGroup: 2, Reservations: true})
+	_, err = sub.AddNamespaceConfig(target.NewMemBackend(1<<20), target.NamespaceConfig{ID: 2, ANAGroup: 2, Reservations: true})
 	require.NoError(f, err)
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{}, sub)
+	tg, err := target.New(target.Config{}, sub)
 	require.NoError(f, err)
 	f.Cleanup(func() { tg.Close() })
 	a, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")

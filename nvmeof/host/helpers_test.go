@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -26,22 +26,22 @@ func checkRoutines(t *testing.T) {
 
 // newTestTarget starts a target with one subsystem of one RAM namespace
 // of size octets on 127.0.0.1 and returns it with its address.
-func newTestTarget(t *testing.T, size int64, cfg nvmeof.TargetConfig) (*nvmeof.Target, *nvmeof.Subsystem, string) {
+func newTestTarget(t *testing.T, size int64, cfg target.Config) (*target.Target, *target.Subsystem, string) {
 	t.Helper()
-	return newBackendTarget(t, nvmeof.NewMemBackend(size), cfg)
+	return newBackendTarget(t, target.NewMemBackend(size), cfg)
 }
 
 // newBackendTarget is newTestTarget with namespace 1 over b.
-func newBackendTarget(t *testing.T, b nvmeof.Backend, cfg nvmeof.TargetConfig) (*nvmeof.Target, *nvmeof.Subsystem, string) {
+func newBackendTarget(t *testing.T, b target.Backend, cfg target.Config) (*target.Target, *target.Subsystem, string) {
 	t.Helper()
-	sub, err := nvmeof.NewSubsystem(testNQN)
+	sub, err := target.NewSubsystem(testNQN)
 	require.NoError(t, err)
 	_, err = sub.AddNamespace(b, 512)
 	require.NoError(t, err)
 	if cfg.Logf == nil {
 		cfg.Logf = t.Logf
 	}
-	tg, err := nvmeof.NewTarget(cfg, sub)
+	tg, err := target.New(cfg, sub)
 	require.NoError(t, err)
 	t.Cleanup(func() { tg.Close() })
 	addr, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
@@ -55,7 +55,7 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func connectHost(t *testing.T, addr, nqn string, cfg HostConfig) *Controller {
+func connectHost(t *testing.T, addr, nqn string, cfg Config) *Controller {
 	t.Helper()
 	c, err := Connect(testCtx(t), "tcp", addr, nqn, cfg)
 	require.NoError(t, err)
@@ -77,15 +77,15 @@ func fill(b []byte, seed uint64) {
 // memory for each configuration, on a port of its own (more with
 // listenPorts), and returns the subsystem, its target and the port's
 // address.
-func serveNamespaces(t *testing.T, cfgs ...nvmeof.NamespaceConfig) (*nvmeof.Subsystem, *nvmeof.Target, string) {
+func serveNamespaces(t *testing.T, cfgs ...target.NamespaceConfig) (*target.Subsystem, *target.Target, string) {
 	t.Helper()
-	sub, err := nvmeof.NewSubsystem(testNQN)
+	sub, err := target.NewSubsystem(testNQN)
 	require.NoError(t, err)
 	for _, cfg := range cfgs {
-		_, err = sub.AddNamespaceConfig(nvmeof.NewMemBackend(1<<20), cfg)
+		_, err = sub.AddNamespaceConfig(target.NewMemBackend(1<<20), cfg)
 		require.NoError(t, err)
 	}
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: t.Logf}, sub)
+	tg, err := target.New(target.Config{Logf: t.Logf}, sub)
 	require.NoError(t, err)
 	t.Cleanup(func() { tg.Close() })
 	addr, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
@@ -95,12 +95,12 @@ func serveNamespaces(t *testing.T, cfgs ...nvmeof.NamespaceConfig) (*nvmeof.Subs
 
 // listenPorts opens n ports of tg exposing sub, and returns them and
 // their addresses.
-func listenPorts(t *testing.T, tg *nvmeof.Target, sub *nvmeof.Subsystem, n int) ([]*nvmeof.Port, []string) {
+func listenPorts(t *testing.T, tg *target.Target, sub *target.Subsystem, n int) ([]*target.Port, []string) {
 	t.Helper()
-	var ports []*nvmeof.Port
+	var ports []*target.Port
 	var addrs []string
 	for range n {
-		p, err := tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", nvmeof.PortConfig{Subsystems: []string{sub.NQN}})
+		p, err := tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", target.PortConfig{Subsystems: []string{sub.NQN}})
 		require.NoError(t, err)
 		ports, addrs = append(ports, p), append(addrs, p.Addr().String())
 	}
@@ -109,9 +109,9 @@ func listenPorts(t *testing.T, tg *nvmeof.Target, sub *nvmeof.Subsystem, n int) 
 
 // hostNS connects a host with cfg to a new test target of size octets and
 // opens namespace 1.
-func hostNS(t *testing.T, size int64, cfg HostConfig) (*Controller, *HostNamespace) {
+func hostNS(t *testing.T, size int64, cfg Config) (*Controller, *Namespace) {
 	t.Helper()
-	_, _, addr := newTestTarget(t, size, nvmeof.TargetConfig{})
+	_, _, addr := newTestTarget(t, size, target.Config{})
 	c := connectHost(t, addr, testNQN, cfg)
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
@@ -151,20 +151,20 @@ func aerProbe(t *testing.T, c *Controller, want uint64) (post func() int, notice
 // 2 (group 5) on two ports: port 1 with nvmet's defaults (group 1
 // optimized, group 5 inaccessible), port 2 with group 1 non-optimized and
 // group 5 optimized.
-func anaTarget(t *testing.T) (tg *nvmeof.Target, sub *nvmeof.Subsystem, p1, p2 *nvmeof.Port) {
+func anaTarget(t *testing.T) (tg *target.Target, sub *target.Subsystem, p1, p2 *target.Port) {
 	t.Helper()
-	sub, err := nvmeof.NewSubsystem(testNQN)
+	sub, err := target.NewSubsystem(testNQN)
 	require.NoError(t, err)
-	_, err = sub.AddNamespace(nvmeof.NewMemBackend(1<<20), 512)
+	_, err = sub.AddNamespace(target.NewMemBackend(1<<20), 512)
 	require.NoError(t, err)
-	_, err = sub.AddNamespaceConfig(nvmeof.NewMemBackend(1<<20), nvmeof.NamespaceConfig{ANAGroup: 5})
+	_, err = sub.AddNamespaceConfig(target.NewMemBackend(1<<20), target.NamespaceConfig{ANAGroup: 5})
 	require.NoError(t, err)
-	tg, err = nvmeof.NewTarget(nvmeof.TargetConfig{Logf: t.Logf}, sub)
+	tg, err = target.New(target.Config{Logf: t.Logf}, sub)
 	require.NoError(t, err)
 	t.Cleanup(func() { tg.Close() })
-	p1, err = tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", nvmeof.PortConfig{Subsystems: []string{sub.NQN}})
+	p1, err = tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", target.PortConfig{Subsystems: []string{sub.NQN}})
 	require.NoError(t, err)
-	p2, err = tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", nvmeof.PortConfig{Subsystems: []string{sub.NQN},
+	p2, err = tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", target.PortConfig{Subsystems: []string{sub.NQN},
 		ANA: map[uint32]nvme.ANAState{1: nvme.ANANonOptimized, 5: nvme.ANAOptimized}})
 	require.NoError(t, err)
 	return tg, sub, p1, p2
@@ -172,13 +172,13 @@ func anaTarget(t *testing.T) (tg *nvmeof.Target, sub *nvmeof.Subsystem, p1, p2 *
 
 // anaHosts connects a host (one I/O queue) through each of anaTarget's
 // ports.
-func anaHosts(t *testing.T) (context.Context, *nvmeof.Subsystem, *nvmeof.Port, *nvmeof.Port, *Controller, *Controller) {
+func anaHosts(t *testing.T) (context.Context, *target.Subsystem, *target.Port, *target.Port, *Controller, *Controller) {
 	t.Helper()
 	checkRoutines(t)
 	ctx := testCtx(t)
 	_, sub, p1, p2 := anaTarget(t)
-	a := connectHost(t, p1.Addr().String(), testNQN, HostConfig{IOQueues: 1})
-	b := connectHost(t, p2.Addr().String(), testNQN, HostConfig{IOQueues: 1})
+	a := connectHost(t, p1.Addr().String(), testNQN, Config{IOQueues: 1})
+	b := connectHost(t, p2.Addr().String(), testNQN, Config{IOQueues: 1})
 	return ctx, sub, p1, p2, a, b
 }
 
@@ -192,7 +192,7 @@ func requireStatus(t *testing.T, err error, st nvme.Status) {
 // slowBackend is a MemBackend whose writes take a while, and which
 // remembers when the last write ended and the first Flush began.
 type slowBackend struct {
-	*nvmeof.MemBackend
+	*target.MemBackend
 	delay    time.Duration
 	mu       sync.Mutex
 	writes   int
@@ -228,7 +228,7 @@ func (b *slowBackend) Flush() error {
 // and its flushes (onFlush, if set, is called in each; failFlush fails
 // them). With noFUA it is a Backend without WriteAtFUA.
 type fuaBackend struct {
-	*nvmeof.MemBackend
+	*target.MemBackend
 	plain, fua, zeroes, flushes atomic.Int64
 	failFlush                   atomic.Bool
 	onFlush                     atomic.Pointer[func()]
@@ -281,17 +281,17 @@ func (d hostDev) Alloc(n int) []byte { return make([]byte, n) }
 // gatedTarget returns a target over a gateWriteBackend of 1 MiB that
 // holds the first write at off, and opens it when the test ends (before
 // the target closes).
-func gatedTarget(t *testing.T, off int64) (*gateWriteBackend, *nvmeof.Target, string) {
-	be := &gateWriteBackend{MemBackend: nvmeof.NewMemBackend(1 << 20), off: off,
+func gatedTarget(t *testing.T, off int64) (*gateWriteBackend, *target.Target, string) {
+	be := &gateWriteBackend{MemBackend: target.NewMemBackend(1 << 20), off: off,
 		entered: make(chan struct{}, 1), release: make(chan struct{})}
-	tg, _, addr := newBackendTarget(t, be, nvmeof.TargetConfig{})
+	tg, _, addr := newBackendTarget(t, be, target.Config{})
 	t.Cleanup(be.open)
 	return be, tg, addr
 }
 
 // stuckWrite has c write 4 KiB at off, and returns once be holds the
 // write in the Backend: its namespace, and the write's result to come.
-func stuckWrite(t *testing.T, be *gateWriteBackend, c *Controller, off int64) (*HostNamespace, <-chan error) {
+func stuckWrite(t *testing.T, be *gateWriteBackend, c *Controller, off int64) (*Namespace, <-chan error) {
 	t.Helper()
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
@@ -318,19 +318,19 @@ func stillWaiting[T any](t *testing.T, ch <-chan T, unblock func(), what string)
 
 // resvHosts serves namespace 1 with reservations and namespace 2 without,
 // and connects host a twice (one host, two controllers), b and c.
-func resvHosts(t *testing.T) (ctx context.Context, a, a2, b, c *HostNamespace, ids [3][16]byte) {
+func resvHosts(t *testing.T) (ctx context.Context, a, a2, b, c *Namespace, ids [3][16]byte) {
 	t.Helper()
-	return resvHostsWith(t, func(string) HostConfig { return HostConfig{IOQueues: 1} })
+	return resvHostsWith(t, func(string) Config { return Config{IOQueues: 1} })
 }
 
 // resvHostsWith is resvHosts with the configuration cfg gives each of
 // a, a2, b and c (but for its HostID).
-func resvHostsWith(t *testing.T, cfg func(name string) HostConfig) (ctx context.Context, a, a2, b, c *HostNamespace, ids [3][16]byte) {
+func resvHostsWith(t *testing.T, cfg func(name string) Config) (ctx context.Context, a, a2, b, c *Namespace, ids [3][16]byte) {
 	t.Helper()
 	checkRoutines(t)
 	ctx = testCtx(t)
-	_, _, addr := serveNamespaces(t, nvmeof.NamespaceConfig{Reservations: true}, nvmeof.NamespaceConfig{})
-	open := func(name string, id [16]byte) *HostNamespace {
+	_, _, addr := serveNamespaces(t, target.NamespaceConfig{Reservations: true}, target.NamespaceConfig{})
+	open := func(name string, id [16]byte) *Namespace {
 		cfg := cfg(name)
 		cfg.HostID = id
 		c := connectHost(t, addr, testNQN, cfg)
@@ -344,19 +344,19 @@ func resvHostsWith(t *testing.T, cfg func(name string) HostConfig) (ctx context.
 
 // canWrite and canRead report whether n may write and read, and fail on
 // any other error than a reservation conflict.
-func canWrite(t *testing.T, n *HostNamespace) bool {
+func canWrite(t *testing.T, n *Namespace) bool {
 	t.Helper()
 	_, err := n.WriteAt(make([]byte, 512), 0)
 	return resvOK(t, err)
 }
 
-func canRead(t *testing.T, n *HostNamespace) bool {
+func canRead(t *testing.T, n *Namespace) bool {
 	t.Helper()
 	_, err := n.ReadAt(make([]byte, 512), 0)
 	return resvOK(t, err)
 }
 
-func report(t *testing.T, ctx context.Context, n *HostNamespace) nvme.ReservationStatus {
+func report(t *testing.T, ctx context.Context, n *Namespace) nvme.ReservationStatus {
 	t.Helper()
 	st, err := n.ReservationReport(ctx)
 	require.NoError(t, err)
@@ -366,7 +366,7 @@ func report(t *testing.T, ctx context.Context, n *HostNamespace) nvme.Reservatio
 // ptplTarget serves a namespace with reservations and reservation file
 // file, and connects hosts a, b and c (host IDs 0xaa, 0xbb, 0xcc); stop
 // closes the target and its hosts, as a power loss would end them.
-func ptplTarget(t *testing.T, file string) (ctx context.Context, a, b, c *HostNamespace, stop func()) {
+func ptplTarget(t *testing.T, file string) (ctx context.Context, a, b, c *Namespace, stop func()) {
 	t.Helper()
 	ctx, _, a, b, c, stop = ptplTargetSub(t, file)
 	return ctx, a, b, c, stop
@@ -375,7 +375,7 @@ func ptplTarget(t *testing.T, file string) (ctx context.Context, a, b, c *HostNa
 // gateWriteBackend holds the first write at off (with reads, the first
 // read) until release is closed, once it has said so on entered.
 type gateWriteBackend struct {
-	*nvmeof.MemBackend
+	*target.MemBackend
 	off              int64
 	reads            bool
 	entered, release chan struct{}
@@ -408,17 +408,17 @@ func (b *gateWriteBackend) ReadAt(p []byte, off int64) (int, error) {
 
 // quiesceHost is the host of the quiesce tests, the same for each of its
 // controllers.
-var quiesceHost = HostConfig{IOQueues: 1, HostID: [16]byte{0xc0, 0xff, 0xee},
+var quiesceHost = Config{IOQueues: 1, HostID: [16]byte{0xc0, 0xff, 0xee},
 	HostNQN: "nqn.2014-08.org.nvmexpress:uuid:c0ffee00-0000-4000-8000-000000000000"}
 
 // ptplTargetSub is ptplTarget with the subsystem.
-func ptplTargetSub(t *testing.T, file string) (ctx context.Context, sub *nvmeof.Subsystem, a, b, c *HostNamespace, stop func()) {
+func ptplTargetSub(t *testing.T, file string) (ctx context.Context, sub *target.Subsystem, a, b, c *Namespace, stop func()) {
 	t.Helper()
 	ctx = testCtx(t)
-	sub, tg, addr := serveNamespaces(t, nvmeof.NamespaceConfig{ID: 1, Reservations: true, ReservationFile: file})
+	sub, tg, addr := serveNamespaces(t, target.NamespaceConfig{ID: 1, Reservations: true, ReservationFile: file})
 	var ctrls []*Controller
-	open := func(id byte) *HostNamespace {
-		c, err := Connect(ctx, "tcp", addr, testNQN, HostConfig{IOQueues: 1, HostID: [16]byte{id}})
+	open := func(id byte) *Namespace {
+		c, err := Connect(ctx, "tcp", addr, testNQN, Config{IOQueues: 1, HostID: [16]byte{id}})
 		require.NoError(t, err)
 		ctrls = append(ctrls, c)
 		n, err := c.Namespace(ctx, 1)
@@ -450,7 +450,7 @@ func resvOK(t *testing.T, err error) bool {
 	return false
 }
 
-// blockNS is what HostNamespace and MultipathNamespace both offer.
+// blockNS is what Namespace and MultipathNamespace both offer.
 type blockNS interface {
 	Size() int64
 	ReadAtContext(ctx context.Context, p []byte, off int64) (int, error)

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/internal/transport"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/goiwarp/iwarp/verbs"
 	"github.com/stretchr/testify/require"
 )
@@ -18,7 +18,7 @@ import (
 // raw sends a command that fill builds in slot 0 of q, with inCap octets
 // of in-capsule data (fill writes them after the SQE), and returns the
 // response's status and result.
-func raw(t *testing.T, q *hqueue, fill func(c nvme.Command, data []byte) int) (nvme.Status, uint64) {
+func raw(t *testing.T, q *queue, fill func(c nvme.Command, data []byte) int) (nvme.Status, uint64) {
 	t.Helper()
 	ctx := testCtx(t)
 	i, err := q.acquire(ctx)
@@ -38,12 +38,12 @@ func raw(t *testing.T, q *hqueue, fill func(c nvme.Command, data []byte) int) (n
 }
 
 // rawQueue dials a queue without Connect.
-func rawQueue(t *testing.T, addr string, qid uint16, depth, sqsize int) *hqueue {
+func rawQueue(t *testing.T, addr string, qid uint16, depth, sqsize int) *queue {
 	t.Helper()
 	dev, err := verbs.Open(verbs.DeviceAttr{MaxInline: nvme.CommandSize + 4096})
 	require.NoError(t, err)
 	t.Cleanup(func() { dev.Close() })
-	q, err := dialQueue(testCtx(t), dev, hqueueConfig{qid: qid, depth: depth, sqsize: sqsize, inCap: 4096, maxData: transport.DefaultMaxTransfer,
+	q, err := dialQueue(testCtx(t), dev, queueConfig{qid: qid, depth: depth, sqsize: sqsize, inCap: 4096, maxData: transport.DefaultMaxTransfer,
 		network: "tcp", addr: addr})
 	require.NoError(t, err)
 	t.Cleanup(func() { q.close(context.Background(), false) })
@@ -62,13 +62,13 @@ func rw(op uint8, nsid uint32, slba uint64, nlb uint16, sglLen uint32) func(nvme
 // and the queue goes on serving.
 func TestHostileCommands(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	io, adm, ctrlID := c.io[0], c.admin, c.ID
 	const blocks = (1 << 20) / 512
 	for _, tc := range []struct {
 		name string
-		q    *hqueue
+		q    *queue
 		fill func(nvme.Command, []byte) int
 		want nvme.Status
 	}{
@@ -191,7 +191,7 @@ func TestHostileCommands(t *testing.T) {
 	require.NoError(t, c.Err())
 }
 
-func mustAcquire(t *testing.T, q *hqueue, fill func(nvme.Command)) int {
+func mustAcquire(t *testing.T, q *queue, fill func(nvme.Command)) int {
 	i, err := q.acquire(testCtx(t))
 	require.NoError(t, err)
 	c := q.cmd(i)
@@ -204,7 +204,7 @@ func mustAcquire(t *testing.T, q *hqueue, fill func(nvme.Command)) int {
 // and admin commands before the controller is enabled.
 func TestHostileConnect(t *testing.T) {
 	checkRoutines(t)
-	tg, sub, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{MaxIOQueues: 2})
+	tg, sub, addr := newTestTarget(t, 1<<20, target.Config{MaxIOQueues: 2})
 	hostNQN := "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-4333-8444-555555555555"
 	connect := func(qid uint16, cntlid uint16, subNQN, host string) func(nvme.Command, []byte) int {
 		return func(c nvme.Command, d []byte) int {
@@ -271,7 +271,7 @@ func TestHostileConnect(t *testing.T) {
 	require.EqualValues(t, 1<<16|16, res)
 	st, _ = raw(t, q1, connect(1, cntlid, testNQN, "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-000000000000"))
 	require.Equal(t, nvme.StatusConnectInvalidParm|nvme.DNR, st, "an I/O queue from another host")
-	other, perr := tg.ListenPort(testCtx(t), "tcp", "127.0.0.1:0", nvmeof.PortConfig{Subsystems: []string{testNQN}})
+	other, perr := tg.ListenPort(testCtx(t), "tcp", "127.0.0.1:0", target.PortConfig{Subsystems: []string{testNQN}})
 	require.NoError(t, perr)
 	q1o := rawQueue(t, other.Addr().String(), 1, 32, 0)
 	st, res = raw(t, q1o, connect(1, cntlid, testNQN, hostNQN))
@@ -290,10 +290,10 @@ func TestHostileConnect(t *testing.T) {
 	dev, err := verbs.Open(verbs.DeviceAttr{MaxInline: 4160})
 	require.NoError(t, err)
 	defer dev.Close()
-	_, err = dialQueue(testCtx(t), dev, hqueueConfig{qid: 3, depth: 4, maxData: 4096, network: "tcp", addr: addr})
+	_, err = dialQueue(testCtx(t), dev, queueConfig{qid: 3, depth: 4, maxData: 4096, network: "tcp", addr: addr})
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "reject")
-	_, err = dialQueue(testCtx(t), dev, hqueueConfig{qid: 1, depth: 4, sqsize: 1, maxData: 4096, network: "tcp", addr: addr})
+	_, err = dialQueue(testCtx(t), dev, queueConfig{qid: 1, depth: 4, sqsize: 1, maxData: 4096, network: "tcp", addr: addr})
 	require.Error(t, err)
 }
 
@@ -301,8 +301,8 @@ func TestHostileConnect(t *testing.T) {
 // commands, and Asynchronous Event Requests beyond AERL+1 their own status.
 func TestHostileOverflow(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	// Five AERs: four held, the fifth refused.
 	q := c.admin
 	var held []int
@@ -354,8 +354,8 @@ func TestHostileOverflow(t *testing.T) {
 // controller and its other queue go on.
 func TestHostileBadKey(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 2})
 	bad := c.io[0]
 	i, err := bad.acquire(testCtx(t))
 	require.NoError(t, err)
@@ -378,9 +378,9 @@ func TestHostileBadKey(t *testing.T) {
 // touched.
 func TestHostileBrokenConnections(t *testing.T) {
 	checkRoutines(t)
-	tg, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	a := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
-	b := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	tg, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	a := connectHost(t, addr, testNQN, Config{IOQueues: 2})
+	b := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	// A 10-octet capsule on a's queue 1.
 	q := a.io[0]
 	_, err := q.qp.PostSend(verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: make([]byte, 10)})
@@ -412,8 +412,8 @@ func TestHostileBrokenConnections(t *testing.T) {
 // A host that stops sending anything loses its controller after KATO.
 func TestKeepAliveExpiry(t *testing.T) {
 	checkRoutines(t)
-	tg, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1, KATO: 300 * time.Millisecond})
+	tg, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1, KATO: 300 * time.Millisecond})
 	// A host that keeps the controller alive keeps it.
 	time.Sleep(time.Second)
 	require.Contains(t, tg.Controllers(), c.ID)
@@ -444,8 +444,8 @@ func TestKeepAliveExpiry(t *testing.T) {
 // response, as the Linux host does.
 func TestSendWithInvalidate(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	q := c.admin
 	mr, err := q.pd.AllocMR()
 	require.NoError(t, err)

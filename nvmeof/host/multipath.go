@@ -23,7 +23,7 @@ import (
 //     non-optimized one when none is optimized, as each path's ANA log
 //     says; never down an inaccessible one. A subsystem without ANA has
 //     every path optimized.
-//   - Each path watches its ANA states (HostConfig.WatchANA), so that an
+//   - Each path watches its ANA states (Config.WatchANA), so that an
 //     ANA Change notice moves the I/O at once.
 //   - A command that comes back with a path status (SCT 3, without DNR:
 //     an ANA state changed under it) is sent again down another path, and
@@ -59,13 +59,13 @@ type Multipath struct {
 	// is opened on a path either by Namespace or by the reconnect.
 	nsMu sync.Mutex
 	nss  map[uint32]*MultipathNamespace // opened (under nsMu and mu), one per NSID
-	resv mpathResv                      // HostConfig.WatchReservations (hostmpathresv.go)
+	resv mpathResv                      // Config.WatchReservations (hostmpathresv.go)
 }
 
 // MultipathConfig is what ConnectMultipath takes besides the addresses:
 // the host's configuration for every path, and how lost paths come back.
 type MultipathConfig struct {
-	HostConfig
+	Config
 	// ReconnectDelay is the wait between attempts to connect a lost path
 	// again (default 10 s, Linux's reconnect_delay; negative: a lost path
 	// stays lost).
@@ -153,7 +153,7 @@ func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQ
 		return nil, errors.New("nvmeof: Multipath is for NVM subsystems")
 	}
 	if cfg.HostNQN == "" {
-		cfg.HostNQN = NewHostNQN()
+		cfg.HostNQN = NewNQN()
 	}
 	if cfg.HostID == [16]byte{} {
 		rand.Read(cfg.HostID[:])
@@ -198,7 +198,7 @@ func ConnectMultipath(ctx context.Context, network string, addrs []string, subNQ
 
 // dial connects a path and reads its ANA log, if it has one.
 func (m *Multipath) dial(ctx context.Context, addr string) (*Controller, nvme.ANALog, error) {
-	c, err := Connect(ctx, m.network, addr, m.SubNQN, m.cfg.HostConfig)
+	c, err := Connect(ctx, m.network, addr, m.SubNQN, m.cfg.Config)
 	if err != nil {
 		return nil, nvme.ANALog{}, err
 	}
@@ -356,7 +356,7 @@ func (m *Multipath) reconnectOnce(p *mpath) error {
 	m.mu.Lock()
 	nss := slices.Collect(maps.Values(m.nss))
 	m.mu.Unlock()
-	opened := make([]*HostNamespace, len(nss))
+	opened := make([]*Namespace, len(nss))
 	for i, n := range nss {
 		ctx, cancel := context.WithTimeout(m.ctx, wait)
 		hn, err := c.Namespace(ctx, n.ID)
@@ -461,7 +461,7 @@ func (m *Multipath) state(n *MultipathNamespace, i int) nvme.ANAState {
 // pick returns the path for a command on n and its namespace there: an
 // optimized one, round-robin, else a non-optimized one; or none, with the
 // channel that says when to look again, or ErrNoPath.
-func (m *Multipath) pick(n *MultipathNamespace) (int, *HostNamespace, <-chan struct{}, error) {
+func (m *Multipath) pick(n *MultipathNamespace) (int, *Namespace, <-chan struct{}, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -513,14 +513,14 @@ func (m *Multipath) pick(n *MultipathNamespace) (int, *HostNamespace, <-chan str
 // do runs op on a path of n, and again on another when the path answers
 // with a path status or breaks. It returns op's count and error, but for
 // those it sends again.
-func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*HostNamespace) (int, error)) (int, error) {
+func (m *Multipath) do(ctx context.Context, n *MultipathNamespace, op func(*Namespace) (int, error)) (int, error) {
 	return m.doSized(ctx, n, 0, op)
 }
 
 // doSized is do for a read or write of size octets, which counts as the
 // commands it keeps in flight on its path (PolicyQueueDepth): one per
 // MDTS, at most maxInflight, as Linux counts a path's requests.
-func (m *Multipath) doSized(ctx context.Context, n *MultipathNamespace, size int, op func(*HostNamespace) (int, error)) (int, error) {
+func (m *Multipath) doSized(ctx context.Context, n *MultipathNamespace, size int, op func(*Namespace) (int, error)) (int, error) {
 	var last error
 	for tries := 0; ; {
 		i, hn, wait, err := m.pick(n)
@@ -574,8 +574,8 @@ func (m *Multipath) doSized(ctx context.Context, n *MultipathNamespace, size int
 }
 
 // do0 is do for an op with no count.
-func (m *Multipath) do0(ctx context.Context, n *MultipathNamespace, op func(*HostNamespace) error) error {
-	_, err := m.do(ctx, n, func(hn *HostNamespace) (int, error) { return 0, op(hn) })
+func (m *Multipath) do0(ctx context.Context, n *MultipathNamespace, op func(*Namespace) error) error {
+	_, err := m.do(ctx, n, func(hn *Namespace) (int, error) { return 0, op(hn) })
 	return err
 }
 
@@ -642,7 +642,7 @@ type MultipathNamespace struct {
 	m    *Multipath
 	ID   uint32
 	Info nvme.NamespaceInfo
-	ns   []*HostNamespace // by path; nil where it was not opened
+	ns   []*Namespace // by path; nil where it was not opened
 }
 
 // Namespace opens namespace nsid on every path, which must agree on what
@@ -662,9 +662,9 @@ func (m *Multipath) Namespace(ctx context.Context, nsid uint32) (*MultipathNames
 	if n != nil {
 		return n, nil
 	}
-	n = &MultipathNamespace{m: m, ID: nsid, ns: make([]*HostNamespace, len(m.paths))}
+	n = &MultipathNamespace{m: m, ID: nsid, ns: make([]*Namespace, len(m.paths))}
 	var errs []error
-	var first *HostNamespace
+	var first *Namespace
 	var firstAddr string
 	for i, c := range cs {
 		if c == nil {
@@ -725,33 +725,33 @@ func (n *MultipathNamespace) WriteAt(p []byte, off int64) (int, error) {
 // a usable path. As io.ReaderAt, a read past the end is cut short with
 // io.EOF; a read that fails after a failover counts nothing read.
 func (n *MultipathNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
-	return n.m.doSized(ctx, n, len(p), func(hn *HostNamespace) (int, error) { return hn.ReadAtContext(ctx, p, off) })
+	return n.m.doSized(ctx, n, len(p), func(hn *Namespace) (int, error) { return hn.ReadAtContext(ctx, p, off) })
 }
 
 // WriteAtContext is WriteAt bounded by ctx. A write sent again down
 // another path writes the same octets again.
 func (n *MultipathNamespace) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
-	return n.m.doSized(ctx, n, len(p), func(hn *HostNamespace) (int, error) { return hn.WriteAtContext(ctx, p, off) })
+	return n.m.doSized(ctx, n, len(p), func(hn *Namespace) (int, error) { return hn.WriteAtContext(ctx, p, off) })
 }
 
-// WriteAtFUA is HostNamespace.WriteAtFUA down a usable path.
+// WriteAtFUA is Namespace.WriteAtFUA down a usable path.
 func (n *MultipathNamespace) WriteAtFUA(ctx context.Context, p []byte, off int64) (int, error) {
-	return n.m.doSized(ctx, n, len(p), func(hn *HostNamespace) (int, error) { return hn.WriteAtFUA(ctx, p, off) })
+	return n.m.doSized(ctx, n, len(p), func(hn *Namespace) (int, error) { return hn.WriteAtFUA(ctx, p, off) })
 }
 
 // Flush commits the namespace's written data, through one path (a
 // controller's Flush covers what every controller of the subsystem wrote:
 // the namespace is one).
 func (n *MultipathNamespace) Flush(ctx context.Context) error {
-	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.Flush(ctx) })
+	return n.m.do0(ctx, n, func(hn *Namespace) error { return hn.Flush(ctx) })
 }
 
-// WriteZeroes is HostNamespace.WriteZeroes down a usable path.
+// WriteZeroes is Namespace.WriteZeroes down a usable path.
 func (n *MultipathNamespace) WriteZeroes(ctx context.Context, off, length int64) error {
-	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.WriteZeroes(ctx, off, length) })
+	return n.m.do0(ctx, n, func(hn *Namespace) error { return hn.WriteZeroes(ctx, off, length) })
 }
 
-// Deallocate is HostNamespace.Deallocate down a usable path.
+// Deallocate is Namespace.Deallocate down a usable path.
 func (n *MultipathNamespace) Deallocate(ctx context.Context, off, length int64) error {
-	return n.m.do0(ctx, n, func(hn *HostNamespace) error { return hn.Deallocate(ctx, off, length) })
+	return n.m.do0(ctx, n, func(hn *Namespace) error { return hn.Deallocate(ctx, off, length) })
 }

@@ -21,7 +21,7 @@ type mpathResv struct {
 }
 
 // watchResv follows a path's controller c's reservation notifications
-// (HostConfig.WatchReservations) until it ends; the path's ANA watch
+// (Config.WatchReservations) until it ends; the path's ANA watch
 // takes care of the ending.
 func (m *Multipath) watchResv(p *mpath, c *Controller) {
 	defer m.wg.Done()
@@ -48,7 +48,7 @@ func (m *Multipath) wakeResvLocked() {
 }
 
 // WaitReservationNotice waits until a path (watching reservation
-// notifications: MultipathConfig's HostConfig.WatchReservations) has
+// notifications: MultipathConfig's Config.WatchReservations) has
 // some, and returns those every path received since the last call, in
 // the order they came: how a fenced cluster node learns it was fenced,
 // from any path that still reaches the subsystem. It returns ctx's error,

@@ -20,7 +20,7 @@ var ErrUnaligned = errors.New("nvmeof: offset or length not a multiple of the bl
 // io.EOF instead).
 var ErrRange = errors.New("nvmeof: offset or length outside the namespace")
 
-// HostNamespace is a host's view of a namespace: io.ReaderAt and
+// Namespace is a host's view of a namespace: io.ReaderAt and
 // io.WriterAt over its blocks, spread over the controller's I/O queues
 // round robin. Offsets and lengths must be multiples of the block size, as
 // with O_DIRECT. Its methods may be called from several goroutines; one
@@ -29,7 +29,7 @@ var ErrRange = errors.New("nvmeof: offset or length outside the namespace")
 // answers with a status without DNR is sent again, up to 5 times, as
 // Linux's host does (but a path status under Multipath, which sends it
 // down another path instead); a reservation command is not.
-type HostNamespace struct {
+type Namespace struct {
 	c     *Controller
 	ID    uint32
 	Info  nvme.NamespaceInfo
@@ -38,7 +38,7 @@ type HostNamespace struct {
 }
 
 // Namespace returns the view of namespace nsid (Identify Namespace).
-func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*HostNamespace, error) {
+func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, error) {
 	if len(c.io) == 0 {
 		return nil, errors.New("nvmeof: a controller without I/O queues has no namespaces to read")
 	}
@@ -61,28 +61,28 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*HostNamespace
 		return nil, fmt.Errorf("nvmeof: namespace %d: blocks of %d octets, past the controller's transfer limit of %d",
 			nsid, ni.BlockSize(), c.maxData)
 	}
-	return &HostNamespace{c: c, ID: nsid, Info: ni, bs: int64(ni.BlockSize())}, nil
+	return &Namespace{c: c, ID: nsid, Info: ni, bs: int64(ni.BlockSize())}, nil
 }
 
 // Size returns the namespace's size in octets.
-func (n *HostNamespace) Size() int64 { return int64(n.Info.Size) * n.bs }
+func (n *Namespace) Size() int64 { return int64(n.Info.Size) * n.bs }
 
 // BlockSize returns the logical block size.
-func (n *HostNamespace) BlockSize() int { return int(n.bs) }
+func (n *Namespace) BlockSize() int { return int(n.bs) }
 
 // ReadAt reads len(p) octets at off (io.ReaderAt).
-func (n *HostNamespace) ReadAt(p []byte, off int64) (int, error) {
+func (n *Namespace) ReadAt(p []byte, off int64) (int, error) {
 	return n.ReadAtContext(context.Background(), p, off)
 }
 
 // WriteAt writes p at off (io.WriterAt).
-func (n *HostNamespace) WriteAt(p []byte, off int64) (int, error) {
+func (n *Namespace) WriteAt(p []byte, off int64) (int, error) {
 	return n.WriteAtContext(context.Background(), p, off)
 }
 
 // ReadAtContext is ReadAt bounded by ctx; a command that ctx cuts short
 // ends its queue, since the target may still write into its buffer.
-func (n *HostNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+func (n *Namespace) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, ErrRange
 	}
@@ -101,7 +101,7 @@ func (n *HostNamespace) ReadAtContext(ctx context.Context, p []byte, off int64) 
 }
 
 // WriteAtContext is WriteAt bounded by ctx.
-func (n *HostNamespace) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+func (n *Namespace) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 || int64(len(p)) > n.Size()-off { // not off+len(p): a huge off would wrap past the check
 		return 0, fmt.Errorf("%w: a write of %d octets at %d, the namespace's %d", ErrRange, len(p), off, n.Size())
 	}
@@ -113,7 +113,7 @@ func (n *HostNamespace) WriteAtContext(ctx context.Context, p []byte, off int64)
 // the target's volatile write cache for a Flush. It costs less than
 // WriteAt and Flush when the namespace's other writes need not be durable
 // yet (a journal's commit record, say): the target makes only p durable.
-func (n *HostNamespace) WriteAtFUA(ctx context.Context, p []byte, off int64) (int, error) {
+func (n *Namespace) WriteAtFUA(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 || int64(len(p)) > n.Size()-off { // not off+len(p): a huge off would wrap past the check
 		return 0, fmt.Errorf("%w: a write of %d octets at %d, the namespace's %d", ErrRange, len(p), off, n.Size())
 	}
@@ -122,7 +122,7 @@ func (n *HostNamespace) WriteAtFUA(ctx context.Context, p []byte, off int64) (in
 
 // inflight is one command of a ReadAt or WriteAt, at pos in its p.
 type inflight struct {
-	q    *hqueue
+	q    *queue
 	slot int
 	pos  int
 	p    []byte
@@ -133,7 +133,7 @@ const maxInflight = 16
 // rw splits p into commands of at most MDTS and keeps up to maxInflight
 // of them in flight. Its count is of the octets before the first command
 // that failed or was not sent (io.ReaderAt and io.WriterAt: p[:n] is done).
-func (n *HostNamespace) rw(ctx context.Context, op uint8, fua bool, p []byte, off int64) (int, error) {
+func (n *Namespace) rw(ctx context.Context, op uint8, fua bool, p []byte, off int64) (int, error) {
 	if off%n.bs != 0 || int64(len(p))%n.bs != 0 {
 		return 0, ErrUnaligned
 	}
@@ -211,7 +211,7 @@ func (n *HostNamespace) rw(ctx context.Context, op uint8, fua bool, p []byte, of
 // startRW sends a Read or Write of p (nlb+1 blocks at slba) from slot i:
 // write data in the capsule when it fits, otherwise in the slot's buffer
 // for the target's RDMA Read.
-func (q *hqueue) startRW(i int, op uint8, fua bool, nsid uint32, slba uint64, nlb uint16, p []byte) error {
+func (q *queue) startRW(i int, op uint8, fua bool, nsid uint32, slba uint64, nlb uint16, p []byte) error {
 	s := &q.slots[i]
 	cmd := q.cmd(i)
 	nvme.NewRW(cmd, op, 0, nsid, slba, nlb)
@@ -259,7 +259,7 @@ func retryable(op uint8, st nvme.Status, mpath bool) bool {
 // allows (retryable, up to maxRetries times: the slot still holds the
 // command, its in-capsule data and its buffer), and copies read data
 // into p.
-func (q *hqueue) finish(ctx context.Context, i int, op uint8, p []byte, mpath bool) error {
+func (q *queue) finish(ctx context.Context, i int, op uint8, p []byte, mpath bool) error {
 	if err := q.wait(ctx, i); err != nil {
 		return err
 	}
@@ -284,13 +284,13 @@ func (q *hqueue) finish(ctx context.Context, i int, op uint8, p []byte, mpath bo
 }
 
 // Flush commits the namespace's written data to non-volatile media.
-func (n *HostNamespace) Flush(ctx context.Context) error {
+func (n *Namespace) Flush(ctx context.Context) error {
 	return n.simple(ctx, nvme.IOFlush, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.IOFlush, 0, n.ID, 0, 0) }, nil)
 }
 
 // WriteZeroes zeroes length octets at off (Write Zeroes, at most 65536
 // blocks).
-func (n *HostNamespace) WriteZeroes(ctx context.Context, off, length int64) error {
+func (n *Namespace) WriteZeroes(ctx context.Context, off, length int64) error {
 	if off < 0 || length <= 0 || length > n.Size()-off || length/n.bs > 65536 {
 		return ErrRange
 	}
@@ -307,7 +307,7 @@ func (n *HostNamespace) WriteZeroes(ctx context.Context, off, length int64) erro
 // needed (Dataset Management, attribute Deallocate); this target then
 // reads them as zeros. One command carries up to 256 ranges of up to
 // 2^32-1 blocks each.
-func (n *HostNamespace) Deallocate(ctx context.Context, off, length int64) error {
+func (n *Namespace) Deallocate(ctx context.Context, off, length int64) error {
 	if off < 0 || length <= 0 || length > n.Size()-off {
 		return ErrRange
 	}
@@ -334,7 +334,7 @@ func (n *HostNamespace) Deallocate(ctx context.Context, off, length int64) error
 
 // simple runs a command on the next I/O queue, with data to the target
 // (in the capsule or by its RDMA Read).
-func (n *HostNamespace) simple(ctx context.Context, op uint8, fill func(nvme.Command), data []byte) error {
+func (n *Namespace) simple(ctx context.Context, op uint8, fill func(nvme.Command), data []byte) error {
 	q := n.c.nextIO()
 	i, err := q.acquire(ctx)
 	if err != nil {
@@ -360,4 +360,4 @@ func (n *HostNamespace) simple(ctx context.Context, op uint8, fill func(nvme.Com
 }
 
 // nextIO picks the I/O queue of the next command, round robin.
-func (c *Controller) nextIO() *hqueue { return c.io[c.rr.Add(1)%uint32(len(c.io))] }
+func (c *Controller) nextIO() *queue { return c.io[c.rr.Add(1)%uint32(len(c.io))] }

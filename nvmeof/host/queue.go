@@ -26,7 +26,7 @@ var ErrClosed = errors.New("nvmeof: controller closed")
 // Write, and responses arrive in receive buffers that the QP's receive
 // goroutine (onRx, its SetRxHandler) hands to the waiting command. The
 // queue's own goroutine (watch) ends it when the QP fails.
-type hqueue struct {
+type queue struct {
 	qid     uint16
 	depth   int
 	sqsize  int // SQ entries announced (HSQSIZE+1, Connect's SQSIZE+1): depth, unless a test says otherwise
@@ -40,7 +40,7 @@ type hqueue struct {
 	respMR *verbs.MR
 	resp   []byte // respMR's memory (as hslot.buf)
 	nrecv  int
-	slots  []hslot
+	slots  []slot
 	free   chan int
 
 	dead    chan struct{}
@@ -63,8 +63,8 @@ type hqueue struct {
 	inval []verbs.SGE
 }
 
-// hslot is one command in flight. Its CID is gen<<8 | index.
-type hslot struct {
+// slot is one command in flight. Its CID is gen<<8 | index.
+type slot struct {
 	gen     uint8
 	capsule []byte
 	buf     []byte // mr's memory, kept here: a queue closed under a finishing command deregisters mr
@@ -79,8 +79,8 @@ type hslot struct {
 	waiting bool // set by the submitter, cleared by the poller under pmu
 }
 
-// hqueueConfig sizes a host queue.
-type hqueueConfig struct {
+// queueConfig sizes a host queue.
+type queueConfig struct {
 	qid     uint16
 	depth   int // 2 .. 256
 	inCap   int
@@ -91,8 +91,8 @@ type hqueueConfig struct {
 	sqsize  int // tests: announce this many SQ entries instead of depth
 }
 
-func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueue, error) {
-	q := &hqueue{qid: cfg.qid, depth: cfg.depth, sqsize: cfg.depth, inCap: cfg.inCap, maxData: cfg.maxData, dev: dev,
+func dialQueue(ctx context.Context, dev *verbs.Device, cfg queueConfig) (*queue, error) {
+	q := &queue{qid: cfg.qid, depth: cfg.depth, sqsize: cfg.depth, inCap: cfg.inCap, maxData: cfg.maxData, dev: dev,
 		dead: make(chan struct{}), free: make(chan int, cfg.depth)}
 	q.nrecv = cfg.depth
 	q.rxwcs = make([]verbs.WC, 32)
@@ -110,7 +110,7 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 	if err != nil {
 		return nil, err
 	}
-	fail := func(err error) (*hqueue, error) {
+	fail := func(err error) (*queue, error) {
 		q.qp.Close()
 		q.release()
 		return nil, err
@@ -119,7 +119,7 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 	if q.respMR, err = q.pd.RegMR(q.resp, verbs.LocalWrite); err != nil {
 		return fail(err)
 	}
-	q.slots = make([]hslot, cfg.depth)
+	q.slots = make([]slot, cfg.depth)
 	capsules := make([]byte, cfg.depth*(nvme.CommandSize+cfg.inCap))
 	for i := range q.slots {
 		s := &q.slots[i]
@@ -154,7 +154,7 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg hqueueConfig) (*hqueu
 }
 
 // release deregisters the queue's memory.
-func (q *hqueue) release() {
+func (q *queue) release() {
 	if q.respMR != nil {
 		q.respMR.Dereg()
 	}
@@ -166,11 +166,11 @@ func (q *hqueue) release() {
 }
 
 // close ends the connection (in order if ctx allows) and the poller.
-func (q *hqueue) close(ctx context.Context, orderly bool) {
+func (q *queue) close(ctx context.Context, orderly bool) {
 	q.closed.Do(func() { q.doClose(ctx, orderly) })
 }
 
-func (q *hqueue) doClose(ctx context.Context, orderly bool) {
+func (q *queue) doClose(ctx context.Context, orderly bool) {
 	if orderly {
 		if err := q.qp.Disconnect(ctx); err != nil {
 			q.qp.Close()
@@ -186,14 +186,14 @@ func (q *hqueue) doClose(ctx context.Context, orderly bool) {
 
 // fail marks the queue dead with err (the first one wins) and wakes every
 // waiting command.
-func (q *hqueue) fail(err error) {
+func (q *queue) fail(err error) {
 	q.errOnce.Do(func() {
 		q.err = err
 		close(q.dead)
 	})
 }
 
-func (q *hqueue) repost(i int) error {
+func (q *queue) repost(i int) error {
 	q.rsge[0] = q.respMR.SGE(i*nvme.CompletionSize, nvme.CompletionSize)
 	q.rwr[0] = verbs.RecvWR{ID: uint64(i), SGL: q.rsge[:]}
 	_, err := q.qp.PostRecv(q.rwr[:]...)
@@ -204,7 +204,7 @@ func (q *hqueue) repost(i int) error {
 // it hands the responses on the CQ to their commands right there, which
 // saves a goroutine hand-off per command. It may not close the QP: a
 // protocol error marks the queue dead, and the watcher closes it.
-func (q *hqueue) onRx() {
+func (q *queue) onRx() {
 	q.rxMu.Lock()
 	defer q.rxMu.Unlock()
 	for {
@@ -224,7 +224,7 @@ func (q *hqueue) onRx() {
 // watch ends the queue when its QP fails (handing out the responses that
 // arrived before) or a protocol error marked it dead, and stops when ctx
 // ends.
-func (q *hqueue) watch(ctx context.Context) {
+func (q *queue) watch(ctx context.Context) {
 	defer q.wg.Done()
 	select {
 	case <-q.qp.Done():
@@ -241,7 +241,7 @@ func (q *hqueue) watch(ctx context.Context) {
 }
 
 // response takes one completion: a CQE for a waiting command.
-func (q *hqueue) response(wc *verbs.WC) error {
+func (q *queue) response(wc *verbs.WC) error {
 	if wc.Status != verbs.Success {
 		qerr := q.qp.Err()
 		if qerr == nil {
@@ -280,7 +280,7 @@ func (q *hqueue) response(wc *verbs.WC) error {
 
 // tryAcquire takes a free slot if there is one; a draining queue has
 // none (ErrClosed).
-func (q *hqueue) tryAcquire() (int, bool, error) {
+func (q *queue) tryAcquire() (int, bool, error) {
 	select {
 	case i := <-q.free:
 		if !q.take(i, false) {
@@ -294,7 +294,7 @@ func (q *hqueue) tryAcquire() (int, bool, error) {
 
 // acquire takes a free slot, waiting for one. A ctx already done sends
 // nothing: its command would end the queue when it found ctx done.
-func (q *hqueue) acquire(ctx context.Context) (int, error) {
+func (q *queue) acquire(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -332,7 +332,7 @@ func closeOwnCtx(d time.Duration) (context.Context, context.CancelFunc) {
 
 // take counts slot i as held, unless the queue is draining and the command
 // is not Close's own: the slot then goes back.
-func (q *hqueue) take(i int, own bool) bool {
+func (q *queue) take(i int, own bool) bool {
 	q.gate.Lock()
 	ok := !q.closing || own
 	if ok {
@@ -346,13 +346,13 @@ func (q *hqueue) take(i int, own bool) bool {
 }
 
 // releaseSlot gives a slot back.
-func (q *hqueue) releaseSlot(i int) {
+func (q *queue) releaseSlot(i int) {
 	q.unhold()
 	q.free <- i
 }
 
 // unhold counts one slot fewer as held, and wakes a drain at zero.
-func (q *hqueue) unhold() {
+func (q *queue) unhold() {
 	q.gate.Lock()
 	q.held--
 	if q.held == 0 && q.idle != nil {
@@ -362,14 +362,14 @@ func (q *hqueue) unhold() {
 	q.gate.Unlock()
 }
 
-func (q *hqueue) draining() bool {
+func (q *queue) draining() bool {
 	q.gate.Lock()
 	defer q.gate.Unlock()
 	return q.closing
 }
 
 // refuse makes new commands fail with ErrClosed.
-func (q *hqueue) refuse() {
+func (q *queue) refuse() {
 	q.gate.Lock()
 	q.closing = true
 	q.gate.Unlock()
@@ -378,7 +378,7 @@ func (q *hqueue) refuse() {
 // drain refuses new commands (ErrClosed) and waits until those in flight
 // have finished and their callers gave their slots back, the queue died or
 // ctx ended.
-func (q *hqueue) drain(ctx context.Context) error {
+func (q *queue) drain(ctx context.Context) error {
 	q.gate.Lock()
 	q.closing = true
 	if q.held > 0 && q.idle == nil {
@@ -402,7 +402,7 @@ func (q *hqueue) drain(ctx context.Context) error {
 // submit sends slot i's command: the SQE already in its capsule, with
 // inCap octets of in-capsule data after it. If it cannot, the slot is
 // given back and the queue ended.
-func (q *hqueue) submit(i int, inCap int) error {
+func (q *queue) submit(i int, inCap int) error {
 	s := &q.slots[i]
 	s.gen++
 	s.inCap = inCap
@@ -426,7 +426,7 @@ func (q *hqueue) submit(i int, inCap int) error {
 
 // wait waits for slot i's response. A command whose queue died may still
 // hold its slot's buffer: the slot is then never given back.
-func (q *hqueue) wait(ctx context.Context, i int) error {
+func (q *queue) wait(ctx context.Context, i int) error {
 	s := &q.slots[i]
 	select {
 	case <-s.done:
@@ -449,7 +449,7 @@ func (q *hqueue) wait(ctx context.Context, i int) error {
 
 // run sends slot i's command and waits for its status; the slot is
 // released unless keep (the caller then reads its buffer and releases it).
-func (q *hqueue) run(ctx context.Context, i, inCap int, op string) (uint64, error) {
+func (q *queue) run(ctx context.Context, i, inCap int, op string) (uint64, error) {
 	if err := q.submit(i, inCap); err != nil {
 		return 0, err
 	}
@@ -464,21 +464,21 @@ func (q *hqueue) run(ctx context.Context, i, inCap int, op string) (uint64, erro
 }
 
 // cmd returns slot i's SQE, zeroed.
-func (q *hqueue) cmd(i int) nvme.Command {
+func (q *queue) cmd(i int) nvme.Command {
 	c := nvme.Command(q.slots[i].capsule[:nvme.CommandSize])
 	clear(c)
 	return c
 }
 
 // keyed points the command's SGL at n octets of slot i's buffer.
-func (q *hqueue) keyed(i int, c nvme.Command, n int) {
+func (q *queue) keyed(i int, c nvme.Command, n int) {
 	mr := q.slots[i].mr
 	c.SGL().SetKeyed(mr.Addr(), uint32(n), mr.RKey(), false)
 }
 
 // adminCmd runs a command without host data or with data to the host (n
 // octets into the slot's buffer, which the caller copies out with get).
-func (q *hqueue) adminCmd(ctx context.Context, fill func(nvme.Command), n int, op string, get func([]byte)) (uint64, error) {
+func (q *queue) adminCmd(ctx context.Context, fill func(nvme.Command), n int, op string, get func([]byte)) (uint64, error) {
 	i, err := q.acquire(ctx)
 	if err != nil {
 		return 0, err
@@ -500,7 +500,7 @@ func (q *hqueue) adminCmd(ctx context.Context, fill func(nvme.Command), n int, o
 // has something to say (an Asynchronous Event Request): as adminCmd, but
 // its slot does not count as held, so that Close's drain does not wait
 // for it; the queue's end wakes it.
-func (q *hqueue) standingCmd(ctx context.Context, fill func(nvme.Command), op string) (uint64, error) {
+func (q *queue) standingCmd(ctx context.Context, fill func(nvme.Command), op string) (uint64, error) {
 	i, err := q.acquire(ctx)
 	if err != nil {
 		return 0, err

@@ -7,7 +7,7 @@ import (
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
-// watchResv stands for HostConfig.WatchReservations among the watched
+// watchResv stands for Config.WatchReservations among the watched
 // notices' Async Event Configuration bits: it has none (reservation
 // notices are always enabled, masked per namespace), so it is never sent.
 const watchResv = uint32(1) << 30
@@ -22,7 +22,7 @@ const maxResvReads = 1024
 // this one, on any namespace, since the last read (oldest first). Each
 // read takes its page, and unmasks the next Reservation Log Page
 // Available notice; on a controller watching them
-// (HostConfig.WatchReservations) the watch reads them, and
+// (Config.WatchReservations) the watch reads them, and
 // WaitReservationNotice is the way to have them. After an error it
 // returns the pages it read before.
 func (c *Controller) ReservationNotices(ctx context.Context) ([]nvme.ReservationNotice, error) {
@@ -48,7 +48,7 @@ func (c *Controller) ReservationNotices(ctx context.Context) ([]nvme.Reservation
 }
 
 // WaitReservationNotice waits until a controller watching for reservation
-// notifications (HostConfig.WatchReservations) has some, and returns those
+// notifications (Config.WatchReservations) has some, and returns those
 // that came since the last call, oldest first. It returns ctx's error, or
 // the controller's once it has ended.
 func (c *Controller) WaitReservationNotice(ctx context.Context) ([]nvme.ReservationNotice, error) {
@@ -67,7 +67,7 @@ func (c *Controller) WaitReservationNotice(ctx context.Context) ([]nvme.Reservat
 // SetReservationNoticeMask sets which reservation notifications this
 // controller does not record for the namespace: masked lists them, none
 // records every one (the default).
-func (n *HostNamespace) SetReservationNoticeMask(ctx context.Context, masked ...nvme.ReservationNoticeType) error {
+func (n *Namespace) SetReservationNoticeMask(ctx context.Context, masked ...nvme.ReservationNoticeType) error {
 	var v uint32
 	for _, t := range masked {
 		v |= 1 << t
@@ -82,7 +82,7 @@ func (n *HostNamespace) SetReservationNoticeMask(ctx context.Context, masked ...
 
 // ReservationNoticeMask returns the reservation notifications this
 // controller does not record for the namespace.
-func (n *HostNamespace) ReservationNoticeMask(ctx context.Context) ([]nvme.ReservationNoticeType, error) {
+func (n *Namespace) ReservationNoticeMask(ctx context.Context) ([]nvme.ReservationNoticeType, error) {
 	res, err := n.c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminGetFeatures, 0, n.ID, nvme.FeatResvMask, 0) }, 0,
 		"Get Features, Reservation Notification Mask", nil)
 	if err != nil {

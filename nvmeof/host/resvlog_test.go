@@ -5,15 +5,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // waitNotices waits for the next reservation notifications of n's
 // controller (watching them), and checks their types and NSIDs.
-func waitNotices(t *testing.T, ctx context.Context, n *HostNamespace, want ...nvme.ReservationNoticeType) []nvme.ReservationNotice {
+func waitNotices(t *testing.T, ctx context.Context, n *Namespace, want ...nvme.ReservationNoticeType) []nvme.ReservationNotice {
 	t.Helper()
 	var got []nvme.ReservationNotice
 	for len(got) < len(want) {
@@ -33,7 +33,7 @@ func waitNotices(t *testing.T, ctx context.Context, n *HostNamespace, want ...nv
 
 // noNotices checks that n's controller recorded nothing more: its log
 // reads empty.
-func noNotices(t *testing.T, ctx context.Context, n *HostNamespace) {
+func noNotices(t *testing.T, ctx context.Context, n *Namespace) {
 	t.Helper()
 	ns, err := n.c.ReservationNotices(ctx)
 	require.NoError(t, err)
@@ -47,8 +47,8 @@ func noNotices(t *testing.T, ctx context.Context, n *HostNamespace) {
 // log is read here) and those it took nothing from get none. Counts go
 // up by one per page, per controller.
 func TestReservationNotices(t *testing.T) {
-	ctx, a, a2, b, c, _ := resvHostsWith(t, func(name string) HostConfig {
-		return HostConfig{IOQueues: 1, WatchReservations: name != "b"}
+	ctx, a, a2, b, c, _ := resvHostsWith(t, func(name string) Config {
+		return Config{IOQueues: 1, WatchReservations: name != "b"}
 	})
 	const ka, kb, kc = 0xa, 0xb, 0xc
 	require.NoError(t, a.RegisterKey(ctx, ka))
@@ -129,7 +129,7 @@ func TestReservationNotices(t *testing.T) {
 		nvme.ResvNoticeReleased, nvme.ResvNoticeRegPreempted, nvme.ResvNoticeRegPreempted, nvme.ResvNoticePreempted), 8)
 
 	noNotices(t, ctx, b) // b acted every time since, and was told nothing
-	for _, n := range []*HostNamespace{a, a2, c} {
+	for _, n := range []*Namespace{a, a2, c} {
 		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		ns, err := n.c.WaitReservationNotice(ctx)
 		cancel()
@@ -307,13 +307,13 @@ func TestReservationNoticesReset(t *testing.T) {
 func TestReservationNoticeMaskNewNamespace(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
-	sub, _, addr := serveNamespaces(t, nvmeof.NamespaceConfig{ID: 1, Reservations: true})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	sub, _, addr := serveNamespaces(t, target.NamespaceConfig{ID: 1, Reservations: true})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	n, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	require.NoError(t, n.SetReservationNoticeMask(ctx, nvme.ResvNoticeRegPreempted, nvme.ResvNoticeReleased, nvme.ResvNoticePreempted))
 	require.NoError(t, sub.RemoveNamespace(ctx, 1))
-	_, err = sub.AddNamespaceConfig(nvmeof.NewMemBackend(1<<20), nvmeof.NamespaceConfig{ID: 1, Reservations: true})
+	_, err = sub.AddNamespaceConfig(target.NewMemBackend(1<<20), target.NamespaceConfig{ID: 1, Reservations: true})
 	require.NoError(t, err)
 	m, err := n.ReservationNoticeMask(ctx)
 	require.NoError(t, err)

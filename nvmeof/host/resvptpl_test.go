@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,7 +18,7 @@ func TestReservationsCPTPL(t *testing.T) {
 	checkRoutines(t)
 	file := filepath.Join(t.TempDir(), "ns1.resv")
 	ctx, a, b, _, _ := ptplTarget(t, file)
-	register := func(n *HostNamespace, cdw10 uint32, key uint64) error {
+	register := func(n *Namespace, cdw10 uint32, key uint64) error {
 		return n.resvKeys(ctx, nvme.IOResvRegister, cdw10, 0, key)
 	}
 	requireStatus(t, register(a, 1<<30, 0xa), nvme.StatusInvalidField|nvme.DNR)
@@ -74,10 +74,10 @@ func TestReservationPersistAllNamespaces(t *testing.T) {
 	ctx := testCtx(t)
 	dir := t.TempDir()
 	_, tg, addr := serveNamespaces(t,
-		nvmeof.NamespaceConfig{ID: 1, Reservations: true, ReservationFile: filepath.Join(dir, "1.resv")},
-		nvmeof.NamespaceConfig{ID: 2, Reservations: true, ReservationFile: filepath.Join(dir, "2.resv")},
-		nvmeof.NamespaceConfig{ID: 3, Reservations: true})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+		target.NamespaceConfig{ID: 1, Reservations: true, ReservationFile: filepath.Join(dir, "1.resv")},
+		target.NamespaceConfig{ID: 2, Reservations: true, ReservationFile: filepath.Join(dir, "2.resv")},
+		target.NamespaceConfig{ID: 3, Reservations: true})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	all := func(v uint32) error {
 		_, err := c.admin.adminCmd(ctx, func(cmd nvme.Command) {
 			nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, 0xffffffff, nvme.FeatResvPersist, v)
@@ -100,12 +100,12 @@ func TestReservationPersistAllNamespaces(t *testing.T) {
 	require.NoError(t, all(0))
 	require.Equal(t, []bool{false, false, false}, persist())
 
-	solo, err := nvmeof.NewSubsystem(testNQN + "-solo")
+	solo, err := target.NewSubsystem(testNQN + "-solo")
 	require.NoError(t, err)
-	_, err = solo.AddNamespaceConfig(nvmeof.NewMemBackend(1<<20), nvmeof.NamespaceConfig{Reservations: true})
+	_, err = solo.AddNamespaceConfig(target.NewMemBackend(1<<20), target.NamespaceConfig{Reservations: true})
 	require.NoError(t, err)
 	require.NoError(t, tg.AddSubsystem(solo))
-	cs := connectHost(t, addr, solo.NQN, HostConfig{IOQueues: 1})
+	cs := connectHost(t, addr, solo.NQN, Config{IOQueues: 1})
 	_, err = cs.admin.adminCmd(ctx, func(cmd nvme.Command) {
 		nvme.NewAdmin(cmd, nvme.AdminSetFeatures, 0, 0xffffffff, nvme.FeatResvPersist, 1)
 	}, 0, "", nil)

@@ -5,9 +5,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/internal/testhook"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,7 +20,7 @@ func failIO(t *testing.T, op uint8, n int32, st nvme.Status) *atomic.Int32 {
 
 // failIOOn is failIO for the commands that came through port p only (nil:
 // any).
-func failIOOn(t *testing.T, p *nvmeof.Port, op uint8, n int32, st nvme.Status) *atomic.Int32 {
+func failIOOn(t *testing.T, p *target.Port, op uint8, n int32, st nvme.Status) *atomic.Int32 {
 	t.Helper()
 	var left, seen atomic.Int32
 	left.Store(n)
@@ -46,7 +46,7 @@ func failIOOn(t *testing.T, p *nvmeof.Port, op uint8, n int32, st nvme.Status) *
 func TestHostRetries(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
-	_, n := hostNS(t, 1<<20, HostConfig{IOQueues: 1})
+	_, n := hostNS(t, 1<<20, Config{IOQueues: 1})
 	const interrupted = nvme.Status(0x21) // Command Interrupted: the host may retry
 	small, big := bytes.Repeat([]byte{7}, 512), bytes.Repeat([]byte{9}, 64<<10)
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -18,8 +18,8 @@ import (
 // for the others' slots, and they for its.
 func TestRWNoHoldAndWait(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 32<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2, QueueDepth: 2})
+	_, _, addr := newTestTarget(t, 32<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 2, QueueDepth: 2})
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,9 +20,9 @@ import (
 // Discovery Log Page Change Notices on discovery (TestDiscoveryChangeNotice).
 func TestIdentifySaysWhatItDoes(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	a := connectHost(t, addr, testNQN, HostConfig{})
-	b := connectHost(t, addr, testNQN, HostConfig{HostNQN: a.cfg.HostNQN, HostID: a.cfg.HostID}) // a second path
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	a := connectHost(t, addr, testNQN, Config{})
+	b := connectHost(t, addr, testNQN, Config{HostNQN: a.cfg.HostNQN, HostID: a.cfg.HostID}) // a second path
 	require.NotEqual(t, a.ID, b.ID)
 	require.EqualValues(t, 1<<3|3, b.Info.CMIC, "CMIC: ANA reporting, multi-port, multi-controller")
 	require.EqualValues(t, 1<<6|1<<0, b.Info.CTRATT)
@@ -37,7 +37,7 @@ func TestIdentifySaysWhatItDoes(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, ns.Info.NMIC, "NMIC: shared")
 	require.EqualValues(t, 1, ns.Info.ANAGroup, "ANAGRPID: group 1 unless set")
-	d := connectHost(t, addr, nvme.DiscoveryNQN, HostConfig{})
+	d := connectHost(t, addr, nvme.DiscoveryNQN, Config{})
 	require.Zero(t, d.Info.CMIC)
 	require.Zero(t, d.Info.ANACAP)
 	require.EqualValues(t, uint32(1<<31), d.Info.OAES, "OAES: Discovery Log Page Change Notices")
@@ -47,8 +47,8 @@ func TestIdentifySaysWhatItDoes(t *testing.T) {
 // refused, as Linux's nvmet does; they ran as plain commands.
 func TestTargetRefusesFlags(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	for _, flags := range []uint8{nvme.FlagSGL | 1, nvme.FlagSGL | 2, 0x00, 0x80, 0xc0} {
 		st, _ := raw(t, c.io[0], func(cm nvme.Command, _ []byte) int {
 			rw(nvme.IOWrite, 1, 0, 0, 512)(cm, nil)
@@ -65,8 +65,8 @@ func TestTargetRefusesFlags(t *testing.T) {
 // (NVMe base); it lowered the count under the queues.
 func TestTargetNumQueuesAfterIOQueues(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 2})
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 2})
 	st, _ := raw(t, c.admin, func(cm nvme.Command, _ []byte) int {
 		nvme.NewAdmin(cm, nvme.AdminSetFeatures, 0, 0, nvme.FeatNumQueues, 0)
 		return 0
@@ -78,8 +78,8 @@ func TestTargetNumQueuesAfterIOQueues(t *testing.T) {
 // at the old KATO's pace until its next tick (10 s here).
 func TestTargetKATOLowered(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{KATO: 40 * time.Second})
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{KATO: 40 * time.Second})
 	c.stopKeepAlive() // a silent host from here
 	_, err := c.SetFeatures(testCtx(t), nvme.FeatKATO, 200)
 	require.NoError(t, err)
@@ -108,16 +108,16 @@ func (f *bigBackend) WriteAt(p []byte, off int64) (int, error) {
 func TestTargetTransferLengthIn64Bits(t *testing.T) {
 	checkRoutines(t)
 	b := &bigBackend{}
-	sub, err := nvmeof.NewSubsystem(testNQN)
+	sub, err := target.NewSubsystem(testNQN)
 	require.NoError(t, err)
 	_, err = sub.AddNamespace(b, 65536)
 	require.NoError(t, err)
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: t.Logf}, sub)
+	tg, err := target.New(target.Config{Logf: t.Logf}, sub)
 	require.NoError(t, err)
 	t.Cleanup(func() { tg.Close() })
 	a, err := tg.Listen(testCtx(t), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	c := connectHost(t, a.String(), testNQN, HostConfig{IOQueues: 1})
+	c := connectHost(t, a.String(), testNQN, Config{IOQueues: 1})
 	for _, op := range []uint8{nvme.IOWrite, nvme.IORead} {
 		st, _ := raw(t, c.io[0], rw(op, 1, 0, 0xffff, 0))
 		require.Equal(t, nvme.StatusInvalidField|nvme.DNR, st, "op %d", op)
@@ -130,8 +130,8 @@ func TestTargetTransferLengthIn64Bits(t *testing.T) {
 // taken for 4 KiB and round robin.
 func TestTargetEnableChecksMPSAndAMS(t *testing.T) {
 	checkRoutines(t)
-	_, _, addr := newTestTarget(t, 1<<20, nvmeof.TargetConfig{})
-	c := connectHost(t, addr, testNQN, HostConfig{IOQueues: 1})
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
 	ctx := testCtx(t)
 	for _, bad := range []uint32{1 << 7, 1 << 11} { // MPS 1 (8 KiB), AMS 1 (weighted round robin)
 		require.NoError(t, c.propertySet(ctx, nvme.PropCC, 0)) // a reset
