@@ -103,7 +103,7 @@ func TestHostReadCount(t *testing.T) {
 		b.from.Store(bad * chunk)
 		b.to.Store(bad*chunk + 512)
 		n, err := ns.ReadAt(make([]byte, 4*chunk), 0)
-		requireStatus(t, err, 0x281|nvme.DNR) // Unrecovered Read Error
+		requireStatus(t, err, nvme.StatusUnrecoveredRead|nvme.DNR)
 		require.EqualValues(t, bad*chunk, n, "command %d of 4 failed", bad)
 	}
 }
