@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/interop/siw"
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,14 +33,14 @@ import (
 func TestNVMeKernelHostANA(t *testing.T) {
 	sub, mem := memSubsystem(t)
 	logs := &logLines{t: t}
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
+	tg, err := target.New(target.Config{Logf: logs.logf}, sub)
 	require.NoError(t, err)
 	t.Cleanup(func() { tg.Close() })
 	hp1, hp2 := freePort(t), freePort(t)
-	p1, err := tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp1), nvmeof.PortConfig{Subsystems: []string{nvmeNQN}})
+	p1, err := tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp1), target.PortConfig{Subsystems: []string{nvmeNQN}})
 	require.NoError(t, err)
-	p2, err := tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp2), nvmeof.PortConfig{Subsystems: []string{nvmeNQN},
-		ANA: map[uint32]nvmeof.ANAState{1: nvmeof.ANANonOptimized}})
+	p2, err := tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", hp2), target.PortConfig{Subsystems: []string{nvmeNQN},
+		ANA: map[uint32]nvme.ANAState{1: nvme.ANANonOptimized}})
 	require.NoError(t, err)
 
 	script := fmt.Sprintf(`for p in %[1]d %[2]d; do
@@ -92,18 +94,18 @@ dmesg | grep -iE 'nvme|ana' | tail -20`, hp1, hp2, nvmeNQN)
 	require.Equal(t, "WRITE1 rc=0", guestLine(t, vm, "WRITE1 rc=", step))
 
 	guestLine(t, vm, "READY1", step)
-	require.NoError(t, p1.SetANAState(1, nvmeof.ANAInaccessible))
-	require.NoError(t, p2.SetANAState(1, nvmeof.ANAOptimized))
+	require.NoError(t, p1.SetANAState(1, nvme.ANAInaccessible))
+	require.NoError(t, p2.SetANAState(1, nvme.ANAOptimized))
 	guestLine(t, vm, "SWITCHED", step)
 	require.Equal(t, "WRITE2 rc=0", guestLine(t, vm, "WRITE2 rc=", step))
 	require.Equal(t, pattern, guestValue(t, vm, "READBACK2", step))
 
 	guestLine(t, vm, "READY2", step)
-	require.NoError(t, p2.SetANAState(1, nvmeof.ANAInaccessible))
+	require.NoError(t, p2.SetANAState(1, nvme.ANAInaccessible))
 	guestLine(t, vm, "NO PATH", step)
 	guestLine(t, vm, "QUEUED", step)
 	guestLine(t, vm, "READY3", step)
-	require.NoError(t, p1.SetANAState(1, nvmeof.ANAOptimized))
+	require.NoError(t, p1.SetANAState(1, nvme.ANAOptimized))
 	require.Equal(t, "rc=0", guestValue(t, vm, "WRITE3", step), "the write held while no path was usable")
 	require.Equal(t, "optimized inaccessible", guestValue(t, vm, "STATES3", step))
 	require.Equal(t, pattern, guestValue(t, vm, "READBACK3", step))
@@ -117,7 +119,7 @@ dmesg | grep -iE 'nvme|ana' | tail -20`, hp1, hp2, nvmeNQN)
 	require.Equal(t, 4, logs.count(`ANA group 1`), "four state changes")
 }
 
-// Our multipath host (nvmeof.Multipath) against the Linux kernel's nvmet
+// Our multipath host (host.Multipath) against the Linux kernel's nvmet
 // on two ports, its namespace in ANA group 2: optimized through port 1,
 // non-optimized through port 2. I/O goes down port 1; nvmet's states
 // flipped in the guest (port 2 optimized, then port 1 inaccessible) reach
@@ -147,15 +149,15 @@ dmesg | grep -iE 'nvmet' | tail -20`)
 	require.NotContains(t, vm.Output(), "FAILED")
 	ctx := vmCtx(t, vm, 3*time.Minute)
 	addrs := []string{fmt.Sprintf("127.0.0.1:%d", hp1), fmt.Sprintf("127.0.0.1:%d", hp2)}
-	m, err := nvmeof.ConnectMultipath(ctx, "tcp", addrs, nvmeNQN, nvmeof.MultipathConfig{
-		HostConfig: nvmeof.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 1, QueueDepth: 16}})
+	m, err := host.ConnectMultipath(ctx, "tcp", addrs, nvmeNQN, host.MultipathConfig{
+		Config: host.Config{HostNQN: nvmeHostNQN, IOQueues: 1, QueueDepth: 16}})
 	require.NoError(t, err)
 	defer m.Close()
 	for _, p := range m.Paths() {
 		require.NoError(t, p.Err, "path %s", p.Addr)
 	}
-	require.Equal(t, nvmeof.ANAOptimized, m.Paths()[0].States[2], "nvmet's log through port 1")
-	require.Equal(t, nvmeof.ANANonOptimized, m.Paths()[1].States[2], "and through port 2")
+	require.Equal(t, nvme.ANAOptimized, m.Paths()[0].States[2], "nvmet's log through port 1")
+	require.Equal(t, nvme.ANANonOptimized, m.Paths()[1].States[2], "and through port 2")
 	ns, err := m.Namespace(ctx, 1)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, ns.Info.ANAGroup)
@@ -173,7 +175,7 @@ dmesg | grep -iE 'nvmet' | tail -20`)
 	guestLine(t, vm, "FLIPPED", time.Minute)
 	require.Eventually(t, func() bool {
 		ps := m.Paths()
-		return ps[0].States[2] == nvmeof.ANAInaccessible && ps[1].States[2] == nvmeof.ANAOptimized
+		return ps[0].States[2] == nvme.ANAInaccessible && ps[1].States[2] == nvme.ANAOptimized
 	}, time.Minute, 10*time.Millisecond, "nvmet's notices reached the paths: %+v", m.Paths())
 	_, err = ns.WriteAtContext(ctx, b, 8<<20)
 	require.NoError(t, err)

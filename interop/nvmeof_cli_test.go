@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -196,7 +196,7 @@ disc-keep-alive         admin-passthru D -O 0x18
 // missing.
 func TestNVMeCLISurvey(t *testing.T) {
 	sub, _ := memSubsystem(t)
-	_, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
+	_, ports := serveTarget(t, target.Config{}, sub, 1)
 	var cmds, dcmds strings.Builder
 	var names []string
 	for _, l := range strings.Split(strings.TrimSpace(discSurvey), "\n") {

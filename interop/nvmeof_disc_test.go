@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 )
 
 // The kernel's host keeps a persistent discovery controller on our target
@@ -22,7 +22,7 @@ import (
 func TestNVMeKernelHostDiscoveryChange(t *testing.T) {
 	sub, _ := memSubsystem(t)
 	logs := &logLines{t: t}
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
+	tg, err := target.New(target.Config{Logf: logs.logf}, sub)
 	require.NoError(t, err)
 	t.Cleanup(func() { tg.Close() })
 	hp := freePort(t)
@@ -49,7 +49,7 @@ dmesg | grep -iE 'nvme' | tail -10`, hp, nqn2)
 	require.Equal(t, "DISCOVER rc=0", guestLine(t, vm, "DISCOVER rc=", step))
 	require.Equal(t, "1", guestValue(t, vm, "ENTRIES", step))
 	guestLine(t, vm, "READY", step)
-	sub2, err := nvmeof.NewSubsystem(nqn2)
+	sub2, err := target.NewSubsystem(nqn2)
 	require.NoError(t, err)
 	require.NoError(t, tg.AddSubsystem(sub2))
 	require.Equal(t, "1", guestValue(t, vm, "AENS", step), "the kernel's uevent for the notice")
@@ -71,26 +71,26 @@ dmesg | grep -iE 'nvme' | tail -10`, hp, nqn2)
 // connect-all follows the referral: the kernel connects to both targets'
 // subsystems from the one address it was given.
 func TestNVMeKernelHostReferral(t *testing.T) {
-	serve := func(nqn string, port int, refs ...nvmeof.Referral) {
-		sub, err := nvmeof.NewSubsystem(nqn)
+	serve := func(nqn string, port int, refs ...target.Referral) {
+		sub, err := target.NewSubsystem(nqn)
 		require.NoError(t, err)
-		_, err = sub.AddNamespace(nvmeof.NewMemBackend(16<<20), 512)
+		_, err = sub.AddNamespace(target.NewMemBackend(16<<20), 512)
 		require.NoError(t, err)
 		logs := &logLines{t: t}
 		// The guest reaches our loopback as 10.0.2.2, and each target's
 		// log must say so (the connections come from 127.0.0.1 through
 		// QEMU's user network).
-		tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf, AdvertiseAddr: fmt.Sprintf("10.0.2.2:%d", port)}, sub)
+		tg, err := target.New(target.Config{Logf: logs.logf, AdvertiseAddr: fmt.Sprintf("10.0.2.2:%d", port)}, sub)
 		require.NoError(t, err)
 		t.Cleanup(func() { tg.Close() })
 		_, err = tg.ListenPort(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", port),
-			nvmeof.PortConfig{ID: uint16(port % 1000), Subsystems: []string{nqn}, Referrals: refs})
+			target.PortConfig{ID: uint16(port % 1000), Subsystems: []string{nqn}, Referrals: refs})
 		require.NoError(t, err)
 	}
 	pa, pb := freePort(t), freePort(t)
 	const nqnA, nqnB = nvmeNQN + "-a", nvmeNQN + "-b"
 	serve(nqnB, pb)
-	serve(nqnA, pa, nvmeof.Referral{Addr: fmt.Sprintf("10.0.2.2:%d", pb), PortID: uint16(pb % 1000)})
+	serve(nqnA, pa, target.Referral{Addr: fmt.Sprintf("10.0.2.2:%d", pb), PortID: uint16(pb % 1000)})
 	script := fmt.Sprintf(`A="-t rdma -a 10.0.2.2 -s %d -q $HOSTNQN"
 $NVME discover $A > /tmp/disc 2>&1; echo "DISCOVER rc=$?"; sed 's/^/  disc: /' /tmp/disc
 echo "ENTRIES $(grep -c subnqn /tmp/disc)"

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/interop/siw"
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -37,19 +37,19 @@ import (
 // journal's commits arrive as writes with Force Unit Access, which the
 // target makes durable (WriteAtFUA). This test found that the target
 // refused every discard: Linux sends a Dataset Management buffer of 256
-// ranges whatever the number it fills (nvmeof's TestDSMLongerBuffer).
+// ranges whatever the number it fills (nvmeof/host's TestDSMLongerBuffer).
 func TestNVMeKernelHostFilesystem(t *testing.T) {
 	img := ext4Image(t, "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard")
 
-	fb, err := nvmeof.OpenFileBackend(img)
+	fb, err := target.OpenFileBackend(img)
 	require.NoError(t, err)
 	t.Cleanup(func() { fb.Close() })
 	be := &countingBackend{FileBackend: fb}
-	sub, err := nvmeof.NewSubsystem(nvmeNQN)
+	sub, err := target.NewSubsystem(nvmeNQN)
 	require.NoError(t, err)
 	_, err = sub.AddNamespace(be, 512)
 	require.NoError(t, err)
-	logs, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
+	logs, ports := serveTarget(t, target.Config{}, sub, 1)
 
 	script := fmt.Sprintf(`/usr/sbin/modprobe -d /host/mods ext4 || echo "MODPROBE FAILED ext4"
 $NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 2 -W 1; echo "CONNECT rc=$?"
@@ -239,7 +239,7 @@ dmesg | grep -iE 'ext4|nvme|error' | tail -20`, hp, nvmeNQN, nvmeNQN)
 // countingBackend counts the commands a file system sends beyond plain
 // reads and writes.
 type countingBackend struct {
-	*nvmeof.FileBackend
+	*target.FileBackend
 	zeroes, deallocs, flushes, fua atomic.Int64
 }
 

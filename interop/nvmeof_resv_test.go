@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/interop/siw"
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,12 +30,12 @@ import (
 // Only): the guest's writes now fail, its reads go on, and nvme-cli
 // reports the Go host as the only registrant and holder.
 func TestNVMeKernelHostReservations(t *testing.T) {
-	sub, err := nvmeof.NewSubsystem(nvmeNQN)
+	sub, err := target.NewSubsystem(nvmeNQN)
 	require.NoError(t, err)
-	mem := nvmeof.NewMemBackend(64 << 20)
-	_, err = sub.AddNamespaceConfig(mem, nvmeof.NamespaceConfig{Reservations: true})
+	mem := target.NewMemBackend(64 << 20)
+	_, err = sub.AddNamespaceConfig(mem, target.NamespaceConfig{Reservations: true})
 	require.NoError(t, err)
-	_, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
+	_, ports := serveTarget(t, target.Config{}, sub, 1)
 	const guestKey, goKey = 2748, 11 // 0xabc, 0xb
 	script := fmt.Sprintf(`uevent sh -c 'env | grep NVME_AEN >> /tmp/uev.log' & UEV=$!
 $NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1; echo "CONNECT rc=$?"
@@ -104,7 +106,7 @@ dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, gues
 	requireHolds(t, mem, 0, 1<<20, pattern, "the holder's write")
 
 	require.NoError(t, n.RegisterKey(ctx, goKey))
-	require.NoError(t, n.Preempt(ctx, goKey, guestKey, nvmeof.ResvWriteExclusiveRegsOnly, true))
+	require.NoError(t, n.Preempt(ctx, goKey, guestKey, nvme.ResvWriteExclusiveRegsOnly, true))
 	require.NoError(t, vm.Signal("fenced"))
 	require.NotEqual(t, "WRITE2 rc=0", guestLine(t, vm, "WRITE2 rc=", step), "the fenced guest cannot write")
 	require.Equal(t, "READ2 rc=0", guestLine(t, vm, "READ2 rc=", step), "but reads")
@@ -131,20 +133,20 @@ dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, gues
 	require.EqualValues(t, 2, featureValue(t, guestValue(t, vm, "MASK2", step)), "REGPRE masked")
 	require.Equal(t, "REGISTER2 rc=0", guestLine(t, vm, "REGISTER2 rc=", step))
 	guestLine(t, vm, "READY3", step)
-	require.NoError(t, n.Preempt(ctx, goKey, guestKey, nvmeof.ResvWriteExclusiveRegsOnly, false))
+	require.NoError(t, n.Preempt(ctx, goKey, guestKey, nvme.ResvWriteExclusiveRegsOnly, false))
 	require.NoError(t, vm.Signal("fenced2"))
 	// Registered again, the guest is told when our host, the holder of a
 	// registrants-only type, releases it (not masked).
 	require.Equal(t, "REGISTER3 rc=0", guestLine(t, vm, "REGISTER3 rc=", step))
 	guestLine(t, vm, "READY4", step)
-	require.NoError(t, n.Release(ctx, goKey, nvmeof.ResvWriteExclusiveRegsOnly))
+	require.NoError(t, n.Release(ctx, goKey, nvme.ResvWriteExclusiveRegsOnly))
 	require.NoError(t, vm.Signal("released"))
 	require.Equal(t, "2", guestValue(t, vm, "AENS2", step), "a second notice, for the release")
-	require.Equal(t, page(2, nvmeof.ResvNoticeReleased, 0, 1), guestValue(t, vm, "LOG3", step),
+	require.Equal(t, page(2, nvme.ResvNoticeReleased, 0, 1), guestValue(t, vm, "LOG3", step),
 		"count 2: the masked preemption made no page")
 	require.Equal(t, zeroPage, guestValue(t, vm, "LOG4", step))
 	require.Equal(t, "DISCONNECT rc=0", guestLine(t, vm, "DISCONNECT rc=", step))
-	require.NoError(t, n.Reserve(ctx, goKey, nvmeof.ResvWriteExclusiveRegsOnly)) // for what follows
+	require.NoError(t, n.Reserve(ctx, goKey, nvme.ResvWriteExclusiveRegsOnly)) // for what follows
 	r2 := report("REPORT2")
 	require.Equal(t, "3", r2["rtype"], "nvme-cli's report after the fence: %v", r2)
 	require.Equal(t, "1", r2["regctl"])
@@ -160,7 +162,7 @@ dmesg | grep -iE 'nvme' | tail -10`, ports[0], nvmeNQN, guestKey, guestKey, gues
 }
 
 // page is a Reservation Notification log page as od prints it.
-func page(count uint64, t nvmeof.ReservationNoticeType, more int, nsid uint32) string {
+func page(count uint64, t nvme.ReservationNoticeType, more int, nsid uint32) string {
 	b := make([]byte, 64)
 	binary.LittleEndian.PutUint64(b, count)
 	b[8], b[9] = byte(t), byte(more)
@@ -198,15 +200,15 @@ func featureValue(t *testing.T, out string) uint64 {
 // refused its write, and the guest, the holder, still writes.
 func TestNVMeKernelHostPTPL(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "ns1.resv")
-	mem := nvmeof.NewMemBackend(64 << 20) // the data outlives the restart too
+	mem := target.NewMemBackend(64 << 20) // the data outlives the restart too
 	port := freePort(t)
-	serve := func() *nvmeof.Target {
-		sub, err := nvmeof.NewSubsystem(nvmeNQN)
+	serve := func() *target.Target {
+		sub, err := target.NewSubsystem(nvmeNQN)
 		require.NoError(t, err)
-		_, err = sub.AddNamespaceConfig(mem, nvmeof.NamespaceConfig{Reservations: true, ReservationFile: file})
+		_, err = sub.AddNamespaceConfig(mem, target.NamespaceConfig{Reservations: true, ReservationFile: file})
 		require.NoError(t, err)
 		logs := &logLines{t: t}
-		tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: logs.logf}, sub)
+		tg, err := target.New(target.Config{Logf: logs.logf}, sub)
 		require.NoError(t, err)
 		_, err = tg.Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		require.NoError(t, err)
@@ -288,16 +290,16 @@ func guestKV(vm *siw.VM, prefix string) map[string]string {
 // goHostRefused connects our Go host (host identifier id) to the target
 // on 127.0.0.1:port, checks that a write to namespace 1 gets Reservation
 // Conflict, and returns the namespace (closed with the test).
-func goHostRefused(t *testing.T, ctx context.Context, port int, id [16]byte, why string) *nvmeof.HostNamespace {
+func goHostRefused(t *testing.T, ctx context.Context, port int, id [16]byte, why string) *host.Namespace {
 	t.Helper()
-	c, err := nvmeof.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port), nvmeNQN, nvmeof.HostConfig{IOQueues: 1, HostID: id})
+	c, err := host.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port), nvmeNQN, host.Config{IOQueues: 1, HostID: id})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	n, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
 	_, err = n.WriteAtContext(ctx, make([]byte, 4096), 8<<20)
-	var se *nvmeof.StatusError
+	var se *nvme.StatusError
 	require.ErrorAs(t, err, &se)
-	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status, why)
+	require.Equal(t, nvme.StatusReservationConflict|nvme.DNR, se.Status, why)
 	return n
 }

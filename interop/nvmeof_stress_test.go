@@ -17,7 +17,8 @@ import (
 
 	"github.com/goiwarp/iwarp/internal/blkstress"
 	"github.com/goiwarp/iwarp/interop/siw"
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -31,7 +32,7 @@ import (
 // not), over two I/O queues and a write queue. Four variants:
 //   - as Linux connects by default, to a target with nvmet's MDTS of
 //     1 MiB (MaxTransfer);
-//   - with MPA CRCs (TargetConfig.AskCRC), which siw and we check on every
+//   - with MPA CRCs (target.Config.AskCRC), which siw and we check on every
 //     FPDU, and capsules of 16 KiB (writes in them from up to four pages);
 //   - with the host resetting the controller every 3 s under the load
 //     (nvme reset: every queue torn down with commands in flight, which
@@ -47,7 +48,7 @@ import (
 // every connection is walked and its CRC taken again (judgeOurStreams).
 // About one run in five, the guest's siw reports a CRC error on one of
 // them all the same: siw 6.1's siw_get_trailer mis-reads a trailer that
-// QEMU's user network delivered in two pieces (nvmeof.CRCMaxFPDU,
+// QEMU's user network delivered in two pieces (docs/nvmeof-crc.md,
 // interop/README.md). Such a run passes only if the capture shows every
 // FPDU of ours right and each error siw logged is that misreading of one
 // of them; the recovery and the queue it ended are then siw's, and every
@@ -73,14 +74,14 @@ const (
 	// meanwhile. Linux's reset tears the I/O queues down, sets CC.EN to 0
 	// and waits for CSTS.RDY, which clears once the write has left the
 	// Backend or after 5 s; it then connects a new controller, whose
-	// Connect waits for the rest, up to 5 s (nvmeof's quiesce.go), or gets
+	// Connect waits for the rest, up to 5 s (nvmeof/target's quiesce.go), or gets
 	// Controller Busy and is tried again a second later.
 	stressSlow
 )
 
 // slowOnceBackend makes the first write after armed take 9 s.
 type slowOnceBackend struct {
-	*nvmeof.MemBackend
+	*target.MemBackend
 	armed atomic.Bool
 }
 
@@ -99,12 +100,12 @@ func nvmeKernelHostStress(t *testing.T, bin string, mode int) {
 	case stressSlow:
 		resetLoop = `(sleep 3; $NVME reset /dev/nvme0; echo "RESET rc=$?") &`
 	}
-	sub, err := nvmeof.NewSubsystem(nvmeNQN)
+	sub, err := target.NewSubsystem(nvmeNQN)
 	require.NoError(t, err)
-	mem := &slowOnceBackend{MemBackend: nvmeof.NewMemBackend(64 << 20)}
+	mem := &slowOnceBackend{MemBackend: target.NewMemBackend(64 << 20)}
 	_, err = sub.AddNamespace(mem, 512)
 	require.NoError(t, err)
-	cfg := nvmeof.TargetConfig{}
+	cfg := target.Config{}
 	if mode == stressPlain {
 		cfg.MaxTransfer = 1 << 20 // nvmet-rdma's MDTS
 	}
@@ -218,7 +219,7 @@ func fieldValue(line, key string) int {
 // (reading zeros), where the guest's tmpfs takes no Write Zeroes.
 type hostDev struct {
 	ctx context.Context
-	ns  *nvmeof.HostNamespace
+	ns  *host.Namespace
 }
 
 func (d hostDev) Size() int64                              { return d.ns.Size() }
@@ -248,8 +249,8 @@ dmesg | grep -iE 'nvmet|siw' | tail -20`, gp, gp)
 	vm := nvmeVM(t, script, siw.Forward{Host: hp, Guest: gp})
 	guestLine(t, vm, "TARGET READY", 2*time.Minute)
 	ctx := vmCtx(t, vm, 4*time.Minute)
-	c, err := nvmeof.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", hp), nvmeNQN,
-		nvmeof.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 2, QueueDepth: 32})
+	c, err := host.Connect(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", hp), nvmeNQN,
+		host.Config{HostNQN: nvmeHostNQN, IOQueues: 2, QueueDepth: 32})
 	require.NoError(t, err, "connect")
 	defer c.Close()
 	ns, err := c.Namespace(ctx, 1)

@@ -3,7 +3,7 @@
 package interop
 
 // NVMe over Fabrics (RDMA) against the Linux kernel in the siw VM: the
-// kernel's nvme-rdma host against our target (nvmeof.Target in this
+// kernel's nvme-rdma host against our target (target.Target in this
 // process, and the iwarp-nvmet binary killed and restarted under I/O), and
 // our Go host against the kernel's nvmet-rdma target. The guest's
 // modules and nvme-cli come from /work/shared/nvmeof/prep-share.sh (or
@@ -27,7 +27,9 @@ import (
 	"time"
 
 	"github.com/goiwarp/iwarp/interop/siw"
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -190,25 +192,25 @@ func (l *logLines) count(re string) int {
 // here), flush, nvme disconnect.
 func TestNVMeKernelHost(t *testing.T) { nvmeKernelHost(t, false) }
 
-// The same with MPA CRCs on (TargetConfig.AskCRC: FPDUs of at most
-// nvmeof.CRCMaxFPDU octets, one per TCP segment), checked on both sides:
+// The same with MPA CRCs on (target.Config.AskCRC: FPDUs of at most
+// 1440 octets (docs/nvmeof-crc.md), one per TCP segment), checked on both sides:
 // Wireshark finds every FPDU's CRC present and good, siw reports no CRC
 // error, the host starts no error recovery and no queue ends early. With
 // AskCRC's old framing (32 KiB FPDUs from loopback's EMSS) siw 6.1 failed
 // a queue with "siw: crc error" in every run (6 of 6 connections that
 // carried the 16 MiB), all of them on FPDUs whose trailer QEMU's user
 // network split across two of the guest's receive buffers: siw's
-// siw_get_trailer assembles a split trailer wrongly (nvmeof.CRCMaxFPDU).
+// siw_get_trailer assembles a split trailer wrongly (docs/nvmeof-crc.md).
 // It still can with the cap, rarely: a CRC error siw logs passes only if
 // our side's capture shows it to be that misreading of a right FPDU of
 // ours (judgeOurStreams).
 func TestNVMeKernelHostCRC(t *testing.T) { nvmeKernelHost(t, true) }
 
 // memSubsystem is nvmeNQN with one 64 MiB namespace in memory.
-func memSubsystem(t *testing.T) (*nvmeof.Subsystem, *nvmeof.MemBackend) {
-	sub, err := nvmeof.NewSubsystem(nvmeNQN)
+func memSubsystem(t *testing.T) (*target.Subsystem, *target.MemBackend) {
+	sub, err := target.NewSubsystem(nvmeNQN)
 	require.NoError(t, err)
-	mem := nvmeof.NewMemBackend(64 << 20)
+	mem := target.NewMemBackend(64 << 20)
 	_, err = sub.AddNamespace(mem, 512)
 	require.NoError(t, err)
 	return sub, mem
@@ -216,11 +218,11 @@ func memSubsystem(t *testing.T) (*nvmeof.Subsystem, *nvmeof.MemBackend) {
 
 // serveTarget serves sub with cfg on n loopback ports of its own until
 // the test ends, its log collected.
-func serveTarget(t *testing.T, cfg nvmeof.TargetConfig, sub *nvmeof.Subsystem, n int) (*logLines, []int) {
+func serveTarget(t *testing.T, cfg target.Config, sub *target.Subsystem, n int) (*logLines, []int) {
 	t.Helper()
 	logs := &logLines{t: t}
 	cfg.Logf = logs.logf
-	tg, err := nvmeof.NewTarget(cfg, sub)
+	tg, err := target.New(cfg, sub)
 	require.NoError(t, err)
 	t.Cleanup(func() { tg.Close() })
 	var ports []int
@@ -236,7 +238,7 @@ func serveTarget(t *testing.T, cfg nvmeof.TargetConfig, sub *nvmeof.Subsystem, n
 func nvmeKernelHost(t *testing.T, crc bool) {
 	sub, mem := memSubsystem(t)
 	sub.AllowHost(nvmeHostNQN)
-	logs, ports := serveTarget(t, nvmeof.TargetConfig{AskCRC: crc}, sub, 1)
+	logs, ports := serveTarget(t, target.Config{AskCRC: crc}, sub, 1)
 	hp := ports[0]
 	var pcap string
 	stop := func() int { return 0 }
@@ -303,7 +305,7 @@ dmesg | grep -iE 'nvme|siw: crc' | tail -20`, hp, nvmeNQN, nvmeNQN, nvmeNQN, nvm
 // back by the other.
 func TestNVMeKernelHostTwoPaths(t *testing.T) {
 	sub, mem := memSubsystem(t)
-	logs, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 2)
+	logs, ports := serveTarget(t, target.Config{}, sub, 2)
 	p1, p2 := ports[0], ports[1]
 	script := fmt.Sprintf(`for p in %d %d; do
   $NVME connect -t rdma -a 10.0.2.2 -s $p -q $HOSTNQN -n %s -i 1; echo "CONNECT $p rc=$?"
@@ -573,11 +575,11 @@ dmesg | grep -iE 'nvme' | tail -25`, hp, nvmeNQN, nvmeNQN)
 // file has the same SHA-256.
 //
 // There is no CRC variant of this test: the target's siw receives our Read
-// Responses (the data of the host's writes), and with HostConfig.AskCRC
+// Responses (the data of the host's writes), and with host.Config.AskCRC
 // siw failed a queue ("siw: crc error", op 2, a CRC good on the wire, its
 // trailer split across two receive buffers) in every run with 32 KiB
 // FPDUs, and still in 2 of 6 runs with FPDUs of 1440 octets (1 of 4 with
-// nvmeof.CRCMaxFPDU's framing, one FPDU per TCP segment).
+// the 1440-octet framing of docs/nvmeof-crc.md, one FPDU per TCP segment).
 func TestNVMeGoHostKernelTarget(t *testing.T) {
 	hp := freePort(t)
 	const gp = 4420
@@ -599,14 +601,14 @@ dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, gp, gp)
 	guestLine(t, vm, "TARGET READY", 2*time.Minute)
 	ctx := vmCtx(t, vm, 3*time.Minute)
 	addr := fmt.Sprintf("127.0.0.1:%d", hp)
-	ents, err := nvmeof.Discover(ctx, "tcp", addr, nvmeof.HostConfig{HostNQN: nvmeHostNQN})
+	ents, err := host.Discover(ctx, "tcp", addr, host.Config{HostNQN: nvmeHostNQN})
 	require.NoError(t, err, "discovery")
 	var names []string
 	for _, e := range ents {
 		names = append(names, e.SubNQN)
 	}
 	require.Contains(t, names, nvmeNQN)
-	c, err := nvmeof.Connect(ctx, "tcp", addr, nvmeNQN, nvmeof.HostConfig{HostNQN: nvmeHostNQN, IOQueues: 2, QueueDepth: 16})
+	c, err := host.Connect(ctx, "tcp", addr, nvmeNQN, host.Config{HostNQN: nvmeHostNQN, IOQueues: 2, QueueDepth: 16})
 	require.NoError(t, err, "connect")
 	defer c.Close()
 	t.Logf("kernel target: controller %d, model %q, MDTS %d, IOCCSZ %d, SGLS %#x, %d I/O queues",
@@ -626,8 +628,8 @@ dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, gp, gp)
 	ana, err := c.ANALog(ctx)
 	require.NoError(t, err, "nvmet's ANA log (MNAN %d, NN %d, NANAGRPID %d)", c.Info.MNAN, c.Info.NN, c.Info.NANAGRPID)
 	require.Len(t, ana.Groups, 2)
-	require.Equal(t, nvmeof.ANAGroupDesc{ID: 1, State: nvmeof.ANAOptimized, ChangeCount: ana.ChangeCount}, ana.Groups[0])
-	require.Equal(t, nvmeof.ANAGroupDesc{ID: 2, State: nvmeof.ANANonOptimized, ChangeCount: ana.ChangeCount, NSIDs: []uint32{1}}, ana.Groups[1])
+	require.Equal(t, nvme.ANAGroupDesc{ID: 1, State: nvme.ANAOptimized, ChangeCount: ana.ChangeCount}, ana.Groups[0])
+	require.Equal(t, nvme.ANAGroupDesc{ID: 2, State: nvme.ANANonOptimized, ChangeCount: ana.ChangeCount, NSIDs: []uint32{1}}, ana.Groups[1])
 	w := make([]byte, 8<<20)
 	for i := range w {
 		w[i] = byte(i*7 + i>>13)
@@ -661,9 +663,9 @@ dmesg | grep -iE 'nvmet|siw: crc' | tail -20`, gp, gp)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, ns2.Info.NSATTR, "nvmet's NSATTR")
 	_, err = ns.WriteAtContext(ctx, w[:4096], 10<<20)
-	var se *nvmeof.StatusError
+	var se *nvme.StatusError
 	require.ErrorAs(t, err, &se)
-	require.Equal(t, nvmeof.StatusNSWriteProtected, se.Status.Code(), "%v", err) // nvmet sets M, not DNR
+	require.Equal(t, nvme.StatusNSWriteProtected, se.Status.Code(), "%v", err) // nvmet sets M, not DNR
 	require.NoError(t, ns.SetWriteProtect(ctx, false))
 	_, err = ns.WriteAtContext(ctx, w[:4096], 10<<20)
 	require.NoError(t, err, "writable again")

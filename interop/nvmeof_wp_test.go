@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,7 +21,7 @@ import (
 // fails (Feature Not Changeable).
 func TestNVMeKernelHostWriteProtect(t *testing.T) {
 	sub, mem := memSubsystem(t)
-	_, ports := serveTarget(t, nvmeof.TargetConfig{}, sub, 1)
+	_, ports := serveTarget(t, target.Config{}, sub, 1)
 	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1; echo "CONNECT rc=$?"
 waitdev && echo "DEVICE present"
 waitro() { for i in $(seq 80); do [ "$(cat /sys/block/nvme0n1/ro)" = $1 ] && return 0; sleep 0.25; done; return 1; }

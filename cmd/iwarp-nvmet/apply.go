@@ -10,14 +10,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 )
 
 // served is what a target serves from a configuration, so that a reload
 // (SIGHUP) changes only what the file changed: hosts connected to what
 // stayed keep their controllers.
 type served struct {
-	t     *nvmeof.Target
+	t     *target.Target
 	ports map[uint16]servedPort // once listening
 	subs  map[string]*servedSub
 	logf  func(format string, args ...any)
@@ -35,26 +36,26 @@ var removeWait = 10 * time.Second
 // backend is a namespace's storage as iwarp-nvmet opens it: a file or a
 // block device (openBackend, a variable for tests).
 type backend interface {
-	nvmeof.Backend
+	target.Backend
 	Close() error
 }
 
-var openBackend = func(path string) (backend, error) { return nvmeof.OpenFileBackend(path) }
+var openBackend = func(path string) (backend, error) { return target.OpenFileBackend(path) }
 
 type servedPort struct {
 	plan portPlan
-	port *nvmeof.Port
+	port *target.Port
 }
 
 type servedSub struct {
-	sub  *nvmeof.Subsystem
+	sub  *target.Subsystem
 	plan subPlan
 	ns   map[uint32]servedNS
 }
 
 type servedNS struct {
 	plan nsPlan
-	ns   *nvmeof.Namespace
+	ns   *target.Namespace
 	b    backend
 }
 
@@ -110,7 +111,7 @@ func (s *served) apply(ctx context.Context, p *plan) error {
 	for _, sp := range p.subs {
 		ss := s.subs[sp.nqn]
 		if ss == nil {
-			sub, err := nvmeof.NewSubsystem(sp.nqn)
+			sub, err := target.NewSubsystem(sp.nqn)
 			if err != nil {
 				fail(err)
 				continue
@@ -164,7 +165,7 @@ func (s *served) listen(ctx context.Context, ports []portPlan) error {
 }
 
 func (s *served) open(ctx context.Context, pp portPlan) error {
-	port, err := s.t.ListenPort(ctx, "tcp", pp.addr, nvmeof.PortConfig{ID: pp.id, Subsystems: pp.subs, ANA: pp.ana, Referrals: pp.refs})
+	port, err := s.t.ListenPort(ctx, "tcp", pp.addr, target.PortConfig{ID: pp.id, Subsystems: pp.subs, ANA: pp.ana, Referrals: pp.refs})
 	if err != nil {
 		return fmt.Errorf("port %d: %w", pp.id, err)
 	}
@@ -256,12 +257,12 @@ func (s *served) applyANA(cur servedPort, pp portPlan, accessible bool) {
 	for _, g := range slices.Sorted(maps.Keys(groups)) {
 		want, ok := pp.ana[g]
 		if !ok {
-			want = nvmeof.ANAInaccessible
+			want = nvme.ANAInaccessible
 			if g == 1 {
-				want = nvmeof.ANAOptimized
+				want = nvme.ANAOptimized
 			}
 		}
-		if cur.port.ANAState(g) == want || accessible && want != nvmeof.ANAOptimized && want != nvmeof.ANANonOptimized {
+		if cur.port.ANAState(g) == want || accessible && want != nvme.ANAOptimized && want != nvme.ANANonOptimized {
 			continue
 		}
 		if err := cur.port.SetANAState(g, want); err != nil { // logged by the target
@@ -349,7 +350,7 @@ func (ss *servedSub) addNS(np nsPlan, s *served) error {
 	if err != nil {
 		return err
 	}
-	ns, err := ss.sub.AddNamespaceConfig(b, nvmeof.NamespaceConfig{ID: np.id, BlockSize: bs, NGUID: np.nguid, UUID: np.uuid,
+	ns, err := ss.sub.AddNamespaceConfig(b, target.NamespaceConfig{ID: np.id, BlockSize: bs, NGUID: np.nguid, UUID: np.uuid,
 		ANAGroup: np.anaGroup, Reservations: np.resv, ReservationFile: np.ptplFile})
 	if err != nil {
 		b.Close()

@@ -13,7 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // bench connects a Go host to a target and measures it.
@@ -42,12 +43,12 @@ func bench(args []string, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if *nqn == "" {
-		ents, err := nvmeof.Discover(ctx, "tcp", addr, nvmeof.HostConfig{})
+		ents, err := host.Discover(ctx, "tcp", addr, host.Config{})
 		if err != nil {
 			return fmt.Errorf("discovery: %w", err)
 		}
 		for _, e := range ents {
-			if e.SubType == nvmeof.SubTypeNVM {
+			if e.SubType == nvme.SubTypeNVM {
 				*nqn = e.SubNQN
 				break
 			}
@@ -56,7 +57,7 @@ func bench(args []string, out io.Writer) error {
 			return errors.New("the discovery log lists no NVM subsystem")
 		}
 	}
-	c, err := nvmeof.Connect(ctx, "tcp", addr, *nqn, nvmeof.HostConfig{IOQueues: *queues, QueueDepth: *qd})
+	c, err := host.Connect(ctx, "tcp", addr, *nqn, host.Config{IOQueues: *queues, QueueDepth: *qd})
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 )
 
 // nvmetConfig is a saved configuration of Linux's nvmet as nvmetcli's
@@ -120,8 +121,8 @@ type portPlan struct {
 	id   uint16
 	addr string
 	subs []string
-	ana  map[uint32]nvmeof.ANAState
-	refs []nvmeof.Referral
+	ana  map[uint32]nvme.ANAState
+	refs []target.Referral
 }
 
 type subPlan struct {
@@ -199,16 +200,16 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 			return nil, fmt.Errorf("port %s: trsvcid %q is not a TCP port", pt.PortID, svc)
 		}
 		pp := portPlan{id: uint16(id), addr: net.JoinHostPort(addr, svc),
-			subs: slices.Compact(slices.Sorted(slices.Values(pt.Subsystems))), ana: map[uint32]nvmeof.ANAState{}}
+			subs: slices.Compact(slices.Sorted(slices.Values(pt.Subsystems))), ana: map[uint32]nvme.ANAState{}}
 		for _, g := range pt.ANAGroups {
 			grp, err := anaGroup(g.GrpID)
 			if err != nil || g.GrpID == "" || grp == 0 {
-				return nil, fmt.Errorf("port %d: ANA group %q: want 1 to %d", id, g.GrpID, nvmeof.MaxANAGroup)
+				return nil, fmt.Errorf("port %d: ANA group %q: want 1 to %d", id, g.GrpID, nvme.MaxANAGroup)
 			}
 			if _, ok := pp.ana[grp]; ok {
 				return nil, fmt.Errorf("port %d: ANA group %d twice", id, grp)
 			}
-			st, err := nvmeof.ParseANAState(string(g.ANA["state"]))
+			st, err := nvme.ParseANAState(string(g.ANA["state"]))
 			if err != nil {
 				return nil, fmt.Errorf("port %d: ANA group %d: %w", id, grp, err)
 			}
@@ -282,7 +283,7 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 			}
 			np := nsPlan{id: uint32(id), path: string(n.Device["path"])}
 			if np.anaGroup, err = anaGroup(n.ANAGrpID); err != nil {
-				return nil, fmt.Errorf("subsystem %s: namespace %d: ana_grpid %q: want 1 to %d", s.NQN, id, n.ANAGrpID, nvmeof.MaxANAGroup)
+				return nil, fmt.Errorf("subsystem %s: namespace %d: ana_grpid %q: want 1 to %d", s.NQN, id, n.ANAGrpID, nvme.MaxANAGroup)
 			}
 			np.anaGroup = max(np.anaGroup, 1)
 			np.resv = n.Resv["enable"].on()
@@ -325,14 +326,14 @@ func (cfg *nvmetConfig) plan() (*plan, error) {
 	return p, nil
 }
 
-// anaGroup reads an ANA group ID: 0 .. nvmeof.MaxANAGroup (nvmet's range;
+// anaGroup reads an ANA group ID: 0 .. nvme.MaxANAGroup (nvmet's range;
 // 0, or none, is what nvmetcli writes for a kernel without ANA).
 func anaGroup(v cfsValue) (uint32, error) {
 	if v == "" {
 		return 0, nil
 	}
 	g, err := strconv.ParseUint(string(v), 10, 32)
-	if err != nil || g > nvmeof.MaxANAGroup {
+	if err != nil || g > nvme.MaxANAGroup {
 		return 0, fmt.Errorf("ANA group %q", v)
 	}
 	return uint32(g), nil
@@ -358,7 +359,7 @@ func parseID(s string) ([16]byte, error) {
 
 // referral reads a referral's address, or nil for a transport or address
 // family the discovery log here does not list (nvmet would).
-func referral(r nvmetReferral) (*nvmeof.Referral, error) {
+func referral(r nvmetReferral) (*target.Referral, error) {
 	if r.Name == "" {
 		return nil, errors.New("without a name")
 	}
@@ -386,5 +387,5 @@ func referral(r nvmetReferral) (*nvmeof.Referral, error) {
 	if !ok {
 		return nil, fmt.Errorf("treq %q: want not specified, required or not required", r.Addr["treq"])
 	}
-	return &nvmeof.Referral{Addr: net.JoinHostPort(addr, svc), PortID: uint16(portID), TReq: treq}, nil
+	return &target.Referral{Addr: net.JoinHostPort(addr, svc), PortID: uint16(portID), TReq: treq}, nil
 }

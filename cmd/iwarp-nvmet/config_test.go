@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,10 +20,10 @@ func TestLoadConfig(t *testing.T) {
 	p, err := loadConfig("testdata/nvmetcli.json")
 	require.NoError(t, err)
 	require.Equal(t, []portPlan{
-		{1, "192.168.7.1:4420", []string{"nqn.2024-01.io.example:disk"}, map[uint32]nvmeof.ANAState{1: nvmeof.ANAOptimized},
-			[]nvmeof.Referral{{Addr: "192.168.7.9:4420", PortID: 5}, {Addr: "192.168.7.12:4420", TReq: 1}}},
+		{1, "192.168.7.1:4420", []string{"nqn.2024-01.io.example:disk"}, map[uint32]nvme.ANAState{1: nvme.ANAOptimized},
+			[]target.Referral{{Addr: "192.168.7.9:4420", PortID: 5}, {Addr: "192.168.7.12:4420", TReq: 1}}},
 		{2, "[fd00::7]:4421", []string{"nqn.2024-01.io.example:disk"},
-			map[uint32]nvmeof.ANAState{1: nvmeof.ANANonOptimized, 2: nvmeof.ANAOptimized}, nil},
+			map[uint32]nvme.ANAState{1: nvme.ANANonOptimized, 2: nvme.ANAOptimized}, nil},
 	}, p.ports, "the TCP port 3 is left out")
 	require.Len(t, p.subs, 2)
 	disk := p.subs[0]
@@ -161,8 +162,8 @@ func FuzzConfig(f *testing.F) {
 				require.True(t, defined[nqn], "port %d links %s", pp.id, nqn)
 			}
 			for g, s := range pp.ana {
-				require.True(t, g >= 1 && g <= nvmeof.MaxANAGroup, "ANA group %d", g)
-				_, err := nvmeof.ParseANAState(s.String())
+				require.True(t, g >= 1 && g <= nvme.MaxANAGroup, "ANA group %d", g)
+				_, err := nvme.ParseANAState(s.String())
 				require.NoError(t, err, "a state nvmet names")
 			}
 		}
@@ -174,7 +175,7 @@ func FuzzConfig(f *testing.F) {
 			require.True(t, slices.IsSorted(s.hosts))
 			for i, n := range s.ns {
 				require.True(t, n.id >= 1 && n.id <= maxNSID, "nsid %d", n.id)
-				require.True(t, n.anaGroup >= 1 && n.anaGroup <= nvmeof.MaxANAGroup, "ANA group %d", n.anaGroup)
+				require.True(t, n.anaGroup >= 1 && n.anaGroup <= nvme.MaxANAGroup, "ANA group %d", n.anaGroup)
 				require.NotEmpty(t, n.path)
 				if i > 0 {
 					require.Greater(t, n.id, s.ns[i-1].id, "NSIDs in order, once each")

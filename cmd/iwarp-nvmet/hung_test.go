@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -74,7 +75,7 @@ func TestReloadHungBackend(t *testing.T) {
 		return p
 	}
 	reloadConfig(t, cfg, addr, subJSON(nqn, 1, nil, nsJSON(1, 1, d1, ""), nsJSON(2, 1, d2, "")))
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: t.Logf})
+	tg, err := target.New(target.Config{Logf: t.Logf})
 	require.NoError(t, err)
 	s := &served{t: tg, logf: t.Logf}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -85,7 +86,7 @@ func TestReloadHungBackend(t *testing.T) {
 		tg.Close()
 		s.close()
 	}()
-	c, err := nvmeof.Connect(ctx, "tcp", addr, nqn, nvmeof.HostConfig{IOQueues: 1})
+	c, err := host.Connect(ctx, "tcp", addr, nqn, host.Config{IOQueues: 1})
 	require.NoError(t, err)
 	defer c.Close()
 	stuck := func(id uint32, g *gatedBackend) chan error {

@@ -47,7 +47,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 )
 
 const usage = `iwarp-nvmet: an NVMe over Fabrics (RDMA) target on userspace iWARP
@@ -125,7 +126,7 @@ func serve(args []string) error {
 		}
 		return err
 	}
-	tcfg := nvmeof.TargetConfig{AdvertiseAddr: *advertise, MaxIOQueues: *ioq, MaxQueueSize: *qsize, AskCRC: *crc, Logf: log.Printf}
+	tcfg := target.Config{AdvertiseAddr: *advertise, MaxIOQueues: *ioq, MaxQueueSize: *qsize, AskCRC: *crc, Logf: log.Printf}
 	if *mdts != "" {
 		n, err := parseSize(*mdts)
 		if err != nil {
@@ -150,16 +151,16 @@ func serve(args []string) error {
 		fs.Usage()
 		return errors.New("need --config, or --listen and one of --ram or --file")
 	}
-	var backend nvmeof.Backend
+	var backend target.Backend
 	var what string
 	if *ram != "" {
 		size, err := parseSize(*ram)
 		if err != nil {
 			return err
 		}
-		backend, what = nvmeof.NewMemBackend(size), "ram:"+*ram
+		backend, what = target.NewMemBackend(size), "ram:"+*ram
 	} else {
-		fb, err := nvmeof.OpenFileBackend(*file)
+		fb, err := target.OpenFileBackend(*file)
 		if err != nil {
 			return err
 		}
@@ -169,7 +170,7 @@ func serve(args []string) error {
 	if *nqn == "" {
 		*nqn = defaultNQN(what)
 	}
-	sub, err := nvmeof.NewSubsystem(*nqn)
+	sub, err := target.NewSubsystem(*nqn)
 	if err != nil {
 		return err
 	}
@@ -180,7 +181,7 @@ func serve(args []string) error {
 	for _, h := range hosts {
 		sub.AllowHost(h)
 	}
-	t, err := nvmeof.NewTarget(tcfg, sub)
+	t, err := target.New(tcfg, sub)
 	if err != nil {
 		return err
 	}
@@ -191,7 +192,7 @@ func serve(args []string) error {
 		return err
 	}
 	log.Printf("serving %s: namespace 1, %d blocks of %d octets (%s), and %s on %v",
-		*nqn, ns.Blocks(), ns.BlockSize, what, nvmeof.DiscoveryNQN, addr)
+		*nqn, ns.Blocks(), ns.BlockSize, what, nvme.DiscoveryNQN, addr)
 	for s := range sig {
 		if s == syscall.SIGHUP {
 			log.Printf("%v: nothing to reload without --config", s)
@@ -205,7 +206,7 @@ func serve(args []string) error {
 
 // serveConfig serves what an nvmetcli configuration file names, and
 // applies the file's changes on SIGHUP.
-func serveConfig(path string, tcfg nvmeof.TargetConfig) error {
+func serveConfig(path string, tcfg target.Config) error {
 	p, err := loadConfig(path)
 	if err != nil {
 		return err
@@ -213,7 +214,7 @@ func serveConfig(path string, tcfg nvmeof.TargetConfig) error {
 	for _, n := range p.notes {
 		log.Printf("config: %s", n)
 	}
-	t, err := nvmeof.NewTarget(tcfg)
+	t, err := target.New(tcfg)
 	if err != nil {
 		return err
 	}
@@ -229,7 +230,7 @@ func serveConfig(path string, tcfg nvmeof.TargetConfig) error {
 		t.Close()
 		return err
 	}
-	log.Printf("serving %d subsystems from %s, and %s; SIGHUP reloads the file", len(s.subs), path, nvmeof.DiscoveryNQN)
+	log.Printf("serving %d subsystems from %s, and %s; SIGHUP reloads the file", len(s.subs), path, nvme.DiscoveryNQN)
 	for sg := range sig {
 		if sg != syscall.SIGHUP {
 			log.Printf("%v: disconnecting hosts", sg)
@@ -261,7 +262,7 @@ func notify() chan os.Signal {
 	return sig
 }
 
-func stop(t *nvmeof.Target) error {
+func stop(t *target.Target) error {
 	if err := t.Close(); err != nil {
 		return err
 	}

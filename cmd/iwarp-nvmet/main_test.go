@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -77,7 +77,7 @@ func TestServeBenchAndInterrupt(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ents, err := nvmeof.Discover(ctx, "tcp", addr, nvmeof.HostConfig{})
+	ents, err := host.Discover(ctx, "tcp", addr, host.Config{})
 	require.NoError(t, err)
 	require.Len(t, ents, 1)
 	require.Equal(t, "nqn.2024-01.io.goiwarp:cmdtest", ents[0].SubNQN)
@@ -90,7 +90,7 @@ func TestServeBenchAndInterrupt(t *testing.T) {
 	}
 	t.Logf("bench:\n%s", bench)
 
-	c, err := nvmeof.Connect(ctx, "tcp", addr, "nqn.2024-01.io.goiwarp:cmdtest", nvmeof.HostConfig{})
+	c, err := host.Connect(ctx, "tcp", addr, "nqn.2024-01.io.goiwarp:cmdtest", host.Config{})
 	require.NoError(t, err)
 	defer c.Close()
 	require.EqualValues(t, 8, c.Info.MDTS, "--max-transfer 1MiB: 2^8 pages")

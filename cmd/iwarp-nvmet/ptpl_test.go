@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -29,8 +30,8 @@ func TestServePTPL(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	open := func(id byte) (*nvmeof.Controller, *nvmeof.HostNamespace) {
-		c, err := nvmeof.Connect(ctx, "tcp", addr, nqn, nvmeof.HostConfig{IOQueues: 1, HostID: [16]byte{id}})
+	open := func(id byte) (*host.Controller, *host.Namespace) {
+		c, err := host.Connect(ctx, "tcp", addr, nqn, host.Config{IOQueues: 1, HostID: [16]byte{id}})
 		require.NoError(t, err)
 		n, err := c.Namespace(ctx, 1)
 		require.NoError(t, err)
@@ -42,9 +43,9 @@ func TestServePTPL(t *testing.T) {
 	require.EqualValues(t, 1, a.Info.RESCAP&1, "PTPL capable")
 	require.NoError(t, a.RegisterKey(ctx, 0xa))
 	require.NoError(t, b.RegisterKey(ctx, 0xb))
-	require.NoError(t, a.Reserve(ctx, 0xa, nvmeof.ResvWriteExclusiveRegsOnly))
+	require.NoError(t, a.Reserve(ctx, 0xa, nvme.ResvWriteExclusiveRegsOnly))
 	require.NoError(t, b.SetPersistence(ctx, true))
-	require.NoError(t, b.Preempt(ctx, 0xb, 0xa, nvmeof.ResvWriteExclusiveRegsOnly, true))
+	require.NoError(t, b.Preempt(ctx, 0xb, 0xa, nvme.ResvWriteExclusiveRegsOnly, true))
 	require.NoError(t, srv.Process.Kill())
 	srv.Wait()
 	ca.Close()
@@ -58,13 +59,13 @@ func TestServePTPL(t *testing.T) {
 	st, err := a.ReservationReport(ctx)
 	require.NoError(t, err)
 	require.True(t, st.PTPL)
-	require.Equal(t, nvmeof.ResvWriteExclusiveRegsOnly, st.Type)
+	require.Equal(t, nvme.ResvWriteExclusiveRegsOnly, st.Type)
 	require.Len(t, st.Registrants, 1)
 	require.Equal(t, [16]byte{0xb}, st.Registrants[0].HostID)
 	_, err = a.WriteAt(make([]byte, a.BlockSize()), 0)
-	var se *nvmeof.StatusError
+	var se *nvme.StatusError
 	require.ErrorAs(t, err, &se, "fenced across the restart")
-	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status)
+	require.Equal(t, nvme.StatusReservationConflict|nvme.DNR, se.Status)
 	_, err = b.WriteAt(make([]byte, b.BlockSize()), 0)
 	require.NoError(t, err)
 }

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -38,12 +39,12 @@ func TestServeConfigReferrals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	referrals := func() []string {
-		ents, err := nvmeof.Discover(ctx, "tcp", addr, nvmeof.HostConfig{})
+		ents, err := host.Discover(ctx, "tcp", addr, host.Config{})
 		require.NoError(t, err)
 		require.Equal(t, nqn, ents[0].SubNQN)
 		var rs []string
 		for _, e := range ents[1:] {
-			require.Equal(t, nvmeof.DiscoveryNQN, e.SubNQN)
+			require.Equal(t, nvme.DiscoveryNQN, e.SubNQN)
 			rs = append(rs, fmt.Sprintf("%s:%s port %d", e.TrAddr, e.TrSvcID, e.PortID))
 		}
 		return rs

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -66,7 +67,7 @@ func TestReloadANAOrderAndMoveBack(t *testing.T) {
 		return p
 	}
 	rec := &logRecorder{t: t}
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{Logf: rec.logf})
+	tg, err := target.New(target.Config{Logf: rec.logf})
 	require.NoError(t, err)
 	s := &served{t: tg, logf: rec.logf}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -83,7 +84,7 @@ func TestReloadANAOrderAndMoveBack(t *testing.T) {
 	require.NoError(t, s.apply(ctx, load()))
 	up, moved, down := rec.index("port 1: ANA group 4 optimized"), rec.index("namespace 1 is in ANA group 4"), rec.index("port 1: ANA group 1 inaccessible")
 	require.True(t, up >= 0 && moved > up && down > moved, "group 4 up (%d), then the move (%d), then group 1 down (%d)", up, moved, down)
-	c, err := nvmeof.Connect(ctx, "tcp", addr, nqn, nvmeof.HostConfig{IOQueues: 1})
+	c, err := host.Connect(ctx, "tcp", addr, nqn, host.Config{IOQueues: 1})
 	require.NoError(t, err)
 	n, err := c.Namespace(ctx, 1)
 	require.NoError(t, err)
@@ -97,7 +98,7 @@ func TestReloadANAOrderAndMoveBack(t *testing.T) {
 	write(busy.Addr().String(), map[int]string{1: "inaccessible", 4: "optimized"}, 4)
 	err = s.apply(ctx, load())
 	require.ErrorContains(t, err, "stays on "+addr)
-	c, err = nvmeof.Connect(ctx, "tcp", addr, nqn, nvmeof.HostConfig{IOQueues: 1})
+	c, err = host.Connect(ctx, "tcp", addr, nqn, host.Config{IOQueues: 1})
 	require.NoError(t, err, "the port is back on its address")
 	require.NoError(t, c.Close())
 }

@@ -14,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -91,13 +92,13 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c1, err := nvmeof.Connect(ctx, "tcp", addr1, nqn, nvmeof.HostConfig{IOQueues: 1})
+	c1, err := host.Connect(ctx, "tcp", addr1, nqn, host.Config{IOQueues: 1})
 	require.NoError(t, err)
 	defer c1.Close()
 	l, err := c1.ANALog(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []nvmeof.ANAGroupDesc{{ID: 1, State: nvmeof.ANAOptimized, NSIDs: []uint32{1}},
-		{ID: 2, State: nvmeof.ANANonOptimized, NSIDs: []uint32{2}}}, l.Groups)
+	require.Equal(t, []nvme.ANAGroupDesc{{ID: 1, State: nvme.ANAOptimized, NSIDs: []uint32{1}},
+		{ID: 2, State: nvme.ANANonOptimized, NSIDs: []uint32{2}}}, l.Groups)
 	n1, err := c1.Namespace(ctx, 1)
 	require.NoError(t, err)
 	_, err = n1.WriteAt(make([]byte, 4096), 0)
@@ -113,19 +114,19 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 	l, err = c1.ANALog(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, l.ChangeCount, "two states and a group changed")
-	require.Equal(t, []nvmeof.ANAGroupDesc{{ID: 1, State: nvmeof.ANAInaccessible, ChangeCount: 3, NSIDs: []uint32{1}},
-		{ID: 3, State: nvmeof.ANAInaccessible, ChangeCount: 3, NSIDs: []uint32{2}}}, l.Groups, "through port 1, after the reload")
+	require.Equal(t, []nvme.ANAGroupDesc{{ID: 1, State: nvme.ANAInaccessible, ChangeCount: 3, NSIDs: []uint32{1}},
+		{ID: 3, State: nvme.ANAInaccessible, ChangeCount: 3, NSIDs: []uint32{2}}}, l.Groups, "through port 1, after the reload")
 	_, err = n1.WriteAt(make([]byte, 4096), 0)
-	var se *nvmeof.StatusError
+	var se *nvme.StatusError
 	require.True(t, errors.As(err, &se), "%v", err)
-	require.Equal(t, nvmeof.StatusANAInaccessible, se.Status)
-	c2, err := nvmeof.Connect(ctx, "tcp", addr2, nqn, nvmeof.HostConfig{IOQueues: 1})
+	require.Equal(t, nvme.StatusANAInaccessible, se.Status)
+	c2, err := host.Connect(ctx, "tcp", addr2, nqn, host.Config{IOQueues: 1})
 	require.NoError(t, err, "the port opened by the reload")
 	defer c2.Close()
 	l, err = c2.ANALog(ctx)
 	require.NoError(t, err)
-	require.Equal(t, nvmeof.ANAOptimized, l.Groups[0].State)
-	require.Equal(t, nvmeof.ANANonOptimized, l.Groups[1].State)
+	require.Equal(t, nvme.ANAOptimized, l.Groups[0].State)
+	require.Equal(t, nvme.ANANonOptimized, l.Groups[1].State)
 	m1, err := c2.Namespace(ctx, 1)
 	require.NoError(t, err)
 	w := []byte(strings.Repeat("path 2 ", 4096/7+1)[:4096])
@@ -140,7 +141,7 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 	// subsystem is on the new address only.
 	writePortsConfig(t, cfg, []portJSON{{2, addr3, []string{nqn}, nil}}, sub(3))
 	hup()
-	for _, c := range []*nvmeof.Controller{c1, c2} {
+	for _, c := range []*host.Controller{c1, c2} {
 		select {
 		case <-c.IOQueueDone(0):
 		case <-time.After(10 * time.Second):
@@ -148,14 +149,14 @@ func TestServeConfigReloadPortsANA(t *testing.T) {
 		}
 	}
 	for _, a := range []string{addr1, addr2} {
-		_, err := nvmeof.Connect(ctx, "tcp", a, nqn, nvmeof.HostConfig{})
+		_, err := host.Connect(ctx, "tcp", a, nqn, host.Config{})
 		require.Error(t, err, "nothing listens on %s", a)
 	}
-	c3, err := nvmeof.Connect(ctx, "tcp", addr3, nqn, nvmeof.HostConfig{})
+	c3, err := host.Connect(ctx, "tcp", addr3, nqn, host.Config{})
 	require.NoError(t, err)
 	l, err = c3.ANALog(ctx)
 	require.NoError(t, err)
-	require.Equal(t, nvmeof.ANAOptimized, l.Groups[0].State, "a port with no ana_groups: nvmet's default")
+	require.Equal(t, nvme.ANAOptimized, l.Groups[0].State, "a port with no ana_groups: nvmet's default")
 	require.NoError(t, c3.Close())
 
 	require.NoError(t, srv.Process.Signal(syscall.SIGTERM))

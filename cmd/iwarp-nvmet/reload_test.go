@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 )
@@ -63,7 +64,7 @@ func subJSON(nqn string, anyHost int, hosts []string, ns ...string) string {
 
 func discovered(t *testing.T, ctx context.Context, addr, hostNQN string) []string {
 	t.Helper()
-	ents, err := nvmeof.Discover(ctx, "tcp", addr, nvmeof.HostConfig{HostNQN: hostNQN})
+	ents, err := host.Discover(ctx, "tcp", addr, host.Config{HostNQN: hostNQN})
 	require.NoError(t, err)
 	var nqns []string
 	for _, e := range ents {
@@ -115,7 +116,7 @@ func TestServeConfigReload(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := nvmeof.Connect(ctx, "tcp", addr, nqnA, nvmeof.HostConfig{IOQueues: 1, WatchNamespaces: true})
+	c, err := host.Connect(ctx, "tcp", addr, nqnA, host.Config{IOQueues: 1, WatchNamespaces: true})
 	require.NoError(t, err)
 	defer c.Close()
 	require.Equal(t, []uint32{1, 3}, active(t, ctx, c))
@@ -149,9 +150,9 @@ func TestServeConfigReload(t *testing.T) {
 	require.Error(t, err, "namespace 3 is gone")
 	require.Equal(t, []string{nqnA, nqnB}, discovered(t, ctx, addr, hostX))
 	require.Equal(t, []string{nqnA}, discovered(t, ctx, addr, ""), "B admits host X only")
-	_, err = nvmeof.Connect(ctx, "tcp", addr, nqnB, nvmeof.HostConfig{})
+	_, err = host.Connect(ctx, "tcp", addr, nqnB, host.Config{})
 	require.Error(t, err)
-	cB, err := nvmeof.Connect(ctx, "tcp", addr, nqnB, nvmeof.HostConfig{HostNQN: hostX, IOQueues: 1})
+	cB, err := host.Connect(ctx, "tcp", addr, nqnB, host.Config{HostNQN: hostX, IOQueues: 1})
 	require.NoError(t, err)
 	defer cB.Close()
 	hB, err := cB.Namespace(ctx, 1)
@@ -194,7 +195,7 @@ func TestServeConfigReload(t *testing.T) {
 		t.Fatal("the host of the unlinked subsystem kept its queue")
 	}
 	require.Empty(t, discovered(t, ctx, addr, hostX))
-	_, err = nvmeof.Connect(ctx, "tcp", addr, nqnA, nvmeof.HostConfig{})
+	_, err = host.Connect(ctx, "tcp", addr, nqnA, host.Config{})
 	require.Error(t, err, "A is on no port")
 
 	require.NoError(t, srv.Process.Signal(syscall.SIGTERM))
@@ -206,10 +207,10 @@ func TestServeConfigReload(t *testing.T) {
 	t.Logf("target log:\n%s", out.String())
 }
 
-func active(t *testing.T, ctx context.Context, c *nvmeof.Controller) []uint32 {
+func active(t *testing.T, ctx context.Context, c *host.Controller) []uint32 {
 	t.Helper()
-	list := make([]byte, nvmeof.IdentifySize)
-	require.NoError(t, c.Identify(ctx, nvmeof.CNSActiveNSList, 0, list))
+	list := make([]byte, nvme.IdentifySize)
+	require.NoError(t, c.Identify(ctx, nvme.CNSActiveNSList, 0, list))
 	var ids []uint32
 	for i := 0; i < len(list) && binary.LittleEndian.Uint32(list[i:]) != 0; i += 4 {
 		ids = append(ids, binary.LittleEndian.Uint32(list[i:]))

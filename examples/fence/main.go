@@ -42,7 +42,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 )
 
 // fencedStatus is hold's exit status once the node is fenced.
@@ -78,8 +78,8 @@ func run(args []string) int {
 	defer stop()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	m, err := nvmeof.ConnectMultipath(cctx, "tcp", strings.Split(fs.Arg(0), ","), *nqn, nvmeof.MultipathConfig{
-		HostConfig: nvmeof.HostConfig{IOQueues: 1, HostID: hostID, WatchReservations: true}})
+	m, err := host.ConnectMultipath(cctx, "tcp", strings.Split(fs.Arg(0), ","), *nqn, host.MultipathConfig{
+		Config: host.Config{IOQueues: 1, HostID: hostID, WatchReservations: true}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fence:", err)
 		return 1

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
+	"github.com/goiwarp/iwarp/nvmeof/target"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,18 +26,18 @@ import (
 func TestFenceProcesses(t *testing.T) {
 	bin := build(t)
 	const nqn = "nqn.2024-01.io.goiwarp:shared"
-	sub, err := nvmeof.NewSubsystem(nqn)
+	sub, err := target.NewSubsystem(nqn)
 	require.NoError(t, err)
-	disk := nvmeof.NewMemBackend(1 << 20)
-	_, err = sub.AddNamespaceConfig(disk, nvmeof.NamespaceConfig{Reservations: true,
+	disk := target.NewMemBackend(1 << 20)
+	_, err = sub.AddNamespaceConfig(disk, target.NamespaceConfig{Reservations: true,
 		ReservationFile: filepath.Join(t.TempDir(), "ns1.resv")})
 	require.NoError(t, err)
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{}, sub)
+	tg, err := target.New(target.Config{}, sub)
 	require.NoError(t, err)
 	t.Cleanup(func() { tg.Close() })
 	var addrs []string
 	for range 2 {
-		p, err := tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", nvmeof.PortConfig{Subsystems: []string{nqn}})
+		p, err := tg.ListenPort(context.Background(), "tcp", "127.0.0.1:0", target.PortConfig{Subsystems: []string{nqn}})
 		require.NoError(t, err)
 		addrs = append(addrs, p.Addr().String())
 	}
@@ -80,16 +82,16 @@ func TestFenceProcesses(t *testing.T) {
 	out3, err := exec.Command(bin, "show", paths).CombinedOutput()
 	require.NoError(t, err, "%s", out3)
 	require.Contains(t, string(out3), "key 0x2 host")
-	c, err := nvmeof.Connect(context.Background(), "tcp", addrs[0], nqn, nvmeof.HostConfig{IOQueues: 1,
+	c, err := host.Connect(context.Background(), "tcp", addrs[0], nqn, host.Config{IOQueues: 1,
 		HostID: [16]byte{'g', 'o', 'i', 'w', 'a', 'r', 'p', '-', 15: 1}})
 	require.NoError(t, err)
 	defer c.Close()
 	n, err := c.Namespace(context.Background(), 1)
 	require.NoError(t, err)
 	_, err = n.WriteAt(make([]byte, 512), 0)
-	var se *nvmeof.StatusError
+	var se *nvme.StatusError
 	require.ErrorAs(t, err, &se, "node 1's host, fenced")
-	require.Equal(t, nvmeof.StatusReservationConflict|nvmeof.DNR, se.Status)
+	require.Equal(t, nvme.StatusReservationConflict|nvme.DNR, se.Status)
 }
 
 var binDir string
@@ -153,11 +155,11 @@ func (s *syncBuffer) String() string {
 func TestFenceDiskLost(t *testing.T) {
 	bin := build(t)
 	const nqn = "nqn.2024-01.io.goiwarp:shared"
-	sub, err := nvmeof.NewSubsystem(nqn)
+	sub, err := target.NewSubsystem(nqn)
 	require.NoError(t, err)
-	_, err = sub.AddNamespaceConfig(nvmeof.NewMemBackend(1<<20), nvmeof.NamespaceConfig{Reservations: true})
+	_, err = sub.AddNamespaceConfig(target.NewMemBackend(1<<20), target.NamespaceConfig{Reservations: true})
 	require.NoError(t, err)
-	tg, err := nvmeof.NewTarget(nvmeof.TargetConfig{}, sub)
+	tg, err := target.New(target.Config{}, sub)
 	require.NoError(t, err)
 	addr, err := tg.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)

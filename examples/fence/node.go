@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // errFenced ends hold: the node's registration was preempted.
@@ -17,7 +18,7 @@ var errFenced = errors.New("fenced")
 // node's (its key modulo 8), until ctx ends or the node is fenced, or a
 // heartbeat cannot be written within timeout (the disk is lost: the node
 // must stop by itself, as no notice will reach it).
-func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace, key uint64, period, timeout time.Duration) error {
+func hold(ctx context.Context, m *host.Multipath, n *host.MultipathNamespace, key uint64, period, timeout time.Duration) error {
 	if err := n.RegisterKey(ctx, key); err != nil {
 		return fmt.Errorf("registering key %#x: %w", key, err)
 	}
@@ -26,10 +27,10 @@ func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace
 		return err
 	}
 	if st.Type == 0 {
-		err := n.Reserve(ctx, key, nvmeof.ResvWriteExclusiveRegsOnly)
-		var se *nvmeof.StatusError
+		err := n.Reserve(ctx, key, nvme.ResvWriteExclusiveRegsOnly)
+		var se *nvme.StatusError
 		switch {
-		case errors.As(err, &se) && se.Status == nvmeof.StatusReservationConflict|nvmeof.DNR:
+		case errors.As(err, &se) && se.Status == nvme.StatusReservationConflict|nvme.DNR:
 			fmt.Println("fence: another node reserved first; holding as a registrant")
 		case err != nil:
 			return fmt.Errorf("reserving: %w", err)
@@ -51,8 +52,8 @@ func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace
 		_, err := n.WriteAtContext(wctx, beat, at)
 		cancel()
 		if err != nil {
-			var se *nvmeof.StatusError
-			if errors.As(err, &se) && se.Status == nvmeof.StatusReservationConflict|nvmeof.DNR {
+			var se *nvme.StatusError
+			if errors.As(err, &se) && se.Status == nvme.StatusReservationConflict|nvme.DNR {
 				return errFenced // the notice was late, or lost: the write says it
 			}
 			return fmt.Errorf("heartbeat: %w", err)
@@ -69,7 +70,7 @@ func hold(ctx context.Context, m *nvmeof.Multipath, n *nvmeof.MultipathNamespace
 
 // watch waits for the notification that this node's registration was
 // preempted.
-func watch(ctx context.Context, m *nvmeof.Multipath) error {
+func watch(ctx context.Context, m *host.Multipath) error {
 	for {
 		ns, err := m.WaitReservationNotice(ctx)
 		if err != nil {
@@ -77,7 +78,7 @@ func watch(ctx context.Context, m *nvmeof.Multipath) error {
 		}
 		for _, pn := range ns {
 			fmt.Printf("fence: notice from %s: %v on namespace %d\n", pn.Addr, pn.Type, pn.NSID)
-			if pn.Type == nvmeof.ResvNoticeRegPreempted {
+			if pn.Type == nvme.ResvNoticeRegPreempted {
 				return errFenced
 			}
 		}
@@ -85,11 +86,11 @@ func watch(ctx context.Context, m *nvmeof.Multipath) error {
 }
 
 // take fences the node registered with key victim, and shows the result.
-func take(ctx context.Context, n *nvmeof.MultipathNamespace, key, victim uint64) error {
+func take(ctx context.Context, n *host.MultipathNamespace, key, victim uint64) error {
 	if err := n.RegisterKey(ctx, key); err != nil {
 		return fmt.Errorf("registering key %#x: %w", key, err)
 	}
-	if err := n.Preempt(ctx, key, victim, nvmeof.ResvWriteExclusiveRegsOnly, true); err != nil {
+	if err := n.Preempt(ctx, key, victim, nvme.ResvWriteExclusiveRegsOnly, true); err != nil {
 		return fmt.Errorf("preempting key %#x: %w", victim, err)
 	}
 	fmt.Printf("fence: key %#x fenced\n", victim)
@@ -97,7 +98,7 @@ func take(ctx context.Context, n *nvmeof.MultipathNamespace, key, victim uint64)
 }
 
 // show prints the reservation report.
-func show(ctx context.Context, n *nvmeof.MultipathNamespace) error {
+func show(ctx context.Context, n *host.MultipathNamespace) error {
 	st, err := n.ReservationReport(ctx)
 	if err != nil {
 		return err

@@ -1,7 +1,0 @@
-//go:build !unix
-
-package nvmeof
-
-// syncDir: where directories cannot be synced (Windows), the file
-// system's own journal keeps the rename.
-func syncDir(string) error { return nil }
