@@ -14,7 +14,7 @@ import (
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 
-	"github.com/goiwarp/iwarp/nvmeof"
+	"github.com/goiwarp/iwarp/nvmeof/host"
 )
 
 // A flood of silent connections must not lock a legitimate host out of the
@@ -115,7 +115,7 @@ func TestServeFlood(t *testing.T) {
 		cctx, ccancel := context.WithTimeout(ctx, 3*floodConnectBound)
 		defer ccancel()
 		start := time.Now()
-		c, err := nvmeof.Connect(cctx, "tcp", addr, nqn, nvmeof.HostConfig{})
+		c, err := host.Connect(cctx, "tcp", addr, nqn, host.Config{})
 		took := time.Since(start)
 		require.NoError(t, err, "a legitimate host during the flood (after %v)", took)
 		defer c.Close()
