@@ -74,6 +74,8 @@ type Conn struct {
 	remoteSGE  int
 	advertised uint64 // octets of ring the peer has been given
 	received   uint64 // octets the peer said it wrote
+	limit      uint16 // the credit limit the peer last heard (its sseq_comp)
+	recvMsgs   uint16 // data messages received (the peer's sseq_no)
 
 	// Send side.
 	target     [sglSize]sge // the peer's buffers we may write (target_sgl)
@@ -228,8 +230,8 @@ func (c *Conn) start(peer connData) {
 	c.rbufAvail = c.half
 	c.advertised = uint64(c.half)
 	c.rseqComp = uint16(c.credits / 2)
+	c.limit = uint16(c.credits)
 	c.readable, c.writable, c.connected = true, true, true
-	c.giveCredits() // the second half of the ring, at once, as rsocket.c
 	c.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopPump = cancel
@@ -497,11 +499,18 @@ func (c *Conn) giveCredits() {
 	if !c.connected || c.err != nil || c.ctrlOut+2 > maxCtrl || c.sqAvail < 2 {
 		return
 	}
-	ring := c.rbufAvail >= c.half
-	if !ring && int16(c.rseqNo-c.rseqComp) < 0 {
+	// Unlike rsocket.c, which gives as soon as it may, we give only what
+	// the peer has run out of: an rsocket.c peer that has sent its last
+	// data closes at once (rshutdown, then its QP leaves RTS and siw stops
+	// reading its socket), and a message of ours arriving then is unread
+	// data at its close: Linux resets the connection, and the peer's
+	// last octets, still in its socket's send queue, are lost.
+	ring := c.rbufAvail >= c.half && c.received == c.advertised
+	if !ring && (int16(c.rseqNo-c.rseqComp) < 0 || c.recvMsgs != c.limit) {
 		return
 	}
 	c.rseqComp = c.rseqNo + uint16(c.credits/2)
+	c.limit = c.rseqNo + uint16(c.credits)
 	binary.LittleEndian.PutUint32(c.msgOut[:], msgSet(opSGL, uint32(c.rseqNo)+uint32(c.credits)))
 	send := verbs.SendWR{ID: idCtrl, Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: c.msgOut[:]}
 	wrs := c.wr[:1]

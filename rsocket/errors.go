@@ -35,12 +35,12 @@ var (
 
 type peerReset struct{}
 
-func (peerReset) Error() string          { return "rsocket: connection reset by peer" }
+func (peerReset) Error() string        { return "rsocket: connection reset by peer" }
 func (peerReset) Is(target error) bool { return target == syscall.ECONNRESET }
 
 type writeClosed struct{}
 
-func (writeClosed) Error() string          { return "rsocket: write after CloseWrite" }
+func (writeClosed) Error() string        { return "rsocket: write after CloseWrite" }
 func (writeClosed) Is(target error) bool { return target == syscall.EPIPE }
 
 // opError wraps err as the net package does.

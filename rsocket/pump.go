@@ -115,6 +115,7 @@ func (c *Conn) message(m uint32) {
 			return
 		}
 		c.received += uint64(data)
+		c.recvMsgs++
 		c.rmsg[(c.rmsgHead+c.rmsgN)%len(c.rmsg)] = data
 		c.rmsgN++
 	}
