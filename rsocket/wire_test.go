@@ -1,0 +1,121 @@
+package rsocket
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/goiwarp/iwarp/verbs"
+	"github.com/stretchr/testify/require"
+)
+
+// rs_conn_data as rsocket.c lays it out: big-endian, 40 octets.
+func TestConnDataLayout(t *testing.T) {
+	b := connData{version: 1, flags: connFlagIOMap, credits: 384,
+		targetSGL: sge{addr: 0x0102030405060708, key: 0x11223344, len: 2},
+		dataBuf:   sge{addr: 0xa1a2a3a4a5a6a7a8, key: 0x55667788, len: 65536}}.marshal()
+	want := []byte{1, 2, 0x01, 0x80, 0, 0, 0, 0,
+		1, 2, 3, 4, 5, 6, 7, 8, 0x11, 0x22, 0x33, 0x44, 0, 0, 0, 2,
+		0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0x55, 0x66, 0x77, 0x88, 0, 1, 0, 0}
+	require.Equal(t, want, b)
+	c, err := parseConnData(b)
+	require.NoError(t, err)
+	require.Equal(t, uint16(384), c.credits)
+	require.Equal(t, uint64(0xa1a2a3a4a5a6a7a8), c.dataBuf.addr)
+
+	for name, p := range map[string][]byte{
+		"short":      b[:39],
+		"version 2":  append([]byte{2}, b[1:]...),
+		"big-endian": append([]byte{1, connFlagNet | connFlagIOMap}, b[2:]...),
+		"no credits": append(append([]byte{}, b[:2]...), append([]byte{0, 0}, b[4:]...)...),
+	} {
+		_, err := parseConnData(p)
+		require.Error(t, err, name)
+	}
+	_, err = parseConnData(append([]byte{1, connFlagNet}, b[2:]...))
+	require.ErrorIs(t, err, ErrByteOrder)
+}
+
+// A reader gives credits and ring only once the writer has run out of
+// them: one small message read sends nothing back.
+func TestNoUpdateWhileThePeerHasRoom(t *testing.T) {
+	leakCheck(t)
+	c1, c2 := pair(t, Options{Credits: 8})
+	buf := make([]byte, 10)
+	for i := range 3 {
+		_, err := c1.Write(buf)
+		require.NoError(t, err)
+		_, err = io.ReadFull(c2, buf)
+		require.NoError(t, err, "message %d", i)
+	}
+	time.Sleep(50 * time.Millisecond)
+	c1.mu.Lock()
+	comp, second := c1.sseqComp, c1.target[1]
+	c1.mu.Unlock()
+	require.Equal(t, uint16(8), comp, "no credit update: the writer has 5 credits left")
+	require.Zero(t, second.len, "the second half of the ring not offered yet")
+	// Using up the credits brings the update.
+	for range 5 {
+		_, err := c1.Write(buf)
+		require.NoError(t, err)
+	}
+	_, err := io.ReadFull(c2, make([]byte, 50))
+	require.NoError(t, err)
+	c1.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err = c1.Write(buf)
+	require.NoError(t, err, "credits given back")
+}
+
+// A peer that claims to have written more than the ring it was given is
+// cut off with ErrProtocol; the Conn's Read says so.
+func TestPeerOverrunsRing(t *testing.T) {
+	leakCheck(t)
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	errc := make(chan error, 1)
+	go func() {
+		c, err := ln.AcceptRsocket()
+		if err == nil {
+			_, err = c.Read(make([]byte, 100))
+			c.Close()
+		}
+		errc <- err
+	}()
+	// A raw verbs peer with a well-formed rs_conn_data.
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
+	defer dev.Close()
+	pd := dev.AllocPD()
+	cq, err := dev.CreateCQ(16)
+	require.NoError(t, err)
+	qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SigAll: true, IRD: 1, ORD: 1})
+	require.NoError(t, err)
+	defer qp.Close()
+	mr, err := pd.RegMR(make([]byte, 4096), verbs.LocalWrite|verbs.RemoteWrite)
+	require.NoError(t, err)
+	for range 8 {
+		_, err := qp.PostRecv(verbs.RecvWR{SGL: []verbs.SGE{mr.SGE(0, 4)}})
+		require.NoError(t, err)
+	}
+	cd := connData{version: 1, credits: 8, targetSGL: sge{addr: mr.Addr(), key: mr.RKey(), len: 2},
+		dataBuf: sge{addr: mr.Addr() + 64, key: mr.RKey(), len: 1024}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, qp.Dial(ctx, "tcp", ln.Addr().String(), verbs.ConnConfig{PrivateData: cd.marshal()}))
+	var msg [4]byte
+	binary.LittleEndian.PutUint32(msg[:], msgSet(opData, 1<<20)) // 1 MiB into a 64 KiB half
+	_, err = qp.PostSend(verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: msg[:]})
+	require.NoError(t, err)
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, ErrProtocol)
+		t.Logf("the Conn's Read: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no error from the Conn")
+	}
+	<-qp.Done()
+	require.Error(t, qp.Err(), "the connection is reset")
+}
