@@ -151,7 +151,11 @@ func TestSiwRsocket(t *testing.T) {
 	fmt.Fprintf(&script, "waitfile ncclient 300 || exit 1\n"+
 		"LD_PRELOAD=%s timeout 120 sockcat 10.0.2.2 $(cat /host/ncclient) < /host/to-go.bin > /tmp/echo.bin 2>/tmp/ncc.err; rc=$?\n"+
 		"sed 's/^/sockcat client: /' /tmp/ncc.err; cmp /tmp/echo.bin /host/to-go.bin && same=same\n"+
-		"echo \"NCCLIENT rc=$rc $same\"\nwait\n", rspreload)
+		"echo \"NCCLIENT rc=$rc $same\"\n", rspreload)
+	// riostream's iomap mode, refused: it dials us and riomaps its buffer.
+	script.WriteString("waitfile rio 300 || exit 1\n" +
+		"timeout 60 riostream -s 10.0.2.2 -p $(cat /host/rio) -S 64 -C 1 -I 1 > /tmp/rio 2>&1; rc=$?\n" +
+		"sed 's/^/riostream client: /' /tmp/rio; echo \"RIO rc=$rc\"\nwait\n")
 
 	vm := siwVM(t, script.String(), fwds...)
 	share := filepath.Join(vm.RunDir, "share")
@@ -246,6 +250,29 @@ func TestSiwRsocket(t *testing.T) {
 		require.NoError(t, conn.Close())
 		require.Equal(t, "NCCLIENT rc=0 same", guestLine(t, vm, "NCCLIENT ", time.Minute), "sockcat got its octets back")
 	})
+
+	t.Run("riostream-refused", func(t *testing.T) { testRiostreamRefused(t, vm, share) })
+}
+
+// riostream needs an iomap table of the peer's for riomap (RDMA Writes
+// straight into a mapped buffer), and we offer one of size 0: its
+// riomap fails with ENOMEM before any data, and it closes.
+func testRiostreamRefused(t *testing.T, vm *siw.VM, share string) {
+	ln, err := rsocket.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	require.NoError(t, os.WriteFile(filepath.Join(share, "rio"), []byte(fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)), 0o644))
+	conn, err := acceptCtx(vmCtx(t, vm, 2*time.Minute), ln)
+	require.NoError(t, err, "the stream itself connects")
+	conn.SetReadDeadline(time.Now().Add(time.Minute))
+	n, err := conn.Read(make([]byte, 64))
+	require.ErrorIs(t, err, io.EOF, "riostream closes without sending")
+	require.Zero(t, n)
+	require.NoError(t, conn.Close())
+	l := guestLine(t, vm, "RIO ", time.Minute)
+	require.NotEqual(t, "RIO rc=0", l)
+	require.Contains(t, vm.Output(), "riostream client: riomap: Cannot allocate memory")
+	t.Logf("riostream: %s, %q", l, "riomap: Cannot allocate memory")
 }
 
 // requireRstreamResult checks rstream's result line (name, size, transfers,

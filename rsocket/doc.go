@@ -35,7 +35,15 @@
 //     order) into the next entry of the sender's target SGL, then a Send of
 //     RS_OP_SGL whose data is the new credit limit (messages read +
 //     credits); a Send of RS_OP_SGL alone returns credits only. At most 4
-//     control WRs are outstanding (RS_QP_CTRL_SIZE).
+//     control WRs are outstanding (RS_QP_CTRL_SIZE). One difference in
+//     timing, none in format: rsocket.c offers the next half of its ring
+//     and returns credits as soon as its reader has freed them; we wait
+//     until the writer has used up what it had. An rsocket.c peer closes
+//     right after its last write (rshutdown, then its QP leaves RTS and
+//     siw stops reading the socket), and an update arriving then is
+//     unread data at its close: Linux resets the connection, and the
+//     peer's last octets, still in its socket's send queue, are lost (the
+//     interop tests lost rstream's tails so until we changed it).
 //   - Shutdown: RS_OP_CTRL with RS_CTRL_SHUTDOWN (CloseWrite while the
 //     read side is open) or RS_CTRL_DISCONNECT (Close), then the QP
 //     closes (a TCP FIN).
@@ -44,9 +52,16 @@
 //
 //   - riostream's iomap mode (riomap/riowrite: RDMA Writes straight into a
 //     region the peer mapped, announced by RS_OP_IOMAP_SGL). We offer an
-//     iomap table of size 0, so a peer's riowrite finds no mapping of ours
-//     (riowrite fails); an RS_OP_IOMAP_SGL message from a peer is read and
-//     ignored. Its plain stream works.
+//     iomap table of size 0 (target_iomap_size 0), so a peer's riomap
+//     finds no free entry in our table and fails with ENOMEM (riostream
+//     says "riomap: Cannot allocate memory" and closes); we never riomap,
+//     so a peer's riowrite finds no mapping of ours and writes nothing.
+//     An RS_OP_IOMAP_SGL message from a peer is read and ignored. The
+//     plain stream works.
+//   - librspreload.so (rdma-core 44) intercepts accept but not accept4,
+//     so a program that accepts with accept4 (Debian's nc.openbsd -l)
+//     does not get rsockets through it; that is the preload library's
+//     limit, not the protocol's.
 //   - Keep-alive (SO_KEEPALIVE on the rsocket side): rsocket.c sends it
 //     as an RDMA Write of 0 octets to STag 0, which is an RDMA Write with
 //     Immediate on InfiniBand but on iWARP (RS_OPT_MSG_SEND) is a plain
