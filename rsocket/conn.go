@@ -96,7 +96,8 @@ type Conn struct {
 	sgeOut   [sgeLen]byte
 	recvSGL  [1]verbs.SGE // the pump's
 	recvWR   [1]verbs.RecvWR
-	wcs      []verbs.WC
+	wcs      []verbs.WC // the pump's
+	rxWCs    []verbs.WC // the receive handler's
 	abortReq bool
 }
 
@@ -167,6 +168,7 @@ func newConn(dev *verbs.Device, o Options) (c *Conn, err error) {
 		pumpDone: make(chan struct{}),
 		rmsg:     make([]uint32, o.Credits),
 		wcs:      make([]verbs.WC, 64),
+		rxWCs:    make([]verbs.WC, 64),
 		tsglNext: 1, // the peer's first SGL update goes to entry 1 (remote_sge)
 	}
 	c.cond = sync.NewCond(&c.mu)
@@ -236,6 +238,7 @@ func (c *Conn) start(peer connData) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stopPump = cancel
 	go c.pump(ctx)
+	c.qp.SetRxHandler(c.onRx)
 }
 
 // release frees what newConn made.

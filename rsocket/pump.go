@@ -23,19 +23,33 @@ func (c *Conn) pump(ctx context.Context) {
 			c.wakeAll()
 			return
 		}
-		c.mu.Lock()
-		for _, wc := range c.wcs[:n] {
-			c.complete(wc)
-		}
-		c.takeSGLUpdates()
-		c.giveCredits()
-		abort := c.abortReq
-		c.abortReq = false
-		c.mu.Unlock()
-		c.wakeAll()
-		if abort {
-			c.qp.Abort()
-		}
+		c.apply(c.wcs[:n])
+	}
+}
+
+// onRx runs on the QP's receive goroutine after each FPDU
+// (QP.SetRxHandler): it takes what arrived at once, saving the hand-off
+// to the pump that a round trip would otherwise pay for.
+func (c *Conn) onRx() {
+	if n := c.cq.Poll(c.rxWCs); n > 0 {
+		c.apply(c.rxWCs[:n])
+	}
+}
+
+// apply applies a batch of completions and wakes whoever they concern.
+func (c *Conn) apply(wcs []verbs.WC) {
+	c.mu.Lock()
+	for _, wc := range wcs {
+		c.complete(wc)
+	}
+	c.takeSGLUpdates()
+	c.giveCredits()
+	abort := c.abortReq
+	c.abortReq = false
+	c.mu.Unlock()
+	c.wakeAll()
+	if abort {
+		go c.qp.Abort() // not on the receive goroutine, which Abort waits for
 	}
 }
 
