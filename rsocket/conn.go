@@ -52,6 +52,7 @@ type Conn struct {
 	closeOnce      sync.Once
 	stopPump       func()
 	pumpDone       chan struct{}
+	aborting       sync.WaitGroup // a reset for a protocol violation
 
 	mu   sync.Mutex
 	cond *sync.Cond // Close's wait for its sends, broadcast by the pump
@@ -619,6 +620,7 @@ func (c *Conn) Close() error {
 	c.qp.Close()
 	c.stopPump()
 	<-c.pumpDone
+	c.aborting.Wait()
 	c.release()
 	return nil
 }

@@ -49,7 +49,9 @@ func (c *Conn) apply(wcs []verbs.WC) {
 	c.mu.Unlock()
 	c.wakeAll()
 	if abort {
-		go c.qp.Abort() // not on the receive goroutine, which Abort waits for
+		// Not on the receive goroutine, which Abort waits for; Close
+		// waits for this one.
+		c.aborting.Go(func() { c.qp.Abort() })
 	}
 }
 
