@@ -104,8 +104,11 @@ type Conn struct {
 
 // Options size a connection's buffers; zero fields take the defaults.
 type Options struct {
-	// RecvBuffer is the ring the peer writes into (rsocket.c: SO_RCVBUF,
-	// default 128 KiB); half of it is offered at a time.
+	// RecvBuffer is the ring the peer writes into (SO_RCVBUF), default
+	// 256 KiB (rsocket.c's is 128 KiB); half of it is offered at a time,
+	// and the writer waits a round trip for each half, so a larger ring
+	// streams faster (on loopback: 128 KiB about 1.0 GB/s, 256 KiB 1.45,
+	// 512 KiB 1.9).
 	RecvBuffer int
 	// SendBuffer holds data until it is on the wire (SO_SNDBUF, 128 KiB).
 	SendBuffer int
@@ -119,7 +122,7 @@ type Options struct {
 
 func (o Options) withDefaults() (Options, error) {
 	if o.RecvBuffer == 0 {
-		o.RecvBuffer = 128 << 10
+		o.RecvBuffer = 256 << 10
 	}
 	if o.SendBuffer == 0 {
 		o.SendBuffer = 128 << 10
