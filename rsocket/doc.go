@@ -63,10 +63,9 @@
 //     does not get rsockets through it; that is the preload library's
 //     limit, not the protocol's.
 //   - Keep-alive (SO_KEEPALIVE on the rsocket side): rsocket.c sends it
-//     as an RDMA Write of 0 octets to STag 0, which is an RDMA Write with
-//     Immediate on InfiniBand but on iWARP (RS_OPT_MSG_SEND) is a plain
-//     zero-length Write with no message behind it; the peer learns nothing
-//     from it. We never send one; TCP's own keep-alive
+//     as an RDMA Write of 0 octets to STag 0 (tcp_svc_send_keepalive),
+//     which names no buffer (RFC 5041 section 5.2): we take it and the
+//     stream goes on, as with siw. We never send one; TCP's own keep-alive
 //     (verbs.ConnConfig.TCP) watches the connection instead.
 //   - Big-endian peers (RS_CONN_FLAG_NET): refused with ErrByteOrder (see
 //     its doc for why rsocket.c itself cannot do it over iWARP).

@@ -68,32 +68,18 @@ func TestNoUpdateWhileThePeerHasRoom(t *testing.T) {
 	require.NoError(t, err, "credits given back")
 }
 
-// A peer that claims to have written more than the ring it was given is
-// cut off with ErrProtocol; the Conn's Read says so.
-func TestPeerOverrunsRing(t *testing.T) {
-	leakCheck(t)
-	ln, err := Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	errc := make(chan error, 1)
-	go func() {
-		c, err := ln.AcceptRsocket()
-		if err == nil {
-			_, err = c.Read(make([]byte, 100))
-			c.Close()
-		}
-		errc <- err
-	}()
-	// A raw verbs peer with a well-formed rs_conn_data.
+// rawPeer dials ln as a raw verbs peer with a well-formed rs_conn_data
+// (8 credits, a 1 KiB buffer) and its receives posted.
+func rawPeer(t *testing.T, ln *Listener) (*verbs.QP, *verbs.MR) {
 	dev, err := verbs.Open(verbs.DeviceAttr{})
 	require.NoError(t, err)
-	defer dev.Close()
+	t.Cleanup(func() { dev.Close() })
 	pd := dev.AllocPD()
 	cq, err := dev.CreateCQ(16)
 	require.NoError(t, err)
 	qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, SigAll: true, IRD: 1, ORD: 1})
 	require.NoError(t, err)
-	defer qp.Close()
+	t.Cleanup(func() { qp.Close() })
 	mr, err := pd.RegMR(make([]byte, 4096), verbs.LocalWrite|verbs.RemoteWrite)
 	require.NoError(t, err)
 	for range 8 {
@@ -105,17 +91,77 @@ func TestPeerOverrunsRing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, qp.Dial(ctx, "tcp", ln.Addr().String(), verbs.ConnConfig{PrivateData: cd.marshal()}))
+	return qp, mr
+}
+
+// acceptRead accepts one connection and reads up to n octets from it.
+func acceptRead(ln *Listener, n int) chan error {
+	errc := make(chan error, 1)
+	go func() {
+		c, err := ln.AcceptRsocket()
+		if err == nil {
+			_, err = io.ReadFull(c, make([]byte, n))
+			c.Close()
+		}
+		errc <- err
+	}()
+	return errc
+}
+
+func sendMsg(t *testing.T, qp *verbs.QP, m uint32) {
 	var msg [4]byte
-	binary.LittleEndian.PutUint32(msg[:], msgSet(opData, 1<<20)) // 1 MiB into a 64 KiB half
-	_, err = qp.PostSend(verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: msg[:]})
+	binary.LittleEndian.PutUint32(msg[:], m)
+	_, err := qp.PostSend(verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: msg[:]})
 	require.NoError(t, err)
+}
+
+// A peer that claims to have written more than the ring it was given is
+// cut off with ErrProtocol; the Conn's Read says so.
+func TestPeerOverrunsRing(t *testing.T) {
+	leakCheck(t)
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	errc := acceptRead(ln, 100)
+	qp, _ := rawPeer(t, ln)
+	sendMsg(t, qp, msgSet(opData, 1<<20)) // 1 MiB into a 128 KiB half
 	select {
 	case err := <-errc:
 		require.ErrorIs(t, err, ErrProtocol)
 		t.Logf("the Conn's Read: %v", err)
-	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
 		t.Fatal("no error from the Conn")
 	}
 	<-qp.Done()
 	require.Error(t, qp.Err(), "the connection is reset")
+}
+
+// rsocket.c's keep-alive over iWARP is a zero-length RDMA Write to STag 0
+// (tcp_svc_send_keepalive): it names no buffer, and the stream goes on.
+func TestPeerKeepalive(t *testing.T) {
+	leakCheck(t)
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	errc := acceptRead(ln, 5)
+	qp, mr := rawPeer(t, ln)
+	_, err = qp.PostSend(verbs.SendWR{Opcode: verbs.OpRDMAWrite}) // RKey 0, RemoteAddr 0, no data
+	require.NoError(t, err)
+	// Then 5 octets of data the rsockets way: into the Conn's ring (its
+	// rs_conn_data's data_buf), then RS_OP_DATA.
+	peer, err := parseConnData(qp.PeerPrivateData())
+	require.NoError(t, err)
+	copy(mr.Buf()[2048:], "hello")
+	_, err = qp.PostSend(verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGL: []verbs.SGE{mr.SGE(2048, 5)},
+		RemoteAddr: peer.dataBuf.addr, RKey: peer.dataBuf.key})
+	require.NoError(t, err)
+	sendMsg(t, qp, msgSet(opData, 5))
+	select {
+	case err := <-errc:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no data")
+	}
+	<-qp.Done() // the Conn closed after its read
+	require.ErrorIs(t, qp.Err(), verbs.ErrDisconnected, "an orderly end, no Terminate")
 }
