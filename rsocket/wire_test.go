@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/verbs"
 	"github.com/stretchr/testify/require"
 )
@@ -164,4 +165,47 @@ func TestPeerKeepalive(t *testing.T) {
 	}
 	<-qp.Done() // the Conn closed after its read
 	require.ErrorIs(t, qp.Err(), verbs.ErrDisconnected, "an orderly end, no Terminate")
+}
+
+// A client that does not speak rsockets (no rs_conn_data, or another
+// version) is rejected in MPA; the Listener goes on accepting.
+func TestListenerRejectsOthers(t *testing.T) {
+	leakCheck(t)
+	ln, err := Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan *Conn, 1)
+	go func() {
+		c, err := ln.AcceptRsocket()
+		if err != nil {
+			c = nil
+		}
+		accepted <- c
+	}()
+	dev, err := verbs.Open(verbs.DeviceAttr{})
+	require.NoError(t, err)
+	defer dev.Close()
+	pd := dev.AllocPD()
+	cq, err := dev.CreateCQ(4)
+	require.NoError(t, err)
+	bad := connData{version: 2, credits: 8, targetSGL: sge{len: 2}, dataBuf: sge{len: 1024}}.marshal()
+	for _, pd2 := range [][]byte{nil, []byte("not rsockets"), bad} {
+		qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = qp.Dial(ctx, "tcp", ln.Addr().String(), verbs.ConnConfig{PrivateData: pd2})
+		cancel()
+		require.ErrorIs(t, err, mpa.ErrRejected, "private data %q", pd2)
+		qp.Close()
+	}
+	c, err := Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	s := <-accepted
+	require.NotNil(t, s)
+	defer s.Close()
+	_, err = c.Write([]byte("ok"))
+	require.NoError(t, err)
+	_, err = io.ReadFull(s, make([]byte, 2))
+	require.NoError(t, err)
 }
