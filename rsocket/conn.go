@@ -53,6 +53,7 @@ type Conn struct {
 	stopPump       func()
 	pumpDone       chan struct{}
 	aborting       sync.WaitGroup // a reset for a protocol violation
+	sent0, acked0  uint64         // the QP's octets sent and TCP's acknowledged at start
 
 	mu   sync.Mutex
 	cond *sync.Cond // Close's wait for its sends, broadcast by the pump
@@ -226,6 +227,9 @@ func (c *Conn) connData() []byte {
 // connected, and starts the pump.
 func (c *Conn) start(peer connData) {
 	c.laddr, c.raddr = c.qp.LocalAddr(), c.qp.RemoteAddr()
+	if st := c.qp.Stats(); st.TCPErr == nil {
+		c.sent0, c.acked0 = st.OctetsSent, st.TCP.BytesAcked
+	}
 	c.mu.Lock()
 	c.remoteSGL = peer.targetSGL
 	c.remoteSGE = 1
@@ -619,12 +623,33 @@ func (c *Conn) Close() error {
 		}
 	}
 	c.mu.Unlock()
+	c.waitAcked(time.Now().Add(closeDrain))
 	c.qp.Close()
 	c.stopPump()
 	<-c.pumpDone
 	c.aborting.Wait()
 	c.release()
 	return nil
+}
+
+// waitAcked waits, until end, for the peer's TCP to acknowledge every
+// octet the QP has handed to ours. An rsocket.c peer keeps sending SGL
+// updates while it reads; one that arrives after our QP has stopped
+// reading is unread data when the socket closes, and Linux then resets the
+// connection and drops what its send queue still holds: our last octets
+// and the disconnect message. Acknowledged octets are past that.
+func (c *Conn) waitAcked(end time.Time) {
+	for {
+		s := c.qp.Stats()
+		if s.TCPErr != nil || s.TCP.BytesAcked-c.acked0 >= s.OctetsSent-c.sent0 || !time.Now().Before(end) {
+			return
+		}
+		select {
+		case <-c.qp.Done():
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // drainLocked waits, up to closeDrain, until every send WR has completed
