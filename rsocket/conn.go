@@ -326,6 +326,17 @@ func (c *Conn) wait(wake chan struct{}, dl *deadline.Deadline) error {
 	}
 }
 
+// isClosed reports whether Close has begun: from then on Reads and Writes
+// fail with net.ErrClosed, whatever else the state says.
+func (c *Conn) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
 func nudge(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -343,6 +354,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 	for {
 		c.mu.Lock()
 		switch {
+		case c.isClosed():
+			c.mu.Unlock()
+			return 0, c.opError("read", net.ErrClosed)
 		case c.rmsgN > 0:
 			n := c.consume(p)
 			c.giveCredits()
@@ -428,6 +442,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 
 func (c *Conn) writeErr() error {
 	switch {
+	case c.isClosed():
+		return net.ErrClosed
 	case c.shutWr:
 		return ErrWriteClosed
 	case !c.writable:
@@ -584,6 +600,9 @@ func (c *Conn) CloseWrite() error {
 	defer func() { <-c.wrLock }()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.isClosed() {
+		return c.opError("close", net.ErrClosed)
+	}
 	if c.shutWr {
 		return nil
 	}
@@ -628,6 +647,8 @@ func (c *Conn) Close() error {
 	c.stopPump()
 	<-c.pumpDone
 	c.aborting.Wait()
+	c.mu.Lock() // wait for a Read or Write that is copying (it sees closed next)
+	c.mu.Unlock()
 	c.release()
 	return nil
 }

@@ -177,3 +177,38 @@ func TestCreditsBoundMessages(t *testing.T) {
 	_, err = c1.Write([]byte{2})
 	require.NoError(t, err)
 }
+
+// Close racing busy Reads and Writes: they end with net.ErrClosed (or the
+// peer's end), never touch freed buffers, and nothing leaks.
+func TestCloseRacesReadWrite(t *testing.T) {
+	leakCheck(t)
+	for range 10 {
+		c1, c2 := pair(t, Options{RecvBuffer: 8 << 10})
+		go io.Copy(c2, c2) // echo
+		done := make(chan error, 2)
+		go func() {
+			buf := make([]byte, 3000)
+			for {
+				if _, err := c1.Write(buf); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			buf := make([]byte, 1000)
+			for {
+				if _, err := c1.Read(buf); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		time.Sleep(20 * time.Millisecond)
+		require.NoError(t, c1.Close())
+		for range 2 {
+			require.ErrorIs(t, <-done, net.ErrClosed)
+		}
+		c2.Close()
+	}
+}
