@@ -1,9 +1,9 @@
 // Package rsocket is a stream socket over iWARP RDMA for Go programs: Dial
 // and Listen return a net.Conn and a net.Listener whose connections are
 // verbs QPs speaking the wire protocol of librdmacm's rsockets (rdma-core's
-// rsocket.c), so that a Go program talks to rstream, riostream's stream
-// half, or any socket program run under LD_PRELOAD=librspreload.so on a
-// Linux siw or iWARP NIC peer, and to other Go programs.
+// rsocket.c), so that a Go program talks to rstream, or to any socket
+// program run under LD_PRELOAD=librspreload.so, on a Linux siw or iWARP
+// NIC peer, and to other Go programs.
 //
 // Any Go code that takes a net.Conn runs over it unchanged (net/http,
 // io.Copy, bufio): deadlines, CloseWrite, and concurrent use work as
