@@ -36,10 +36,13 @@ die() { say "$*"; exit 125; }
 
 # ------------------------------------------------------------------ setup
 PKGS="qemu-system-x86 busybox-static kmod iproute2 cpio xz-utils gcc make
-      ibverbs-providers ibverbs-utils rdmacm-utils perftest tcpdump"
-# Binaries copied into the guest, with the libraries they link.
+      ibverbs-providers ibverbs-utils rdmacm-utils librdmacm1 perftest tcpdump"
+# Binaries copied into the guest, with the libraries they link: rstream and
+# riostream speak rsockets; sockcat (guest/sockcat.c, built here) is a plain
+# socket program to run under librspreload.so (busybox's nc is static).
 GUEST_BINS="busybox kmod rdma tcpdump rping ucmatose rdma_server rdma_client ibv_devinfo ibv_devices
-            ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat"
+            ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat
+            rstream riostream"
 GUEST_MODS="virtio_pci virtio_net 9pnet_virtio 9p crc32c_generic crc32c_intel ib_core
             ib_uverbs iw_cm rdma_cm rdma_ucm siw"
 
@@ -87,14 +90,17 @@ build_kernel() {
 build_initramfs() {
     local kver stamp r=$WORK/root f l m
     kver=$(cat "$KDIR/KVER")
-    stamp="$kver $(cat "$0" "$HERE/guest-init.sh" | sha256sum | cut -c1-16)"
+    stamp="$kver $(cat "$0" "$HERE/guest-init.sh" "$HERE/guest/sockcat.c" | sha256sum | cut -c1-16)"
     [ -f "$INITRD" ] && [ "$(cat "$INITRD.stamp" 2>/dev/null)" = "$stamp" ] && return
     say "packing $INITRD"
     rm -rf "$r"
     mkdir -p "$r"/{usr/bin,usr/sbin,usr/lib,usr/lib64,etc/libibverbs.d,proc,sys,dev,tmp,run,host}
     for d in bin sbin lib lib64; do ln -s "usr/$d" "$r/$d"; done
     # Every binary and shared object, and every library ldd says they need.
-    local files=(/usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav*.so /usr/lib/x86_64-linux-gnu/libgcc_s.so.1)
+    local files=(/usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav*.so /usr/lib/x86_64-linux-gnu/libgcc_s.so.1
+                 /usr/lib/x86_64-linux-gnu/rsocket/librspreload.so)
+    gcc -O2 -Wall -o "$WORK/sockcat" "$HERE/guest/sockcat.c"
+    install -D -m 755 "$WORK/sockcat" "$r/usr/bin/sockcat"
     for f in $GUEST_BINS; do files+=("$(command -v "$f")"); done
     for f in "${files[@]}"; do
         for l in "$f" $(ldd "$f" 2>/dev/null | grep -o '/[^ ]*'); do

@@ -1,0 +1,185 @@
+package rsocket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/goiwarp/iwarp/verbs"
+)
+
+// acceptTimeout bounds one connection's start-up in Accept (our MPA Reply).
+const acceptTimeout = 10 * time.Second
+
+var defaultDevice struct {
+	once sync.Once
+	dev  *verbs.Device
+	err  error
+}
+
+// device returns d, or the package's own Device, opened on first use.
+func device(d *verbs.Device) (*verbs.Device, error) {
+	if d != nil {
+		return d, nil
+	}
+	defaultDevice.once.Do(func() { defaultDevice.dev, defaultDevice.err = verbs.Open(verbs.DeviceAttr{}) })
+	return defaultDevice.dev, defaultDevice.err
+}
+
+// Dialer connects to rsockets listeners.
+type Dialer struct {
+	// Device owns the connections' QPs and memory; nil: one the package
+	// opens on first use and keeps.
+	Device *verbs.Device
+	Options
+	// Conn is the start-up and TCP configuration of the QP (MPA policy,
+	// timeouts, socket options); its PrivateData is ours to set.
+	Conn verbs.ConnConfig
+}
+
+// Dial connects to an rsockets listener at address (network "tcp",
+// "tcp4" or "tcp6") with the default Dialer.
+func Dial(network, address string) (*Conn, error) {
+	var d Dialer
+	return d.DialContext(context.Background(), network, address)
+}
+
+// DialContext connects to an rsockets listener: an iWARP connection whose
+// MPA private data is rsockets' rs_conn_data each way, as rconnect does.
+// ctx bounds the start-up.
+func (d *Dialer) DialContext(ctx context.Context, network, address string) (*Conn, error) {
+	c, err := d.dial(ctx, network, address)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "rsocket", Err: err}
+	}
+	return c, nil
+}
+
+func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, error) {
+	dev, err := device(d.Device)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newConn(dev, d.Options)
+	if err != nil {
+		return nil, err
+	}
+	cfg := d.Conn
+	cfg.PrivateData = c.connData()
+	if err := c.qp.Dial(ctx, network, address, cfg); err != nil {
+		c.release()
+		return nil, err
+	}
+	peer, err := parseConnData(c.qp.PeerPrivateData())
+	if err != nil {
+		c.qp.Abort()
+		c.release()
+		return nil, err
+	}
+	c.start(peer)
+	return c, nil
+}
+
+// ListenConfig configures a Listener.
+type ListenConfig struct {
+	Device *verbs.Device // nil: the package's own, as Dialer's
+	Options
+	Conn verbs.ConnConfig // the Listener's start-up and TCP configuration
+}
+
+// Listen listens for rsockets connections on address with the default
+// ListenConfig.
+func Listen(network, address string) (*Listener, error) {
+	var lc ListenConfig
+	return lc.Listen(context.Background(), network, address)
+}
+
+// Listen listens for rsockets connections on address (network "tcp",
+// "tcp4" or "tcp6").
+func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*Listener, error) {
+	if _, err := lc.Options.withDefaults(); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "rsocket", Err: err}
+	}
+	dev, err := device(lc.Device)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "rsocket", Err: err}
+	}
+	ln, err := dev.Listen(ctx, network, address, lc.Conn)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "rsocket", Err: err}
+	}
+	l := &Listener{ln: ln, dev: dev, opts: lc.Options}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	return l, nil
+}
+
+// Listener is an rsockets listener: a net.Listener whose connections are
+// *Conn. Its methods may be called from several goroutines at once.
+type Listener struct {
+	ln     *verbs.Listener
+	dev    *verbs.Device
+	opts   Options
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// Addr returns the listening address.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Accept waits for the next connection and returns it as a net.Conn.
+func (l *Listener) Accept() (net.Conn, error) { return l.AcceptRsocket() }
+
+// AcceptRsocket waits for the next connection (raccept): it answers each
+// connection request with rs_conn_data of its own, and rejects those that
+// do not speak rsockets (one bad client never stops it).
+func (l *Listener) AcceptRsocket() (*Conn, error) {
+	for {
+		req, err := l.ln.GetRequest(l.ctx)
+		if err != nil {
+			if l.ctx.Err() != nil || errors.Is(err, verbs.ErrClosed) {
+				err = net.ErrClosed
+			}
+			return nil, &net.OpError{Op: "accept", Net: "rsocket", Addr: l.Addr(), Err: err}
+		}
+		c, err := l.accept(req)
+		if err != nil {
+			if l.ctx.Err() != nil {
+				return nil, &net.OpError{Op: "accept", Net: "rsocket", Addr: l.Addr(), Err: net.ErrClosed}
+			}
+			continue
+		}
+		return c, nil
+	}
+}
+
+func (l *Listener) accept(req *verbs.ConnRequest) (*Conn, error) {
+	peer, err := parseConnData(req.PrivateData)
+	if err != nil {
+		req.Reject(nil) // rs_accept's rdma_reject
+		return nil, err
+	}
+	c, err := newConn(l.dev, l.opts)
+	if err != nil {
+		req.Reject(nil)
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, acceptTimeout)
+	defer cancel()
+	if err := req.Accept(ctx, c.qp, c.connData()); err != nil {
+		req.Reject(nil)
+		c.release()
+		return nil, fmt.Errorf("accepting %v: %w", req.RemoteAddr(), err)
+	}
+	c.start(peer)
+	return c, nil
+}
+
+// Close stops the listener; Accept returns net.ErrClosed. Connections
+// already accepted stay open.
+func (l *Listener) Close() error {
+	l.cancel()
+	return l.ln.Close()
+}
