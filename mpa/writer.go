@@ -44,6 +44,7 @@ type Writer struct {
 	one       [1][]byte
 	hdrWords  [24]byte // AppendWords' header, when it takes AppendV's path
 
+	vw       VectoredWriter  // w, if it takes a whole gather list at once
 	raw      syscall.RawConn // the socket, for TryFlush; nil on other streams
 	rawFn    func(uintptr) bool
 	iov      iovecs // TryFlush's iovecs, grown as needed
@@ -87,13 +88,24 @@ const (
 // NewWriter returns a Writer on w. crc says whether CRC32c was negotiated;
 // markers whether the peer asked to receive markers.
 func NewWriter(w io.Writer, crc, markers bool) *Writer {
-	return &Writer{
+	wr := &Writer{
 		w:       w,
 		crc:     crc,
 		markers: markers,
 		vecs:    make([][]byte, 0, 16),
 		raw:     rawWriterOf(w),
 	}
+	wr.vw, _ = w.(VectoredWriter)
+	return wr
+}
+
+// VectoredWriter is a stream that takes a Flush's whole gather list in one
+// call. The Writer hands an io.Writer the pieces one at a time
+// (net.Buffers.WriteTo), which a stream that frames its own records, such
+// as TLS, would turn into a record per header, payload and CRC; given the
+// list at once it can fill whole records.
+type VectoredWriter interface {
+	WriteVectored(v [][]byte) (int64, error)
 }
 
 // ErrTooLong is returned by Append for a ULPDU that does not fit one FPDU.
@@ -451,8 +463,14 @@ func (w *Writer) Flush() error {
 	if len(w.vecs) == 0 {
 		return nil
 	}
-	w.bufs = w.vecs
-	n, err := w.bufs.WriteTo(w.w)
+	var n int64
+	var err error
+	if w.vw != nil {
+		n, err = w.vw.WriteVectored(w.vecs)
+	} else {
+		w.bufs = w.vecs
+		n, err = w.bufs.WriteTo(w.w)
+	}
 	if err == nil {
 		w.written += uint64(n)
 	}

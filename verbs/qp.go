@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -139,13 +140,15 @@ type QP struct {
 	wake chan struct{} // capacity 1: new work for the transmit loop
 
 	// Connection state, set by Dial or Accept before the loops start.
-	conn   net.Conn
-	peerPD []byte // the peer's private data
-	params mpa.Params
-	mulpdu int
-	ext    bool // RFC 7306 atomics and Immediate Data enabled on this connection
-	ird    int  // negotiated: Read Requests we serve at once
-	ord    int  // negotiated: Read Requests we have outstanding
+	conn     net.Conn             // the stream: sock, or TLS on it
+	sock     *net.TCPConn         // the socket (nil on a stream that is not TCP)
+	tlsState *tls.ConnectionState // nil in cleartext
+	peerPD   []byte               // the peer's private data
+	params   mpa.Params
+	mulpdu   int
+	ext      bool // RFC 7306 atomics and Immediate Data enabled on this connection
+	ird      int  // negotiated: Read Requests we serve at once
+	ord      int  // negotiated: Read Requests we have outstanding
 
 	// Read by every post (enqueue), written seldom: a line of their own,
 	// away from txMu and tx, which the transmit loop writes all the time.

@@ -1,0 +1,205 @@
+package verbs
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/goiwarp/iwarp/mpa"
+	"github.com/goiwarp/iwarp/tcpx"
+)
+
+// A connection with ConnConfig.TLS runs TLS 1.3 on the TCP connection
+// first; the MPA start-up and every FPDU then travel inside TLS records.
+// The QP keeps the TCP connection under it for everything about the
+// socket: deadlines, half-close, reset, TCP_INFO.
+
+// alpnIWARP is the ALPN protocol both sides offer unless their tls.Config
+// names its own: a TLS server of another protocol (HTTPS on the same port)
+// then fails the handshake instead of reading an MPA Request.
+const alpnIWARP = "iwarp"
+
+// tlsRejectReason is the private data of the MPA Reject a TLS listener
+// answers a cleartext MPA Request with.
+var tlsRejectReason = []byte("iwarp: TLS required")
+
+// tlsRecordBuf is how much of a flush a tlsStream hands tls.Conn.Write at
+// once: four full records, each written with one system call.
+const tlsRecordBuf = 64 << 10
+
+// tlsStream is a QP's stream inside TLS: reads and writes go through the
+// tls.Conn, closing and half-closing to the TCP connection under it, so
+// that they never wait for the peer (tls.Conn.Close would send a
+// close_notify, for up to 5 s).
+type tlsStream struct {
+	*tls.Conn
+	tcp *net.TCPConn
+	buf []byte // WriteVectored's staging, made on first use
+}
+
+// WriteVectored writes a flush's FPDUs in as few records as they fill: a
+// record per header, payload and CRC piece, as net.Buffers would write
+// them, would cost a seal and 22 octets each.
+func (s *tlsStream) WriteVectored(v [][]byte) (int64, error) {
+	if s.buf == nil {
+		s.buf = make([]byte, 0, tlsRecordBuf)
+	}
+	var n int64
+	b := s.buf[:0]
+	for _, p := range v {
+		for len(p) > 0 {
+			k := copy(b[len(b):cap(b)], p)
+			b, p = b[:len(b)+k], p[k:]
+			if len(b) == cap(b) {
+				m, err := s.Conn.Write(b)
+				n += int64(m)
+				if err != nil {
+					return n, err
+				}
+				b = b[:0]
+			}
+		}
+	}
+	if len(b) > 0 {
+		m, err := s.Conn.Write(b)
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Close closes the TCP connection at once.
+func (s *tlsStream) Close() error { return s.tcp.Close() }
+
+// CloseWrite sends close_notify, then FIN.
+func (s *tlsStream) CloseWrite() error {
+	s.Conn.CloseWrite()
+	return s.tcp.CloseWrite()
+}
+
+// sockOf returns the TCP connection under a QP's stream, or nil.
+func sockOf(c net.Conn) *net.TCPConn {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return c
+	case *tlsStream:
+		return c.tcp
+	}
+	return nil
+}
+
+// tlsConfig returns the QP's copy of a user's tls.Config: TLS 1.3 at
+// least, and the iwarp ALPN protocol unless the user named others. A
+// client without ServerName verifies the host it dials, as tls.Dial does.
+func tlsConfig(c *tls.Config, server bool, addr string) (*tls.Config, error) {
+	if c.MaxVersion != 0 && c.MaxVersion < tls.VersionTLS13 {
+		return nil, fmt.Errorf("%w: TLS MaxVersion %#x: iWARP runs over TLS 1.3 or later", ErrInvalidArg, c.MaxVersion)
+	}
+	c = c.Clone()
+	c.MinVersion = max(c.MinVersion, tls.VersionTLS13)
+	if len(c.NextProtos) == 0 {
+		c.NextProtos = []string{alpnIWARP}
+	}
+	if !server && c.ServerName == "" && !c.InsecureSkipVerify {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		c.ServerName = host
+	}
+	return c, nil
+}
+
+// clientTLS runs the client's TLS handshake on conn, bounded by conn's
+// deadline.
+func clientTLS(conn *net.TCPConn, cfg *tls.Config) (*tlsStream, error) {
+	tc := tls.Client(conn, cfg)
+	if err := tc.Handshake(); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			err = fmt.Errorf("%w (a listener without TLS closes on a ClientHello)", err)
+		}
+		return nil, err
+	}
+	return &tlsStream{Conn: tc, tcp: conn}, nil
+}
+
+// sniffConn keeps what a TLS server reads during its handshake, so that a
+// cleartext MPA Request it refuses can still be read whole and answered.
+type sniffConn struct {
+	*net.TCPConn
+	got  []byte
+	keep bool
+}
+
+func (c *sniffConn) Read(p []byte) (int, error) {
+	n, err := c.TCPConn.Read(p)
+	if c.keep && len(c.got) < mpa.FrameHeaderLen+mpa.MaxPrivateData {
+		c.got = append(c.got, p[:n]...)
+	}
+	return n, err
+}
+
+// serverTLS runs the listener's TLS handshake on conn, bounded by conn's
+// deadline. A peer that sent an MPA Request instead of a ClientHello (a
+// cleartext initiator, Linux siw) gets an MPA Reject whose private data
+// says why, so that it fails with a reason rather than a closed
+// connection.
+func (l *Listener) serverTLS(conn *net.TCPConn) (*tlsStream, error) {
+	sc := &sniffConn{TCPConn: conn, keep: true}
+	tc := tls.Server(sc, l.tls)
+	err := tc.Handshake()
+	got := sc.got
+	sc.keep, sc.got = false, nil
+	if err == nil {
+		return &tlsStream{Conn: tc, tcp: conn}, nil
+	}
+	var rhe tls.RecordHeaderError
+	if errors.As(err, &rhe) && bytes.HasPrefix([]byte("MPA ID Req Frame"), rhe.RecordHeader[:]) {
+		if req, rerr := mpa.ReadFrame(io.MultiReader(bytes.NewReader(got), conn), false); rerr == nil && req.Rev > 0 {
+			l.reject(conn, req, tlsRejectReason)
+		}
+	}
+	return nil, err
+}
+
+// tlsEarlyData reports whether anything follows the MPA Request inside
+// TLS: the octets may already sit in tls.Conn's buffer, beyond what the
+// socket says, so it reads one without waiting (a timeout leaves a
+// tls.Conn usable). Only for a connection about to be refused if so.
+func tlsEarlyData(s *tlsStream) int {
+	s.tcp.SetReadDeadline(time.Unix(1, 0))
+	var one [1]byte
+	n, _ := s.Conn.Read(one[:])
+	if n == 0 {
+		if m, err := tcpx.Buffered(s.tcp); err == nil {
+			n = m
+		}
+	}
+	return n
+}
+
+// drainConn is what the receive loop reads and discards after an error, so
+// that the kernel does not answer our Terminate with a reset: the socket,
+// since a TLS stream that failed returns its error at once.
+func (qp *QP) drainConn() io.Reader {
+	if qp.sock != nil {
+		return qp.sock
+	}
+	return qp.conn
+}
+
+// TLS returns the state of the QP's TLS connection (the peer's verified
+// certificates, version, cipher suite), or nil for a cleartext QP or one
+// not connected.
+func (qp *QP) TLS() *tls.ConnectionState {
+	qp.startMu.Lock()
+	defer qp.startMu.Unlock()
+	return qp.tlsState
+}
