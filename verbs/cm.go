@@ -267,27 +267,27 @@ func ctxErr(ctx context.Context, err error) error {
 }
 
 // Listener accepts iWARP connections: it reads each MPA Request (bounded by
-// RequestTimeout, so a silent client costs one goroutine for that long) and
-// queues valid ones for GetRequest (bounded by Backlog and BacklogTimeout).
-// One bad client never stops it.
+// RequestTimeout) and queues valid ones for GetRequest (bounded by Backlog
+// and BacklogTimeout). One bad client never stops it, and a flood of silent
+// ones does not lock others out: past maxHandshakes start-ups in progress,
+// each new connection evicts a silent one (listen_startups.go).
 type Listener struct {
-	dev  *Device
-	ln   *tcpx.Listener
-	cfg  ConnConfig
-	tls  *tls.Config // the server's, as tlsConfig made it; nil: cleartext
-	stop chan struct{}
-	sem  chan struct{} // bounds handshakes in progress
-	wg   sync.WaitGroup
-	once sync.Once
+	dev    *Device
+	ln     *tcpx.Listener
+	cfg    ConnConfig
+	tls    *tls.Config // the server's, as tlsConfig made it; nil: cleartext
+	stop   chan struct{}
+	starts startups // connections in start-up, closed on Close
+	wg     sync.WaitGroup
+	once   sync.Once
 
-	mu      sync.Mutex
-	pending map[net.Conn]struct{} // connections in start-up, closed on Close
-	queue   []*ConnRequest        // read, not yet taken; oldest first
-	ready   chan struct{}         // capacity 1: the queue has requests
+	mu    sync.Mutex
+	queue []*ConnRequest // read, not yet taken; oldest first
+	ready chan struct{}  // capacity 1: the queue has requests
 }
 
-// maxHandshakes bounds the start-ups a Listener runs at once; more clients
-// wait in the kernel's accept queue.
+// maxHandshakes bounds the start-ups a Listener runs at once; one more
+// evicts one in progress.
 const maxHandshakes = 256
 
 // Listen starts a Listener on addr (network "tcp", "tcp4" or "tcp6"); ctx
@@ -308,8 +308,8 @@ func (d *Device) Listen(ctx context.Context, network, addr string, cfg ConnConfi
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{dev: d, ln: ln, cfg: cfg, tls: tcfg, stop: make(chan struct{}), ready: make(chan struct{}, 1),
-		sem: make(chan struct{}, maxHandshakes), pending: make(map[net.Conn]struct{})}
+	l := &Listener{dev: d, ln: ln, cfg: cfg, tls: tcfg, stop: make(chan struct{}), ready: make(chan struct{}, 1)}
+	l.starts.max = maxHandshakes
 	d.mu.Lock()
 	d.listeners[l] = struct{}{}
 	d.mu.Unlock()
@@ -327,10 +327,8 @@ func (l *Listener) Close() error {
 	l.once.Do(func() {
 		close(l.stop)
 		l.ln.Close()
+		l.starts.close()
 		l.mu.Lock()
-		for c := range l.pending {
-			c.Close()
-		}
 		for _, r := range l.queue {
 			r.conn.Close() // its watch ends and drops it
 		}
@@ -346,14 +344,8 @@ func (l *Listener) Close() error {
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
 	for {
-		select {
-		case l.sem <- struct{}{}:
-		case <-l.stop:
-			return
-		}
 		conn, err := l.ln.Accept()
 		if err != nil {
-			<-l.sem
 			select {
 			case <-l.stop:
 				return
@@ -366,13 +358,17 @@ func (l *Listener) acceptLoop() {
 			time.Sleep(10 * time.Millisecond) // EMFILE and friends: do not spin
 			continue
 		}
-		l.mu.Lock()
-		l.pending[conn] = struct{}{}
-		l.mu.Unlock()
+		s, evict := l.starts.add(conn, time.Now())
+		if evict != nil {
+			evict.Close()
+		}
+		if s == nil {
+			continue // closed: the next Accept fails
+		}
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			if r := l.handshake(conn); r != nil {
+			if r := l.handshake(s); r != nil {
 				l.watch(r)
 			}
 		}()
@@ -380,14 +376,11 @@ func (l *Listener) acceptLoop() {
 }
 
 // handshake reads one MPA Request and queues the ConnRequest, which it
-// returns; nil if the connection was closed or refused.
-func (l *Listener) handshake(conn *net.TCPConn) *ConnRequest {
-	defer func() { <-l.sem }()
+// returns; nil if the connection was closed, evicted or refused.
+func (l *Listener) handshake(s *startup) *ConnRequest {
+	conn := s.TCPConn
 	var queued *ConnRequest
 	defer func() {
-		l.mu.Lock()
-		delete(l.pending, conn)
-		l.mu.Unlock()
 		if queued == nil {
 			conn.Close()
 		}
@@ -395,17 +388,22 @@ func (l *Listener) handshake(conn *net.TCPConn) *ConnRequest {
 	conn.SetDeadline(time.Now().Add(l.cfg.RequestTimeout))
 	var stream net.Conn = conn
 	var state *tls.ConnectionState
+	var req mpa.Frame
+	var err error
 	if l.tls != nil {
-		ts, err := l.serverTLS(conn)
-		if err != nil {
-			return nil // untrusted or missing client certificate, no TLS, silent: close
+		var ts *tlsStream
+		if ts, err = l.serverTLS(s); err == nil {
+			st := ts.ConnectionState()
+			stream, state = ts, &st
+			req, err = mpa.ReadFrame(ts, false)
 		}
-		st := ts.ConnectionState()
-		stream, state = ts, &st
+	} else {
+		req, err = mpa.ReadFrame(s, false)
 	}
-	req, err := mpa.ReadFrame(stream, false)
-	if err != nil {
-		return nil // wrong key, revision > 2, oversized, silent or slow: close, as siw
+	if !l.starts.done(s) || err != nil {
+		// Evicted; no TLS, an untrusted or missing client certificate;
+		// wrong key, revision > 2, oversized, silent or slow: close, as siw.
+		return nil
 	}
 	// RFC 5044 section 7.1.1 Rev: a revision we cannot interoperate with
 	// closes the connection. Respond never accepts the pre-standard Rev 0,

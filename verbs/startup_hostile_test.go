@@ -671,17 +671,14 @@ func TestHostileDataBeforeReply(t *testing.T) {
 }
 
 // A Listener with more silent clients than start-ups it runs at once
-// (maxHandshakes): the bound holds, every silent client is closed at
-// RequestTimeout (the ones beyond the bound wait in the kernel's accept
-// queue, then get their own RequestTimeout), and a good client that comes
-// after them all is served.
+// (maxHandshakes): the bound holds, every silent client is closed by
+// RequestTimeout (the ones beyond the bound evict the oldest at once), and
+// a good client that comes after them all is served.
 func TestHostileListenerOverload(t *testing.T) {
 	checkRoutines(t)
 	s := newStackSide(t, ConnConfig{RequestTimeout: hostileTimeout})
 	pending := func() int {
-		s.ln.mu.Lock()
-		defer s.ln.mu.Unlock()
-		return len(s.ln.pending)
+		return s.ln.starts.len()
 	}
 	var peak int
 	stopSampling := make(chan struct{})

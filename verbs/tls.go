@@ -133,26 +133,27 @@ func clientTLS(conn *net.TCPConn, cfg *tls.Config) (*tlsStream, error) {
 // sniffConn keeps what a TLS server reads during its handshake, so that a
 // cleartext MPA Request it refuses can still be read whole and answered.
 type sniffConn struct {
-	*net.TCPConn
+	net.Conn
 	got  []byte
 	keep bool
 }
 
 func (c *sniffConn) Read(p []byte) (int, error) {
-	n, err := c.TCPConn.Read(p)
+	n, err := c.Conn.Read(p)
 	if c.keep && len(c.got) < mpa.FrameHeaderLen+mpa.MaxPrivateData {
 		c.got = append(c.got, p[:n]...)
 	}
 	return n, err
 }
 
-// serverTLS runs the listener's TLS handshake on conn, bounded by conn's
+// serverTLS runs the listener's TLS handshake on s, bounded by its
 // deadline. A peer that sent an MPA Request instead of a ClientHello (a
 // cleartext initiator, Linux siw) gets an MPA Reject whose private data
 // says why, so that it fails with a reason rather than a closed
 // connection.
-func (l *Listener) serverTLS(conn *net.TCPConn) (*tlsStream, error) {
-	sc := &sniffConn{TCPConn: conn, keep: true}
+func (l *Listener) serverTLS(s *startup) (*tlsStream, error) {
+	conn := s.TCPConn
+	sc := &sniffConn{Conn: s, keep: true}
 	tc := tls.Server(sc, l.tls)
 	err := tc.Handshake()
 	got := sc.got
@@ -162,7 +163,7 @@ func (l *Listener) serverTLS(conn *net.TCPConn) (*tlsStream, error) {
 	}
 	var rhe tls.RecordHeaderError
 	if errors.As(err, &rhe) && bytes.HasPrefix([]byte("MPA ID Req Frame"), rhe.RecordHeader[:]) {
-		if req, rerr := mpa.ReadFrame(io.MultiReader(bytes.NewReader(got), conn), false); rerr == nil && req.Rev > 0 {
+		if req, rerr := mpa.ReadFrame(io.MultiReader(bytes.NewReader(got), s), false); rerr == nil && req.Rev > 0 {
 			l.reject(conn, req, tlsRejectReason)
 		}
 	}

@@ -1,0 +1,191 @@
+package verbs
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A flood of silent peers must not lock legitimate ones out: a Listener
+// keeps serving them within about a second while thousands of connections
+// that send nothing hit the same port. Before eviction, 2 000 silent
+// connections held a good client for 2 000 / maxHandshakes × RequestTimeout
+// (35 s), and a sustained flood locked it out.
+
+// floodBound is how long a legitimate Dial may take while a flood goes on:
+// about a second, with room for a loaded machine under -race.
+const floodBound = 2 * time.Second
+
+// timedDial dials s from a fresh verbs client and returns how long the Dial
+// took; it fails t unless the connection is up within floodBound.
+func (s *stackSide) timedDial(t *testing.T) time.Duration {
+	t.Helper()
+	srv := s.newQP(t, 0, 0)
+	cdev := openDev(DeviceAttr{})
+	cpd := cdev.AllocPD()
+	cq, err := cdev.CreateCQ(16)
+	require.NoError(t, err)
+	cqp, err := cpd.CreateQP(QPConfig{SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	require.NoError(t, err)
+	defer cqp.Close()
+	errc := s.acceptAsync(srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*floodBound)
+	defer cancel()
+	start := time.Now()
+	err = cqp.Dial(ctx, "tcp", s.ln.Addr().String(), ConnConfig{})
+	took := time.Since(start)
+	require.NoError(t, err, "a legitimate Dial during the flood (after %v)", took)
+	require.NoError(t, <-errc, "Accept")
+	require.LessOrEqual(t, took, floodBound, "a legitimate Dial during the flood")
+	require.NoError(t, cqp.Disconnect(ctx))
+	waitDone(t, srv.qp, peerTimeout)
+	srv.qp.Close()
+	return took
+}
+
+// silentFlood opens connections to addr that send nothing, one every gap,
+// until stop; closeAll closes them once it has stopped.
+type silentFlood struct {
+	mu    sync.Mutex
+	conns []net.Conn
+	fails int
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func startFlood(addr string, gap time.Duration) *silentFlood {
+	f := &silentFlood{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		tk := time.NewTicker(gap)
+		defer tk.Stop()
+		d := net.Dialer{Timeout: time.Second}
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-tk.C:
+			}
+			c, err := d.Dial("tcp", addr)
+			f.mu.Lock()
+			if err != nil {
+				f.fails++
+			} else {
+				f.conns = append(f.conns, c)
+			}
+			f.mu.Unlock()
+		}
+	}()
+	return f
+}
+
+func (f *silentFlood) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.conns)
+}
+
+// end stops the flood and closes its connections.
+func (f *silentFlood) end() {
+	select {
+	case <-f.stop:
+	default:
+		close(f.stop)
+	}
+	<-f.done
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.conns = nil
+}
+
+// dialSilent opens n connections to addr that send nothing.
+func dialSilent(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	cs := make([]net.Conn, 0, n)
+	t.Cleanup(func() {
+		for _, c := range cs {
+			c.Close()
+		}
+	})
+	d := net.Dialer{Timeout: peerTimeout}
+	for range n {
+		c, err := d.Dial("tcp", addr)
+		require.NoError(t, err, "silent connection %d", len(cs))
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// 2 000 silent connections, then a legitimate client: served within the
+// bound, and everything given back once the silent ones close.
+func TestListenerFloodSilent(t *testing.T) {
+	checkRoutines(t)
+	s := newStackSide(t, ConnConfig{}) // RequestTimeout 5 s, as siw's
+	base := openFDs(t)
+	start := time.Now()
+	cs := dialSilent(t, s.ln.Addr().String(), 2000)
+	t.Logf("2000 silent connections in %v; %d start-ups in progress", time.Since(start).Round(time.Millisecond), s.ln.starts.len())
+	took := s.timedDial(t)
+	t.Logf("a legitimate Dial took %v", took.Round(time.Millisecond))
+	require.LessOrEqual(t, s.ln.starts.len(), maxHandshakes)
+	for _, c := range cs {
+		c.Close()
+	}
+	ok := waitFor(peerTimeout, func() bool { return s.ln.starts.len() == 0 && openFDs(t) <= base+2 })
+	require.True(t, ok, "%d start-ups, %d fds above the start", s.ln.starts.len(), openFDs(t)-base)
+	s.wantServes(t)
+}
+
+// A sustained flood of new silent connections (500 a second for 3 s,
+// faster than maxHandshakes per RequestTimeout by far): a legitimate Dial
+// every half second is served within the bound throughout.
+func TestListenerFloodSustained(t *testing.T) {
+	checkRoutines(t)
+	s := newStackSide(t, ConnConfig{})
+	base := openFDs(t)
+	f := startFlood(s.ln.Addr().String(), 2*time.Millisecond)
+	defer f.end()
+	start := time.Now()
+	var worst time.Duration
+	dials := 0
+	for time.Since(start) < 3*time.Second {
+		time.Sleep(500 * time.Millisecond)
+		worst = max(worst, s.timedDial(t))
+		dials++
+	}
+	n := f.count()
+	f.end()
+	t.Logf("%d silent connections (%d failed) in %v; %d legitimate Dials, the slowest %v",
+		n, f.fails, time.Since(start).Round(time.Millisecond), dials, worst.Round(time.Millisecond))
+	require.Greater(t, n, 2*maxHandshakes, "the flood outran the start-ups in progress")
+	ok := waitFor(peerTimeout, func() bool { return s.ln.starts.len() == 0 && openFDs(t) <= base+2 })
+	require.True(t, ok, "%d start-ups, %d fds above the start", s.ln.starts.len(), openFDs(t)-base)
+}
+
+// The victim is the oldest silent start-up; failing that (every one has
+// sent something, or is younger than silentGrace) the oldest of all.
+func TestStartupsVictim(t *testing.T) {
+	var tab startups
+	tab.max = 3
+	now := time.Now()
+	conns := make([]*net.TCPConn, 5)
+	for i := range conns {
+		conns[i] = &net.TCPConn{}
+	}
+	// Oldest first: 0 has sent, 1 is silent, 2 is silent but young.
+	s0, _ := tab.add(conns[0], now.Add(-3*time.Second))
+	s0.got.Store(1)
+	tab.add(conns[1], now.Add(-2*time.Second))
+	tab.add(conns[2], now.Add(-silentGrace/2))
+	_, ev := tab.add(conns[3], now)
+	require.Same(t, conns[1], ev, "the oldest silent one goes first")
+	// Left: 0 (sent), 2 and 3 silent but young: the oldest goes.
+	_, ev = tab.add(conns[4], now)
+	require.Same(t, conns[0], ev, "no silent one is old enough: the oldest")
+	require.Equal(t, 3, tab.len())
+}
