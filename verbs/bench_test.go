@@ -17,7 +17,11 @@ const benchDepth = 128
 // benchStream keeps benchDepth WRs in flight, signalling every 16th, and
 // reports octets moved per second.
 func benchStream(b *testing.B, size int, op SendOpcode) {
-	c, s := connect(b, pairOpts{ird: 16, ord: 16})
+	benchStreamWith(b, pairOpts{ird: 16, ord: 16}, size, op)
+}
+
+func benchStreamWith(b *testing.B, o pairOpts, size int, op SendOpcode) *side {
+	c, s := connect(b, o)
 	defer c.qp.Close()
 	defer s.qp.Close()
 	src := c.regMR(nil, size, LocalWrite)
@@ -62,11 +66,14 @@ func benchStream(b *testing.B, size int, op SendOpcode) {
 		}
 	}
 	b.StopTimer()
+	return c
 }
 
 // benchSend streams Sends; the receiver reposts each buffer as it completes.
-func benchSend(b *testing.B, size int) {
-	c, s := connect(b, pairOpts{})
+func benchSend(b *testing.B, size int) { benchSendWith(b, pairOpts{}, size) }
+
+func benchSendWith(b *testing.B, o pairOpts, size int) *side {
+	c, s := connect(b, o)
 	defer c.qp.Close()
 	defer s.qp.Close()
 	src := c.regMR(nil, size, LocalWrite)
@@ -115,6 +122,7 @@ func benchSend(b *testing.B, size int) {
 		recvd += n
 	}
 	b.StopTimer()
+	return c
 }
 
 func BenchmarkRDMAWrite(b *testing.B) {

@@ -617,9 +617,6 @@ func (r *ConnRequest) accept(ctx context.Context, qp *QP, privateData []byte) er
 // are what a QP of the device would take.
 func (l *Listener) rejectConfig() mpa.Config {
 	m := l.cfg.MPA
-	if l.tls != nil && m.CRC == mpa.CRCOn {
-		m.CRC = mpa.CRCOff
-	}
 	if m.IRD == 0 {
 		m.IRD = uint16(min(l.dev.attr.MaxIRD, mpa.MaxIRDORD))
 	}

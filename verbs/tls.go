@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -29,7 +30,7 @@ const alpnIWARP = "iwarp"
 var tlsRejectReason = []byte("iwarp: TLS required")
 
 // tlsRecordBuf is how much of a flush a tlsStream hands tls.Conn.Write at
-// once: four full records, each written with one system call.
+// once: four full records.
 const tlsRecordBuf = 64 << 10
 
 // tlsStream is a QP's stream inside TLS: reads and writes go through the
@@ -38,17 +39,20 @@ const tlsRecordBuf = 64 << 10
 // close_notify, for up to 5 s).
 type tlsStream struct {
 	*tls.Conn
-	tcp *net.TCPConn
-	buf []byte // WriteVectored's staging, made on first use
+	tcp  *net.TCPConn
+	sock *tlsSock // what the tls.Conn reads and writes
+	buf  []byte   // WriteVectored's staging, made on first use
 }
 
-// WriteVectored writes a flush's FPDUs in as few records as they fill: a
+// WriteVectored writes a flush's FPDUs in as few records as they fill (a
 // record per header, payload and CRC piece, as net.Buffers would write
-// them, would cost a seal and 22 octets each.
+// them, would cost a seal and 22 octets each), and the records in one
+// system call.
 func (s *tlsStream) WriteVectored(v [][]byte) (int64, error) {
 	if s.buf == nil {
 		s.buf = make([]byte, 0, tlsRecordBuf)
 	}
+	s.sock.batch()
 	var n int64
 	b := s.buf[:0]
 	for _, p := range v {
@@ -59,6 +63,7 @@ func (s *tlsStream) WriteVectored(v [][]byte) (int64, error) {
 				m, err := s.Conn.Write(b)
 				n += int64(m)
 				if err != nil {
+					s.sock.flush()
 					return n, err
 				}
 				b = b[:0]
@@ -69,10 +74,11 @@ func (s *tlsStream) WriteVectored(v [][]byte) (int64, error) {
 		m, err := s.Conn.Write(b)
 		n += int64(m)
 		if err != nil {
+			s.sock.flush()
 			return n, err
 		}
 	}
-	return n, nil
+	return n, s.sock.flush()
 }
 
 // Close closes the TCP connection at once.
@@ -120,30 +126,68 @@ func tlsConfig(c *tls.Config, server bool, addr string) (*tls.Config, error) {
 // clientTLS runs the client's TLS handshake on conn, bounded by conn's
 // deadline.
 func clientTLS(conn *net.TCPConn, cfg *tls.Config) (*tlsStream, error) {
-	tc := tls.Client(conn, cfg)
+	sock := &tlsSock{Conn: conn}
+	tc := tls.Client(sock, cfg)
 	if err := tc.Handshake(); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 			err = fmt.Errorf("%w (a listener without TLS closes on a ClientHello)", err)
 		}
 		return nil, err
 	}
-	return &tlsStream{Conn: tc, tcp: conn}, nil
+	return &tlsStream{Conn: tc, tcp: conn, sock: sock}, nil
 }
 
-// sniffConn keeps what a TLS server reads during its handshake, so that a
-// cleartext MPA Request it refuses can still be read whole and answered.
-type sniffConn struct {
+// tlsSock is the connection a tls.Conn runs on. While the transmit loop
+// writes a flush, it gathers the records tls.Conn writes one by one and
+// sends them in one system call. During a listener's handshake it keeps
+// what it reads, so that a cleartext MPA Request can still be read whole
+// and answered.
+type tlsSock struct {
 	net.Conn
-	got  []byte
-	keep bool
+	got  []byte // sniffed octets
+	keep bool   // sniffing
+
+	mu       sync.Mutex // the batch: the receive side may write an alert meanwhile
+	wbuf     []byte
+	batching bool
 }
 
-func (c *sniffConn) Read(p []byte) (int, error) {
+func (c *tlsSock) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if c.keep && len(c.got) < mpa.FrameHeaderLen+mpa.MaxPrivateData {
 		c.got = append(c.got, p[:n]...)
 	}
 	return n, err
+}
+
+func (c *tlsSock) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.batching {
+		c.wbuf = append(c.wbuf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+// batch gathers writes until flush.
+func (c *tlsSock) batch() {
+	c.mu.Lock()
+	c.batching = true
+	c.mu.Unlock()
+}
+
+// flush writes what batch gathered.
+func (c *tlsSock) flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.batching = false
+	if len(c.wbuf) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(c.wbuf)
+	c.wbuf = c.wbuf[:0]
+	return err
 }
 
 // serverTLS runs the listener's TLS handshake on s, bounded by its
@@ -153,13 +197,13 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 // connection.
 func (l *Listener) serverTLS(s *startup) (*tlsStream, error) {
 	conn := s.TCPConn
-	sc := &sniffConn{Conn: s, keep: true}
-	tc := tls.Server(sc, l.tls)
+	sock := &tlsSock{Conn: s, keep: true}
+	tc := tls.Server(sock, l.tls)
 	err := tc.Handshake()
-	got := sc.got
-	sc.keep, sc.got = false, nil
+	got := sock.got
+	sock.keep, sock.got = false, nil
 	if err == nil {
-		return &tlsStream{Conn: tc, tcp: conn}, nil
+		return &tlsStream{Conn: tc, tcp: conn, sock: sock}, nil
 	}
 	var rhe tls.RecordHeaderError
 	if errors.As(err, &rhe) && bytes.HasPrefix([]byte("MPA ID Req Frame"), rhe.RecordHeader[:]) {
