@@ -44,13 +44,14 @@ type Writer struct {
 	one       [1][]byte
 	hdrWords  [24]byte // AppendWords' header, when it takes AppendV's path
 
-	vw       VectoredWriter  // w, if it takes a whole gather list at once
 	raw      syscall.RawConn // the socket, for TryFlush; nil on other streams
 	rawFn    func(uintptr) bool
 	iov      iovecs // TryFlush's iovecs, grown as needed
 	rawOne   []byte // TryFlush's one piece, when that is all it writes
 	rawN     int    // what rawFn's write returned
 	rawErrno syscall.Errno
+
+	vw VectoredWriter // w, if it takes a whole gather list at once
 
 	// small is the arena of a Writer that sends a small FPDU with none
 	// taken: a pool's Get and Put around every message of a ping-pong

@@ -162,7 +162,10 @@ func tlsDial(t *testing.T, addr string, cfg ConnConfig) (*side, error) {
 func TestTLSCertificateFailures(t *testing.T) {
 	checkRoutines(t)
 	p := newTestPKI(t)
-	other := newTestPKI(t) // a CA nobody here trusts
+	// A CA nobody here trusts, of the same name as p's: a Go client sends
+	// its certificate only when the server's request names its issuer,
+	// and otherwise sends none (certificate required).
+	other := newTestPKI(t)
 	expired := func(ca *pki.CA, o pki.Options) tls.Certificate {
 		o.NotBefore, o.NotAfter = time.Now().Add(-48*time.Hour), time.Now().Add(-24*time.Hour)
 		c, err := ca.Issue(o)
