@@ -33,6 +33,10 @@ var tlsRejectReason = []byte("iwarp: TLS required")
 // once: four full records.
 const tlsRecordBuf = 64 << 10
 
+// tlsDirect is the piece size from which WriteVectored hands tls.Conn the
+// caller's memory rather than a copy: a full record's worth.
+const tlsDirect = 16 << 10
+
 // tlsStream is a QP's stream inside TLS: reads and writes go through the
 // tls.Conn, closing and half-closing to the TCP connection under it, so
 // that they never wait for the peer (tls.Conn.Close would send a
@@ -56,6 +60,26 @@ func (s *tlsStream) WriteVectored(v [][]byte) (int64, error) {
 	var n int64
 	b := s.buf[:0]
 	for _, p := range v {
+		if len(p) >= tlsDirect {
+			// A record or more of payload: sealed from the caller's
+			// memory, sparing the copy; what is staged goes first.
+			if len(b) > 0 {
+				m, err := s.Conn.Write(b)
+				n += int64(m)
+				if err != nil {
+					s.sock.flush()
+					return n, err
+				}
+				b = b[:0]
+			}
+			m, err := s.Conn.Write(p)
+			n += int64(m)
+			if err != nil {
+				s.sock.flush()
+				return n, err
+			}
+			continue
+		}
 		for len(p) > 0 {
 			k := copy(b[len(b):cap(b)], p)
 			b, p = b[:len(b)+k], p[k:]
