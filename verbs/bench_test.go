@@ -17,10 +17,12 @@ const benchDepth = 128
 // benchStream keeps benchDepth WRs in flight, signalling every 16th, and
 // reports octets moved per second.
 func benchStream(b *testing.B, size int, op SendOpcode) {
-	benchStreamWith(b, pairOpts{ird: 16, ord: 16}, size, op)
+	benchStreamWith(b, pairOpts{ird: 16, ord: 16}, size, op, nil)
 }
 
-func benchStreamWith(b *testing.B, o pairOpts, size int, op SendOpcode) *side {
+// benchStreamWith is benchStream on a pair made with o; pr, if not nil,
+// measures the timed part.
+func benchStreamWith(b *testing.B, o pairOpts, size int, op SendOpcode, pr *benchProbe) *side {
 	c, s := connect(b, o)
 	defer c.qp.Close()
 	defer s.qp.Close()
@@ -36,6 +38,7 @@ func benchStreamWith(b *testing.B, o pairOpts, size int, op SendOpcode) *side {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	pr.start(c.qp)
 	posted, done := 0, 0
 	for done < b.N {
 		for posted-done < depth && posted < b.N {
@@ -66,13 +69,14 @@ func benchStreamWith(b *testing.B, o pairOpts, size int, op SendOpcode) *side {
 		}
 	}
 	b.StopTimer()
+	pr.stop(c.qp)
 	return c
 }
 
 // benchSend streams Sends; the receiver reposts each buffer as it completes.
-func benchSend(b *testing.B, size int) { benchSendWith(b, pairOpts{}, size) }
+func benchSend(b *testing.B, size int) { benchSendWith(b, pairOpts{}, size, nil) }
 
-func benchSendWith(b *testing.B, o pairOpts, size int) *side {
+func benchSendWith(b *testing.B, o pairOpts, size int, pr *benchProbe) *side {
 	c, s := connect(b, o)
 	defer c.qp.Close()
 	defer s.qp.Close()
@@ -90,6 +94,7 @@ func benchSendWith(b *testing.B, o pairOpts, size int) *side {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	pr.start(c.qp)
 	posted, sent, recvd := 0, 0, 0
 	for recvd < b.N {
 		// Never more in flight than receives posted: iWARP has no RNR retry.
@@ -122,6 +127,7 @@ func benchSendWith(b *testing.B, o pairOpts, size int) *side {
 		recvd += n
 	}
 	b.StopTimer()
+	pr.stop(c.qp)
 	return c
 }
 
