@@ -8,7 +8,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -414,17 +413,22 @@ func TestTLSRecordTamperedMidStream(t *testing.T) {
 	require.True(t, server.qp.Stats().TLS)
 }
 
-// A hostile TLS peer that completes both handshakes and then sends an
-// RDMA Write to an STag nobody registered gets the same Terminate inside
-// TLS as in cleartext, and the QP fails with it.
-func TestTLSHostilePeerTerminate(t *testing.T) {
-	checkRoutines(t)
-	p := newTestPKI(t)
+// tlsPeer is a hostile initiator inside TLS: it completes the TLS
+// handshake and the MPA start-up with a verbs Listener by hand, and then
+// writes what a test makes it.
+type tlsPeer struct {
+	tc     *tls.Conn
+	params mpa.Params
+	s      *side // the stack's side, accepted
+}
+
+func dialTLSPeer(t *testing.T, p *testPKI) *tlsPeer {
+	t.Helper()
 	s := newSide(t, pairOpts{})
-	defer s.dev.Close()
+	t.Cleanup(func() { s.dev.Close() })
 	ln, err := s.dev.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{TLS: p.serverConfig(true)})
 	require.NoError(t, err)
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -437,7 +441,7 @@ func TestTLSHostilePeerTerminate(t *testing.T) {
 	}()
 	tc, err := tls.Dial("tcp", ln.Addr().String(), p.clientConfig(t, "mallory"))
 	require.NoError(t, err)
-	defer tc.Close()
+	t.Cleanup(func() { tc.Close() })
 	tc.SetDeadline(time.Now().Add(peerTimeout))
 	mc := mpa.Config{CRC: mpa.CRCOff, P2P: mpa.P2POff}
 	req, err := mpa.BuildRequest(mc, nil)
@@ -450,12 +454,30 @@ func TestTLSHostilePeerTerminate(t *testing.T) {
 	params, err := mpa.ConfirmReply(mc, req, rep)
 	require.NoError(t, err)
 	require.NoError(t, <-errc)
-	defer s.qp.Close()
+	t.Cleanup(func() { s.qp.Close() })
+	return &tlsPeer{tc: tc, params: params, s: s}
+}
 
-	w := mpa.NewWriter(tc, params.CRC, params.MarkersTx)
-	require.NoError(t, w.Append(nil, writeULPDU(0xdead00, 0, []byte("hostile"))))
+// encode frames ULPDUs as FPDUs.
+func (tp *tlsPeer) encode(t *testing.T, ulpdus ...[]byte) []byte {
+	var out bytes.Buffer
+	w := mpa.NewWriter(&out, tp.params.CRC, tp.params.MarkersTx)
+	for _, u := range ulpdus {
+		require.NoError(t, w.Append(nil, u))
+	}
 	require.NoError(t, w.Flush())
-	r := mpa.NewReader(tc, params.CRC, params.MarkersRx, 0, nil)
+	return out.Bytes()
+}
+
+// A hostile TLS peer that completes both handshakes and then sends an
+// RDMA Write to an STag nobody registered gets the same Terminate inside
+// TLS as in cleartext, and the QP fails with it.
+func TestTLSHostilePeerTerminate(t *testing.T) {
+	checkRoutines(t)
+	tp := dialTLSPeer(t, newTestPKI(t))
+	_, err := tp.tc.Write(tp.encode(t, writeULPDU(0xdead00, 0, []byte("hostile"))))
+	require.NoError(t, err)
+	r := mpa.NewReader(tp.tc, tp.params.CRC, tp.params.MarkersRx, 0, nil)
 	k, err := r.Next()
 	require.NoError(t, err, "a Terminate inside TLS")
 	u := make([]byte, k)
@@ -465,9 +487,68 @@ func TestTLSHostilePeerTerminate(t *testing.T) {
 	tm, err := rdmap.ParseTerminate(u[ddp.UntaggedHdrLen:])
 	require.NoError(t, err)
 	require.Equal(t, rdmap.LayerDDP, tm.Layer)
-	<-s.qp.Done()
+	<-tp.s.qp.Done()
 	var te *TerminateError
-	require.True(t, errors.As(s.qp.Err(), &te), "%v", s.qp.Err())
+	require.True(t, errors.As(tp.s.qp.Err(), &te), "%v", tp.s.qp.Err())
 	require.False(t, te.Remote)
-	require.True(t, strings.Contains(s.qp.Err().Error(), "STag") || strings.Contains(s.qp.Err().Error(), "stag"), "%v", s.qp.Err())
+	require.ErrorContains(t, tp.s.qp.Err(), "STag")
+}
+
+// A peer that ends TLS (close_notify) in the middle of an FPDU has cut
+// the stream inside it: the QP fails as on a FIN there (ErrConnLost), and
+// the receive it was filling flushes with nothing completed.
+func TestTLSHostileCloseNotifyMidFPDU(t *testing.T) {
+	checkRoutines(t)
+	tp := dialTLSPeer(t, newTestPKI(t))
+	rb := tp.s.regMR(t, 64, LocalWrite)
+	_, err := tp.s.qp.PostRecv(RecvWR{ID: 7, SGL: []SGE{rb.SGE(0, 64)}})
+	require.NoError(t, err)
+	fpdu := tp.encode(t, sendULPDU(rdmap.OpSend, 0, 0, 1, 0, true, []byte("half of this never comes")))
+	_, err = tp.tc.Write(fpdu[:len(fpdu)/2])
+	require.NoError(t, err)
+	require.NoError(t, tp.tc.CloseWrite()) // close_notify
+	select {
+	case <-tp.s.qp.Done():
+	case <-time.After(failFast):
+		t.Fatal("the QP did not fail on a stream cut inside an FPDU")
+	}
+	require.ErrorIs(t, tp.s.qp.Err(), ErrConnLost)
+	wc := wait(t, tp.s.rcq)
+	require.Equal(t, uint64(7), wc.ID)
+	require.Equal(t, WRFlushErr, wc.Status)
+}
+
+// A flood of peers silent in the TLS handshake, and of peers that sent a
+// ClientHello and no more, does not lock a TLS listener's legitimate
+// clients out: a start-up in TLS is evicted like one before its MPA
+// Request.
+func TestTLSListenerFlood(t *testing.T) {
+	checkRoutines(t)
+	p := newTestPKI(t)
+	ln := listenAccepting(t, ConnConfig{TLS: p.serverConfig(true)}) // RequestTimeout 5 s
+	addr := ln.Addr().String()
+	cs := dialSilent(t, addr, 2*maxHandshakes)
+	hello := make([]net.Conn, 0, maxHandshakes)
+	t.Cleanup(func() {
+		for _, c := range hello {
+			c.Close()
+		}
+	})
+	for range maxHandshakes {
+		// A ClientHello's record header and a few octets: a handshake
+		// begun and abandoned.
+		c, err := net.DialTimeout("tcp", addr, peerTimeout)
+		require.NoError(t, err)
+		hello = append(hello, c)
+		c.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc})
+	}
+	t.Logf("%d silent and %d stalled handshakes; %d start-ups in progress", len(cs), len(hello), ln.starts.len())
+	require.LessOrEqual(t, ln.starts.len(), maxHandshakes)
+	start := time.Now()
+	c, err := tlsDial(t, addr, ConnConfig{TLS: p.clientConfig(t, "alice")})
+	took := time.Since(start)
+	require.NoError(t, err)
+	t.Logf("a legitimate TLS Dial took %v", took.Round(time.Millisecond))
+	require.Less(t, took, failFast)
+	c.qp.Close()
 }
