@@ -140,15 +140,13 @@ type QP struct {
 	wake chan struct{} // capacity 1: new work for the transmit loop
 
 	// Connection state, set by Dial or Accept before the loops start.
-	conn     net.Conn             // the stream: sock, or TLS on it
-	sock     *net.TCPConn         // the socket (nil on a stream that is not TCP)
-	tlsState *tls.ConnectionState // nil in cleartext
-	peerPD   []byte               // the peer's private data
-	params   mpa.Params
-	mulpdu   int
-	ext      bool // RFC 7306 atomics and Immediate Data enabled on this connection
-	ird      int  // negotiated: Read Requests we serve at once
-	ord      int  // negotiated: Read Requests we have outstanding
+	conn   net.Conn // the stream: sock, or TLS on it
+	peerPD []byte   // the peer's private data
+	params mpa.Params
+	mulpdu int
+	ext    bool // RFC 7306 atomics and Immediate Data enabled on this connection
+	ird    int  // negotiated: Read Requests we serve at once
+	ord    int  // negotiated: Read Requests we have outstanding
 
 	// Read by every post (enqueue), written seldom: a line of their own,
 	// away from txMu and tx, which the transmit loop writes all the time.
@@ -193,6 +191,11 @@ type QP struct {
 	stopOnce  sync.Once
 	loopsLeft atomic.Int32
 	wg        sync.WaitGroup
+
+	// Set with conn, read on no hot path: last, so that the fields above
+	// keep their cache lines.
+	sock     *net.TCPConn         // the socket under conn (nil on a stream that is not TCP)
+	tlsState *tls.ConnectionState // nil in cleartext
 }
 
 // CreateQP creates an RC queue pair in the IDLE state.
