@@ -6,8 +6,12 @@
 //
 // Files by concern:
 //
-//   - params.go, flags.go: the command line and perftest's defaults and
-//     dependencies (force_dependecies).
+//   - options.go: the table of flags, perftest's short and long names,
+//     grouped by the tests they serve, and the steps that convert and
+//     check each; flags.go: Parse and the flag values; usage.go: the help.
+//   - rules.go: the rules that fill perftest's defaults by kind of test and
+//     check the flags against the test and each other (perftest's
+//     force_dependecies); params.go: Params and the tests.
 //   - exchange.go: the out-of-band conversation (parameters, QP connection,
 //     buffer addresses and RKeys, barriers, results) behind the Exchange
 //     interface: iwarp-perf's own.

@@ -1,4 +1,4 @@
-//go:build !(linux || darwin || dragonfly || freebsd || netbsd || openbsd || solaris || aix)
+//go:build !unix
 
 package perf
 

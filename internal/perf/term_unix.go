@@ -1,4 +1,4 @@
-//go:build linux || darwin || dragonfly || freebsd || netbsd || openbsd || solaris || aix
+//go:build unix
 
 package perf
 
@@ -8,8 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// isTerminalFile says whether f is a terminal: it has terminal attributes.
+// isTerminalFile says whether f is a terminal: the terminal driver answers
+// its window size. TIOCGWINSZ, unlike the request that reads termios, has
+// one name on every Unix.
 func isTerminalFile(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), ioctlGetTermios)
+	_, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
 	return err == nil
 }

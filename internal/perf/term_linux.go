@@ -1,5 +1,0 @@
-package perf
-
-import "golang.org/x/sys/unix"
-
-const ioctlGetTermios = unix.TCGETS

@@ -1,7 +1,0 @@
-//go:build solaris || aix
-
-package perf
-
-import "golang.org/x/sys/unix"
-
-const ioctlGetTermios = unix.TCGETA
