@@ -66,8 +66,8 @@ type Options struct {
 	// valid for.
 	Hosts []string
 	// Client makes a client certificate (ExtKeyUsageClientAuth), otherwise
-	// a server one.
-	Client bool
+	// a server one; Both one for either side (a loopback test's).
+	Client, Both bool
 	// NotBefore and NotAfter default to an hour ago and a day from now.
 	NotBefore, NotAfter time.Time
 }
@@ -93,7 +93,10 @@ func (ca *CA) Issue(o Options) (tls.Certificate, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	if o.Client {
+	switch {
+	case o.Both:
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	case o.Client:
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	}
 	for _, h := range o.Hosts {
