@@ -27,6 +27,11 @@
 // typically a buffer's address, length and RKey (QP.PeerPrivateData has
 // the peer's).
 //
+// Between two programs of this stack a connection can run inside TLS 1.3
+// (ConnConfig.TLS, a *tls.Config as net/http takes): the listener then
+// knows the verified client before Accept (ConnRequest.TLS), to pick the
+// PD it gets; docs/tls.md has the whole story.
+//
 // # Moving data
 //
 // A Send consumes a receive buffer the peer posted, in order, and completes
