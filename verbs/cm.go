@@ -219,6 +219,12 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, cfg ConnConfig) er
 	}
 	if err != nil {
 		conn.Close()
+		if ae := tlsAlert(err); tcfg != nil && ae != nil {
+			// The server refused us after its handshake (a TLS 1.3
+			// client learns of a bad certificate only then): say so, not
+			// that the stream was lost.
+			return fmt.Errorf("verbs: TLS with %s: %w", addr, ae)
+		}
 		return fmt.Errorf("verbs: MPA start-up with %s: %w", addr, ctxErr(ctx, err))
 	}
 	params, err := mpa.ConfirmReply(mcfg, req, rep)

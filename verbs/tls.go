@@ -134,3 +134,12 @@ func (qp *QP) TLS() *tls.ConnectionState {
 	defer qp.startMu.Unlock()
 	return qp.tlsState
 }
+
+// tlsAlert returns the TLS alert in err's chain (sent or received), or nil.
+func tlsAlert(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && (oe.Op == "remote error" || oe.Op == "local error") {
+		return oe
+	}
+	return nil
+}

@@ -203,6 +203,7 @@ func TestTLSCertificateFailures(t *testing.T) {
 			ln := listenAccepting(t, ConnConfig{TLS: tc.server})
 			err := dialFails(t, ln.Addr().String(), ConnConfig{TLS: tc.client})
 			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "connection lost", "a refusal, not a lost stream")
 		})
 	}
 }
