@@ -58,6 +58,12 @@ func TestWiresharkTLSConnection(t *testing.T) {
 			pcap, stop := capture(t, port(ln))
 			c, s := pairOn(t, ln, ccfg)
 			want := traffic(t, c, s)
+			if p := c.qp.Params(); p.P2P {
+				want++ // the RTR (the P2PAuto default on Rev 2)
+				if p.RTR == mpa.RTRRead {
+					want++ // and its empty Read Response
+				}
+			}
 			require.Equal(t, tc.tls, c.qp.Stats().TLS)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
