@@ -163,10 +163,27 @@ type RejectError struct {
 }
 
 func (e *RejectError) Error() string {
-	if e.Responder != nil {
-		return fmt.Sprintf("%v (%d octets of private data; responder IRD %d ORD %d)", ErrRejected, len(e.PrivateData), e.Responder.IRD, e.Responder.ORD)
+	pd := fmt.Sprintf("%d octets of private data", len(e.PrivateData))
+	if printable(e.PrivateData) {
+		pd = fmt.Sprintf("%q", e.PrivateData) // a reason, as a TLS listener's
 	}
-	return fmt.Sprintf("%v (%d octets of private data)", ErrRejected, len(e.PrivateData))
+	if e.Responder != nil {
+		return fmt.Sprintf("%v (%s; responder IRD %d ORD %d)", ErrRejected, pd, e.Responder.IRD, e.Responder.ORD)
+	}
+	return fmt.Sprintf("%v (%s)", ErrRejected, pd)
+}
+
+// printable reports whether b is a short line of printable ASCII.
+func printable(b []byte) bool {
+	if len(b) == 0 || len(b) > 80 {
+		return false
+	}
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // Is makes errors.Is(err, ErrRejected) true.

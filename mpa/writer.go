@@ -51,6 +51,8 @@ type Writer struct {
 	rawN     int    // what rawFn's write returned
 	rawErrno syscall.Errno
 
+	vw VectoredWriter // w, if it takes a whole gather list at once
+
 	// small is the arena of a Writer that sends a small FPDU with none
 	// taken: a pool's Get and Put around every message of a ping-pong
 	// (Idle gives the arena back after each) cost its latency more than
@@ -87,13 +89,24 @@ const (
 // NewWriter returns a Writer on w. crc says whether CRC32c was negotiated;
 // markers whether the peer asked to receive markers.
 func NewWriter(w io.Writer, crc, markers bool) *Writer {
-	return &Writer{
+	wr := &Writer{
 		w:       w,
 		crc:     crc,
 		markers: markers,
 		vecs:    make([][]byte, 0, 16),
 		raw:     rawWriterOf(w),
 	}
+	wr.vw, _ = w.(VectoredWriter)
+	return wr
+}
+
+// VectoredWriter is a stream that takes a Flush's whole gather list in one
+// call. The Writer hands an io.Writer the pieces one at a time
+// (net.Buffers.WriteTo), which a stream that frames its own records, such
+// as TLS, would turn into a record per header, payload and CRC; given the
+// list at once it can fill whole records.
+type VectoredWriter interface {
+	WriteVectored(v [][]byte) (int64, error)
 }
 
 // ErrTooLong is returned by Append for a ULPDU that does not fit one FPDU.
@@ -450,8 +463,14 @@ func (w *Writer) Flush() error {
 	if len(w.vecs) == 0 {
 		return nil
 	}
-	w.bufs = w.vecs
-	n, err := w.bufs.WriteTo(w.w)
+	var n int64
+	var err error
+	if w.vw != nil {
+		n, err = w.vw.WriteVectored(w.vecs)
+	} else {
+		w.bufs = w.vecs
+		n, err = w.bufs.WriteTo(w.w)
+	}
 	if err == nil {
 		w.written += uint64(n)
 	}

@@ -17,7 +17,13 @@ const benchDepth = 128
 // benchStream keeps benchDepth WRs in flight, signalling every 16th, and
 // reports octets moved per second.
 func benchStream(b *testing.B, size int, op SendOpcode) {
-	c, s := connect(b, pairOpts{ird: 16, ord: 16})
+	benchStreamWith(b, pairOpts{ird: 16, ord: 16}, size, op, nil)
+}
+
+// benchStreamWith is benchStream on a pair made with o; pr, if not nil,
+// measures the timed part.
+func benchStreamWith(b *testing.B, o pairOpts, size int, op SendOpcode, pr *benchProbe) *side {
+	c, s := connect(b, o)
 	defer c.qp.Close()
 	defer s.qp.Close()
 	src := c.regMR(nil, size, LocalWrite)
@@ -32,6 +38,7 @@ func benchStream(b *testing.B, size int, op SendOpcode) {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	pr.start(c.qp)
 	posted, done := 0, 0
 	for done < b.N {
 		for posted-done < depth && posted < b.N {
@@ -62,11 +69,15 @@ func benchStream(b *testing.B, size int, op SendOpcode) {
 		}
 	}
 	b.StopTimer()
+	pr.stop(c.qp)
+	return c
 }
 
 // benchSend streams Sends; the receiver reposts each buffer as it completes.
-func benchSend(b *testing.B, size int) {
-	c, s := connect(b, pairOpts{})
+func benchSend(b *testing.B, size int) { benchSendWith(b, pairOpts{}, size, nil) }
+
+func benchSendWith(b *testing.B, o pairOpts, size int, pr *benchProbe) *side {
+	c, s := connect(b, o)
 	defer c.qp.Close()
 	defer s.qp.Close()
 	src := c.regMR(nil, size, LocalWrite)
@@ -83,6 +94,7 @@ func benchSend(b *testing.B, size int) {
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
+	pr.start(c.qp)
 	posted, sent, recvd := 0, 0, 0
 	for recvd < b.N {
 		// Never more in flight than receives posted: iWARP has no RNR retry.
@@ -115,6 +127,8 @@ func benchSend(b *testing.B, size int) {
 		recvd += n
 	}
 	b.StopTimer()
+	pr.stop(c.qp)
+	return c
 }
 
 func BenchmarkRDMAWrite(b *testing.B) {

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -28,6 +29,19 @@ type ConnConfig struct {
 	MPA mpa.Config
 	// TCP are the socket options (buffers, keep-alive, user timeout).
 	TCP tcpx.Config
+	// TLS, if set, runs the connection inside TLS 1.3 (crypto/tls): the
+	// handshake on the TCP connection first, then the MPA start-up and
+	// every FPDU in TLS records. Dial takes a client configuration (its
+	// ServerName defaults to addr's host, as tls.Dial's), Listen a server
+	// one; to require client certificates, set ClientAuth and ClientCAs,
+	// and read the verified identity in ConnRequest.TLS before Accept.
+	// MinVersion is raised to TLS 1.3, and NextProtos, if empty, is the
+	// ALPN protocol "iwarp". Inside TLS, the CRC policy's zero value
+	// (mpa.CRCOn) means mpa.CRCOff: TLS authenticates every octet, and
+	// the CRC would only cost time; mpa.CRCRequired keeps both. A TLS
+	// listener answers a cleartext MPA Request with an MPA Reject whose
+	// private data reads "iwarp: TLS required".
+	TLS *tls.Config
 	// DialContext, if set, makes Dial's TCP connection instead of
 	// tcpx.Dial (to pick a network namespace or reach a peer through a
 	// tunnel), as net/http.Transport's; TCP's options are then applied to
@@ -124,6 +138,9 @@ func (c *ConnConfig) defaults() {
 // mpaConfig fills the QP's IRD/ORD into the start-up policy.
 func (c *ConnConfig) mpaConfig(qp *QP) mpa.Config {
 	m := c.MPA
+	if c.TLS != nil && m.CRC == mpa.CRCOn {
+		m.CRC = mpa.CRCOff
+	}
 	if m.IRD == 0 {
 		m.IRD = uint16(min(qp.cfg.IRD, mpa.MaxIRDORD))
 	}
@@ -145,6 +162,13 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, cfg ConnConfig) er
 	cfg.defaults()
 	if len(cfg.PrivateData) > qp.dev.attr.MaxPrivData {
 		return fmt.Errorf("%w: %d octets of private data (max %d)", ErrInvalidArg, len(cfg.PrivateData), qp.dev.attr.MaxPrivData)
+	}
+	var tcfg *tls.Config
+	if cfg.TLS != nil {
+		var err error
+		if tcfg, err = tlsConfig(cfg.TLS, false, addr); err != nil {
+			return err
+		}
 	}
 	if err := qp.claim("Dial"); err != nil {
 		return err
@@ -176,16 +200,31 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, cfg ConnConfig) er
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 
+	var stream net.Conn = conn
+	if tcfg != nil {
+		ts, err := clientTLS(conn, tcfg)
+		if err != nil {
+			conn.Close()
+			return fmt.Errorf("verbs: TLS handshake with %s: %w", addr, ctxErr(ctx, err))
+		}
+		stream = ts
+	}
 	b, err := req.Append(nil)
 	if err == nil {
-		_, err = conn.Write(b)
+		_, err = stream.Write(b)
 	}
 	var rep mpa.Frame
 	if err == nil {
-		rep, err = mpa.ReadFrame(conn, true)
+		rep, err = mpa.ReadFrame(stream, true)
 	}
 	if err != nil {
 		conn.Close()
+		if ae := tlsAlert(err); tcfg != nil && ae != nil {
+			// The server refused us after its handshake (a TLS 1.3
+			// client learns of a bad certificate only then): say so, not
+			// that the stream was lost.
+			return fmt.Errorf("verbs: TLS with %s: %w", addr, ae)
+		}
 		return fmt.Errorf("verbs: MPA start-up with %s: %w", addr, ctxErr(ctx, err))
 	}
 	params, err := mpa.ConfirmReply(mcfg, req, rep)
@@ -194,7 +233,7 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, cfg ConnConfig) er
 		// its LLP code before the close, as siw does.
 		var me *mpa.Error
 		if errors.As(err, &me) {
-			startupTerminate(conn, rep.CRC || req.CRC, rep.Markers, err)
+			startupTerminate(stream, rep.CRC || req.CRC, rep.Markers, err)
 		}
 		conn.Close()
 		return err
@@ -212,7 +251,7 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, cfg ConnConfig) er
 			return ctxErr(ctx, ctx.Err())
 		}
 	}
-	if err := qp.start(conn, params, cfg, true); err != nil {
+	if err := qp.start(stream, params, cfg, true); err != nil {
 		conn.Close()
 		return err
 	}
@@ -242,6 +281,7 @@ type Listener struct {
 	dev    *Device
 	ln     *tcpx.Listener
 	cfg    ConnConfig
+	tls    *tls.Config // the server's, as tlsConfig made it; nil: cleartext
 	stop   chan struct{}
 	starts startups // connections in start-up, closed on Close
 	wg     sync.WaitGroup
@@ -264,11 +304,18 @@ func (d *Device) Listen(ctx context.Context, network, addr string, cfg ConnConfi
 	if d.isClosed() {
 		return nil, fmt.Errorf("%w: device", ErrClosed)
 	}
+	var tcfg *tls.Config
+	if cfg.TLS != nil {
+		var err error
+		if tcfg, err = tlsConfig(cfg.TLS, true, addr); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := tcpx.Listen(ctx, network, addr, cfg.TCP)
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{dev: d, ln: ln, cfg: cfg, stop: make(chan struct{}), ready: make(chan struct{}, 1),
+	l := &Listener{dev: d, ln: ln, cfg: cfg, tls: tcfg, stop: make(chan struct{}), ready: make(chan struct{}, 1),
 		taken: make(map[*ConnRequest]struct{})}
 	l.starts.max = maxHandshakes
 	d.mu.Lock()
@@ -353,9 +400,24 @@ func (l *Listener) handshake(s *startup) *ConnRequest {
 		}
 	}()
 	conn.SetDeadline(time.Now().Add(l.cfg.RequestTimeout))
-	req, err := mpa.ReadFrame(s, false)
+	var stream net.Conn = conn
+	var state *tls.ConnectionState
+	var req mpa.Frame
+	var err error
+	if l.tls != nil {
+		var ts *tlsStream
+		if ts, err = l.serverTLS(s); err == nil {
+			st := ts.ConnectionState()
+			stream, state = ts, &st
+			req, err = mpa.ReadFrame(ts, false)
+		}
+	} else {
+		req, err = mpa.ReadFrame(s, false)
+	}
 	if !l.starts.done(s) || err != nil {
-		return nil // evicted; wrong key, revision > 2, oversized, silent or slow: close, as siw
+		// Evicted; no TLS, an untrusted or missing client certificate;
+		// wrong key, revision > 2, oversized, silent or slow: close, as siw.
+		return nil
 	}
 	// RFC 5044 section 7.1.1 Rev: a revision we cannot interoperate with
 	// closes the connection. Respond never accepts the pre-standard Rev 0,
@@ -367,16 +429,17 @@ func (l *Listener) handshake(s *startup) *ConnRequest {
 	// have our Reply (section 7.1.2 rule 3), so they are private data beyond
 	// PD_Length, which section 7.1.1 closes for. siw: "peer sent extra
 	// data", -EPROTO.
-	if earlyData(conn) > 0 {
+	if earlyData(stream) > 0 {
 		return nil
 	}
 	upd, err := req.ULPPrivateData()
 	if err != nil {
 		// Enhanced without its IRD/ORD word: siw rejects.
-		l.reject(conn, req)
+		l.reject(stream, req, nil)
 		return nil
 	}
-	r := &ConnRequest{l: l, conn: conn, req: req, PrivateData: append([]byte(nil), upd...), watched: make(chan struct{})}
+	r := &ConnRequest{l: l, conn: conn, stream: stream, req: req, PrivateData: append([]byte(nil), upd...),
+		TLS: state, watched: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancelCause(context.Background())
 	if v, err := req.IRDORD(); err == nil && req.HasIRDORD() {
 		r.IRD, r.ORD, r.P2P = int(v.IRD), int(v.ORD), v.P2P
@@ -393,7 +456,7 @@ func (l *Listener) handshake(s *startup) *ConnRequest {
 	}
 	if len(l.queue) >= l.cfg.Backlog {
 		l.mu.Unlock()
-		l.reject(conn, req) // as iw_cm past its backlog
+		l.reject(stream, req, nil) // as iw_cm past its backlog
 		return nil
 	}
 	l.queue = append(l.queue, r)
@@ -406,9 +469,9 @@ func (l *Listener) handshake(s *startup) *ConnRequest {
 	return r
 }
 
-// reject sends a Reject to req without private data, best effort.
-func (l *Listener) reject(conn *net.TCPConn, req mpa.Frame) {
-	if b, err := mpa.Reject(l.rejectConfig(), req, nil).Append(nil); err == nil {
+// reject sends a Reject to req with private data pd, best effort.
+func (l *Listener) reject(conn net.Conn, req mpa.Frame, pd []byte) {
+	if b, err := mpa.Reject(l.rejectConfig(), req, pd).Append(nil); err == nil {
 		conn.SetWriteDeadline(time.Now().Add(l.cfg.RequestTimeout))
 		conn.Write(b)
 	}
@@ -448,7 +511,8 @@ func (l *Listener) GetRequest(ctx context.Context) (*ConnRequest, error) {
 // ConnRequest is a connection request the application accepts or rejects.
 type ConnRequest struct {
 	l       *Listener
-	conn    *net.TCPConn
+	conn    *net.TCPConn // the socket
+	stream  net.Conn     // what the MPA start-up runs on: conn, or TLS on it
 	req     mpa.Frame
 	once    sync.Once
 	done    atomic.Bool   // once has run: answered
@@ -465,6 +529,11 @@ type ConnRequest struct {
 	// peer-to-peer mode.
 	IRD, ORD int
 	P2P      bool
+	// TLS is the TLS connection's state, its verified client certificate
+	// chains among it (PeerCertificates, VerifiedChains) when the
+	// Listener's tls.Config asks for one; nil on a cleartext Listener.
+	// As net/http.Request's TLS.
+	TLS *tls.ConnectionState
 }
 
 // RemoteAddr returns the initiator's address.
@@ -504,7 +573,7 @@ func (r *ConnRequest) Accept(ctx context.Context, qp *QP, privateData []byte) er
 
 func (r *ConnRequest) accept(ctx context.Context, qp *QP, privateData []byte) error {
 	cfg := r.l.cfg
-	conn := r.conn
+	conn := r.stream
 	mcfg := cfg.mpaConfig(qp)
 	rep, params, err := mpa.Respond(mcfg, r.req, privateData)
 	// The same check as the handshake's, for octets that came while the
@@ -571,16 +640,19 @@ func (r *ConnRequest) Reject(privateData []byte) error {
 		b, err = mpa.Reject(r.l.rejectConfig(), r.req, privateData).Append(nil)
 		if err == nil {
 			r.conn.SetWriteDeadline(time.Now().Add(r.l.cfg.RequestTimeout))
-			_, err = r.conn.Write(b)
+			_, err = r.stream.Write(b)
 		}
 	})
 	return err
 }
 
 // earlyData returns the octets queued on conn beyond the MPA Request (0 if
-// the platform cannot tell).
-func earlyData(conn *net.TCPConn) int {
-	n, err := tcpx.Buffered(conn)
+// the platform cannot tell); inside TLS, whether there are any.
+func earlyData(conn net.Conn) int {
+	if ts, ok := conn.(*tlsStream); ok {
+		return tlsEarlyData(ts)
+	}
+	n, err := tcpx.Buffered(conn.(*net.TCPConn))
 	if err != nil {
 		return 0
 	}

@@ -61,10 +61,15 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	// Everything is set up before the state says RTS: PostSend reads it
 	// without a lock.
 	qp.conn = conn
+	qp.sock = sockOf(conn)
+	if ts, ok := conn.(*tlsStream); ok {
+		st := ts.ConnectionState()
+		qp.tlsState = &st
+	}
 	qp.params = p
 	emss := 1460 // RFC 5044 section 4.5 lets MPA fall back on the MTU's MSS
-	if tc, ok := conn.(*net.TCPConn); ok {
-		if n, err := tcpx.EMSS(tc); err == nil && n > 0 {
+	if qp.sock != nil {
+		if n, err := tcpx.EMSS(qp.sock); err == nil && n > 0 {
 			emss = n
 		}
 	}
@@ -83,7 +88,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	qp.tx.batch = txBatch
 	if cfg.SegmentPerFPDU {
 		qp.tx.batch = 1
-		qp.tx.align, _ = conn.(*net.TCPConn)
+		qp.tx.align = qp.sock
 	}
 	qp.rx.r = mpa.NewReader(conn, p.CRC, p.MarkersRx, cfg.ReadBuffer, nil)
 	qp.rx.r.SetOnWait(qp.rxKick)
@@ -121,7 +126,7 @@ func (qp *QP) unstart() {
 	qp.ordq.clear()
 	qp.irdq.clear()
 	qp.tx, qp.rx = txState{}, rxState{} // the Writer, Reader and conn with them
-	qp.conn = nil
+	qp.conn, qp.sock, qp.tlsState = nil, nil, nil
 }
 
 // holdFirst holds the send queue back when this side must not send first

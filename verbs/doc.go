@@ -31,6 +31,11 @@
 // silent connections does not lock legitimate initiators out: past 256
 // start-ups in progress, a new one evicts the oldest silent one.
 //
+// Between two programs of this stack a connection can run inside TLS 1.3
+// (ConnConfig.TLS, a *tls.Config as net/http takes): the listener then
+// knows the verified client before Accept (ConnRequest.TLS), to pick the
+// PD it gets; docs/tls.md has the whole story.
+//
 // # Moving data
 //
 // A Send consumes a receive buffer the peer posted, in order, and completes

@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -139,8 +140,8 @@ type QP struct {
 	wake chan struct{} // capacity 1: new work for the transmit loop
 
 	// Connection state, set by Dial or Accept before the loops start.
-	conn   net.Conn
-	peerPD []byte // the peer's private data
+	conn   net.Conn // the stream: sock, or TLS on it
+	peerPD []byte   // the peer's private data
 	params mpa.Params
 	mulpdu int
 	ext    bool // RFC 7306 atomics and Immediate Data enabled on this connection
@@ -190,6 +191,11 @@ type QP struct {
 	stopOnce  sync.Once
 	loopsLeft atomic.Int32
 	wg        sync.WaitGroup
+
+	// Set with conn, read on no hot path: last, so that the fields above
+	// keep their cache lines.
+	sock     *net.TCPConn         // the socket under conn (nil on a stream that is not TCP)
+	tlsState *tls.ConnectionState // nil in cleartext
 }
 
 // CreateQP creates an RC queue pair in the IDLE state.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"time"
 
 	"github.com/goiwarp/iwarp/ddp"
@@ -143,7 +142,7 @@ func (qp *QP) rxLoop() {
 			qp.rxFailed(err)
 			// Keep reading until the peer closes or the linger ends, so that
 			// the kernel does not answer our own Terminate with a reset.
-			io.Copy(io.Discard, qp.conn)
+			io.Copy(io.Discard, qp.drainConn())
 			return
 		}
 	}
@@ -168,7 +167,7 @@ func (qp *QP) rxFailed(err error) {
 		// transmit side records its error before it releases txMu, so
 		// taking txMu once lets its errno win. (Only in RTS: once we have
 		// sent our own FIN, the socket reaches CLOSE through TIME-WAIT.)
-		if tc, ok := qp.conn.(*net.TCPConn); ok && tcpx.Reset(tc) {
+		if qp.sock != nil && tcpx.Reset(qp.sock) {
 			qp.txMu.Lock()
 			qp.txMu.Unlock()
 			qp.connLost(fmt.Errorf("connection reset or timed out (read: %w)", err))

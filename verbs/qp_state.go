@@ -426,7 +426,7 @@ func closeWrite(c net.Conn) {
 
 // abort closes a connection with a reset (tcpx.Abort).
 func abort(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
+	if tc := sockOf(c); tc != nil {
 		tcpx.Abort(tc)
 		return
 	}

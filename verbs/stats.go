@@ -3,7 +3,6 @@ package verbs
 import (
 	"errors"
 	"fmt"
-	"net"
 
 	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/tcpx"
@@ -35,6 +34,10 @@ type QPStats struct {
 	// and where the platform has no TCP_INFO. TCPErr says why it is zero.
 	TCP    tcpx.Stats
 	TCPErr error
+
+	// TLS says that the connection runs inside TLS (ConnConfig.TLS): every
+	// octet is encrypted and authenticated. QP.TLS has the details.
+	TLS bool
 }
 
 // Stats returns the QP's counters.
@@ -59,6 +62,7 @@ func (qp *QP) Stats() QPStats {
 		}
 	}
 	s.TCP, s.TCPErr = qp.TCPInfo()
+	s.TLS = qp.TLS() != nil
 	return s
 }
 
@@ -66,8 +70,8 @@ func (qp *QP) Stats() QPStats {
 // narrow view of its connection that monitoring needs: the socket itself
 // stays the QP's, since a write to it would corrupt the MPA stream.
 func (qp *QP) TCPInfo() (tcpx.Stats, error) {
-	tc, ok := qp.connOf().(*net.TCPConn)
-	if !ok {
+	tc := sockOf(qp.connOf())
+	if tc == nil {
 		return tcpx.Stats{}, fmt.Errorf("%w: not connected", ErrQPState)
 	}
 	return tcpx.Info(tc)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +22,7 @@ import (
 const maxChunk = 1 << 30
 
 // get fetches the server's file into out.
-func get(ctx context.Context, host string, port int, out string, chunk, depth int) error {
+func get(ctx context.Context, host string, port int, out string, chunk, depth int, tc *tls.Config) error {
 	if depth < 1 {
 		return fmt.Errorf("-depth %d: want at least 1", depth)
 	}
@@ -45,7 +46,7 @@ func get(ctx context.Context, host string, port int, out string, chunk, depth in
 	}
 	defer qp.Close()
 	dctx, cancel := context.WithTimeout(ctx, startTimeout)
-	err = qp.Dial(dctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)), verbs.ConnConfig{TCP: tcpx.Config{UserTimeout: userTimeout}})
+	err = qp.Dial(dctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)), verbs.ConnConfig{TCP: tcpx.Config{UserTimeout: userTimeout}, TLS: tc})
 	cancel()
 	if err != nil {
 		return err
@@ -70,7 +71,7 @@ func get(ctx context.Context, host string, port int, out string, chunk, depth in
 	// No Read larger than the file, and no more in flight than there are.
 	chunk = int(min(uint64(chunk), max(o.Len, 1)))
 	depth = int(min(uint64(depth), max(reads(o.Len, chunk), 1)))
-	fmt.Printf("fetch: %s from %v: %d octets in Reads of %d, %d at once\n", out, qp.RemoteAddr(), o.Len, chunk, depth)
+	fmt.Printf("fetch: %s from %v (%s): %d octets in Reads of %d, %d at once\n", out, qp.RemoteAddr(), tlsSummary(qp.TLS()), o.Len, chunk, depth)
 
 	// Write next to out and rename once the checksum matches, so that out
 	// is never a bad copy.

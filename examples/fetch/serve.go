@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -27,7 +28,7 @@ const (
 
 // serve registers the file for remote reading and serves clients until
 // it has served the given number (0: until ctx ends).
-func serve(ctx context.Context, path string, port, ird, clients int) error {
+func serve(ctx context.Context, path string, port, ird, clients int, tc *tls.Config) error {
 	// The file is read into memory, which RegMR can register. (syscall.Mmap
 	// would spare the copy, but a Read would then fault, killing the
 	// server, if someone truncated the file while it is served.)
@@ -66,7 +67,7 @@ func serve(ctx context.Context, path string, port, ird, clients int) error {
 	}
 	adv := appendOffer(nil, o)
 
-	ln, err := dev.Listen(ctx, "tcp", fmt.Sprintf(":%d", port), verbs.ConnConfig{TCP: tcpx.Config{UserTimeout: userTimeout}})
+	ln, err := dev.Listen(ctx, "tcp", fmt.Sprintf(":%d", port), verbs.ConnConfig{TCP: tcpx.Config{UserTimeout: userTimeout}, TLS: tc})
 	if err != nil {
 		return err
 	}
@@ -121,7 +122,7 @@ func serve(ctx context.Context, path string, port, ird, clients int) error {
 func serveClient(ctx context.Context, req *verbs.ConnRequest, qp *verbs.QP) {
 	who := req.RemoteAddr()
 	defer qp.Close()
-	log.Printf("%v: connected; Reads at once: %d asked, %d allowed", who, req.ORD, qp.Params().IRD)
+	log.Printf("%v: connected (%s); Reads at once: %d asked, %d allowed", who, tlsSummary(req.TLS), req.ORD, qp.Params().IRD)
 	start := time.Now()
 	how := "left"
 	select {

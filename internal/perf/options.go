@@ -97,6 +97,12 @@ var options = []option{
 	{"", "fpdu-per-segment", func(c *cmdline) flag.Value { return (*boolValue)(&c.p.SegmentPerFPDU) }, nil},
 	{"", "fpdu-delay", func(c *cmdline) flag.Value { return intVal(&c.fpduDelayMS, 0) }, nil},
 
+	// TLS (tls.go).
+	{"", "tls", func(c *cmdline) flag.Value { return (*boolValue)(&c.p.TLS.SelfSigned) }, nil},
+	{"", "tls-cert", func(c *cmdline) flag.Value { return (*stringValue)(&c.p.TLS.Cert) }, nil},
+	{"", "tls-key", func(c *cmdline) flag.Value { return (*stringValue)(&c.p.TLS.Key) }, nil},
+	{"", "tls-ca", func(c *cmdline) flag.Value { return (*stringValue)(&c.p.TLS.CA) }, nil},
+
 	// Where the sides meet, and perftest's exchange.
 	{"", "loopback", func(c *cmdline) flag.Value { return (*boolValue)(&c.p.Loopback) }, nil},
 	{"", "ipv6-addr", func(c *cmdline) flag.Value { return (*boolValue)(&c.p.IPv6) }, nil},

@@ -280,6 +280,9 @@ type Params struct {
 	UseSRQ bool
 	Server string // the server to connect to; "" listens
 
+	// TLS runs every connection inside TLS 1.3 (tls.go).
+	TLS TLSParams
+
 	// Perftest (-R, --rdma_cm) speaks perftest's own exchange (see
 	// perftest_exchange.go) instead of iwarp-perf's, so that either side
 	// can be Linux perftest's ib_*_* -R. A server understands both anyway.

@@ -301,7 +301,8 @@ func (e *endpoint) bannerInfo(local, remote []BufInfo) bannerInfo {
 	}
 	b := bannerInfo{mtu: qp.MULPDU(),
 		mpa: fmt.Sprintf("rev %d, CRC %s, markers tx %s rx %s, P2P %s, IRD/ORD %d/%d",
-			mp.Rev, onoff(mp.CRC), onoff(mp.MarkersTx), onoff(mp.MarkersRx), p2p, mp.IRD, mp.ORD)}
+			mp.Rev, onoff(mp.CRC), onoff(mp.MarkersTx), onoff(mp.MarkersRx), p2p, mp.IRD, mp.ORD),
+		tls: tlsLine(qp)}
 	for i := range e.qps {
 		b.qpLines = append(b.qpLines, addrLine("local", e.p, local[i]))
 		b.qpLines = append(b.qpLines, addrLine("remote", e.p, remote[i]))
@@ -333,8 +334,12 @@ func (e *endpoint) tcpStats(snaps ...[]verbs.QPStats) []string {
 		for k := len(snaps) - 1; k >= 0 && st.TCPErr != nil; k-- {
 			st.TCP, st.TCPErr = snaps[k][i].TCP, snaps[k][i].TCPErr
 		}
-		out = append(out, fmt.Sprintf(" iWARP qp %d: FPDUs sent %d received %d, stream octets sent %d, %v -> %v",
-			q.i, st.FPDUsSent, st.FPDUsReceived, st.OctetsSent, q.qp.LocalAddr(), q.qp.RemoteAddr()))
+		inTLS := ""
+		if st.TLS {
+			inTLS = ", inside TLS"
+		}
+		out = append(out, fmt.Sprintf(" iWARP qp %d: FPDUs sent %d received %d, stream octets sent %d, %v -> %v%s",
+			q.i, st.FPDUsSent, st.FPDUsReceived, st.OctetsSent, q.qp.LocalAddr(), q.qp.RemoteAddr(), inTLS))
 		if st.TCPErr != nil {
 			out = append(out, fmt.Sprintf(" TCP qp %d: %v", q.i, st.TCPErr))
 			continue
@@ -393,7 +398,7 @@ func connConfig(p *Params, client bool) verbs.ConnConfig {
 		m.P2P, m.RTRs = mpa.P2POn, p.P2P
 	}
 	c := verbs.ConnConfig{MPA: m, MaxFPDU: p.MaxFPDU, SegmentPerFPDU: p.SegmentPerFPDU,
-		RFC7306: p.Test.verb() == verbAtomic}
+		RFC7306: p.Test.verb() == verbAtomic, TLS: p.TLS.config(client)}
 	if client {
 		c.FirstFPDUDelay = p.FPDUDelay
 		c.TCP.LocalAddr = p.SourceIP

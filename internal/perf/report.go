@@ -424,6 +424,7 @@ func (p *Params) jsonTestName() string {
 type bannerInfo struct {
 	mtu     int    // the QP's MULPDU
 	mpa     string // negotiated MPA parameters
+	tls     string // negotiated TLS, "" in cleartext
 	qpLines []string
 }
 
@@ -468,6 +469,9 @@ func (pr *printer) banner(b bannerInfo) {
 		pr.printf(" rdma_cm QPs\t : ON\n")
 		pr.printf(" Data ex. method : rdma_cm\n")
 		pr.printf(" MPA             : %s\n", b.mpa)
+		if b.tls != "" {
+			pr.printf(" TLS             : %s\n", b.tls)
+		}
 	} else {
 		pr.printf(" Data ex. method : Ethernet\n")
 	}

@@ -46,6 +46,9 @@ var rules = []rule{
 
 	// perftest's exchange (-R).
 	rulePerftest,
+
+	// TLS, once the test, the side and -R are known.
+	func(p *Params) error { return p.TLS.setup(p) },
 }
 
 // finish applies the rules.

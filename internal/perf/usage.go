@@ -93,6 +93,13 @@ iWARP options (both sides alike):
       --fpdu-delay=MS   when connecting, hold our first FPDU back MS ms after the MPA
                         Reply (default 0; 200 with -R): siw as responder loses one
                         that comes too soon
+TLS (both sides alike; docs/tls.md):
+      --tls             every connection inside TLS 1.3 with a throw-away self-signed
+                        certificate the client does not verify: a quick measurement,
+                        no authentication
+      --tls-cert=FILE --tls-key=FILE  our certificate and key (PEM); a server needs them
+      --tls-ca=FILE     the CA certificates (PEM) that sign the peer's: a client verifies
+                        the server with them, a server then requires client certificates
 Serving (see "A server and its clients" below):
       --runs=N          server: exit after N completed runs (default 1, as perftest; 0: serve
                         until interrupted)

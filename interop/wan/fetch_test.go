@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,13 @@ import (
 // the test raises those above the path's BDP (6.25 MB) in both namespaces
 // (the alternative to raising the host's net.core.*mem_max in README.md's
 // Socket buffers).
-func TestFetch(t *testing.T) {
+//
+// TestFetchTLS is the same inside mutual TLS (-tls-cert, -tls-key, -tls-ca
+// on both sides).
+func TestFetch(t *testing.T)    { testFetch(t, false) }
+func TestFetchTLS(t *testing.T) { testFetch(t, true) }
+
+func testFetch(t *testing.T, withTLS bool) {
 	size := envSize("WAN_FETCH_BYTES", 256<<20)
 	n := impairedNet(t)
 	require.NoError(t, n.Impair(wanProfile))
@@ -50,10 +57,14 @@ func TestFetch(t *testing.T) {
 	src, dst := filepath.Join(dir, "payload.bin"), filepath.Join(dir, "copy.bin")
 	require.NoError(t, os.WriteFile(src, data, 0o644))
 	data = nil
+	var srvTLS, cliTLS []string
+	if withTLS {
+		srvTLS, cliTLS = fetchTLSFlags(t, dir, n.AddrB)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
-	srv := exec.CommandContext(ctx, "ip", "netns", "exec", n.B.Name, bin, "serve", "-n", "1", src)
+	srv := exec.CommandContext(ctx, "ip", slices.Concat([]string{"netns", "exec", n.B.Name, bin, "serve", "-n", "1"}, srvTLS, []string{src})...)
 	var srvOut strings.Builder
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	require.NoError(t, srv.Start())
@@ -69,7 +80,7 @@ func TestFetch(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "server listening")
 
 	t0 := time.Now()
-	cli, err := exec.CommandContext(ctx, "ip", "netns", "exec", n.A.Name, bin, "get", "-o", dst, n.AddrB).CombinedOutput()
+	cli, err := exec.CommandContext(ctx, "ip", slices.Concat([]string{"netns", "exec", n.A.Name, bin, "get", "-o", dst}, cliTLS, []string{n.AddrB})...).CombinedOutput()
 	el := time.Since(t0)
 	t.Logf("fetch get (%v in all):\n%s", el.Round(time.Millisecond), cli)
 	require.NoError(t, err, "client failed; server:\n%s", &srvOut)
@@ -84,6 +95,10 @@ func TestFetch(t *testing.T) {
 	require.NoError(t, err, "server")
 
 	require.Contains(t, string(cli), "Reads of 1048576, 16 at once")
+	if withTLS {
+		require.Contains(t, string(cli), `TLS 1.3 TLS_AES_128_GCM_SHA256, peer "server"`)
+		require.Contains(t, srvOut.String(), `TLS 1.3 TLS_AES_128_GCM_SHA256, peer "client"`)
+	}
 	require.Contains(t, string(cli), fmt.Sprintf("fetch: SHA-256 verified: %x", want))
 	require.Contains(t, srvOut.String(), "Reads at once: 16 asked, 16 allowed")
 	require.Contains(t, srvOut.String(), ": left after", "the client disconnected in order")
