@@ -4,8 +4,8 @@
 // them in chunks with many Reads outstanding, so that a long path stays
 // full, writes them out and checks their SHA-256 against the server's.
 //
-//	fetch serve [-p PORT] [-ird N] [-n CLIENTS] FILE
-//	fetch get [-p PORT] [-o OUT] [-chunk SIZE] [-depth N] HOST
+//	fetch serve [-p PORT] [-ird N] [-n CLIENTS] [-cc ALGO] [-sockbuf SIZE] [-mptcp] FILE
+//	fetch get [-p PORT] [-o OUT] [-chunk SIZE] [-depth N] [-cc ALGO] [-sockbuf SIZE] [-mptcp] HOST
 //
 // The server does no work per transfer: its stack answers the Reads from
 // the registered memory, and the program only watches each connection
@@ -14,6 +14,12 @@
 // Reads of -chunk octets in flight (16 × 1 MiB by default: enough for
 // about 2.5 Gbit/s on a 50 ms path); the server's -ird bounds that depth,
 // and MPA start-up settles on the smaller of the two.
+//
+// -cc, -sockbuf and -mptcp set the transport of either side for a long
+// path: congestion control (bbr keeps a lossy long path full), socket
+// buffers of at least the bandwidth-delay product, and Multipath TCP (the
+// server listens on every address, as MPTCP's joins need). docs/wan.md
+// explains each.
 //
 // Without -o the client writes to the file's name on the server (its base
 // name, in the current directory). It writes to a temporary file next to
@@ -48,6 +54,8 @@ func main() {
 		port := fs.Int("p", defaultPort, "TCP `port` to listen on")
 		ird := fs.Int("ird", 16, "RDMA Reads served at once per client (its most useful -depth)")
 		clients := fs.Int("n", 0, "exit after serving this many `clients` (0: until interrupted)")
+		var tf tcpFlags
+		tf.register(fs)
 		fs.Usage = func() {
 			fmt.Fprintln(fs.Output(), "usage: fetch serve [-p PORT] [-ird N] [-n CLIENTS] FILE")
 			fs.PrintDefaults()
@@ -57,7 +65,7 @@ func main() {
 			fs.Usage()
 			os.Exit(2)
 		}
-		err = serve(ctx, fs.Arg(0), *port, *ird, *clients)
+		err = serve(ctx, fs.Arg(0), *port, *ird, *clients, tf.config())
 	case "get":
 		fs := flag.NewFlagSet("fetch get", flag.ExitOnError)
 		port := fs.Int("p", defaultPort, "the server's TCP `port`")
@@ -65,6 +73,8 @@ func main() {
 		chunk := byteSize(1 << 20)
 		fs.Var(&chunk, "chunk", "octets per RDMA Read (suffix K, M or G for KiB, MiB, GiB)")
 		depth := fs.Int("depth", 16, "RDMA Reads kept outstanding (the server may allow fewer)")
+		var tf tcpFlags
+		tf.register(fs)
 		fs.Usage = func() {
 			fmt.Fprintln(fs.Output(), "usage: fetch get [-p PORT] [-o OUT] [-chunk SIZE] [-depth N] HOST")
 			fs.PrintDefaults()
@@ -74,7 +84,7 @@ func main() {
 			fs.Usage()
 			os.Exit(2)
 		}
-		err = get(ctx, fs.Arg(0), *port, *out, int(chunk), *depth)
+		err = get(ctx, fs.Arg(0), *port, *out, int(chunk), *depth, tf.config())
 	default:
 		usage()
 	}

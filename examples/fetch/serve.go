@@ -27,7 +27,7 @@ const (
 
 // serve registers the file for remote reading and serves clients until
 // it has served the given number (0: until ctx ends).
-func serve(ctx context.Context, path string, port, ird, clients int) error {
+func serve(ctx context.Context, path string, port, ird, clients int, tcp tcpx.Config) error {
 	// The file is read into memory, which RegMR can register. (syscall.Mmap
 	// would spare the copy, but a Read would then fault, killing the
 	// server, if someone truncated the file while it is served.)
@@ -66,7 +66,7 @@ func serve(ctx context.Context, path string, port, ird, clients int) error {
 	}
 	adv := appendOffer(nil, o)
 
-	ln, err := dev.Listen(ctx, "tcp", fmt.Sprintf(":%d", port), verbs.ConnConfig{TCP: tcpx.Config{UserTimeout: userTimeout}})
+	ln, err := dev.Listen(ctx, "tcp", fmt.Sprintf(":%d", port), verbs.ConnConfig{TCP: tcp})
 	if err != nil {
 		return err
 	}
