@@ -275,11 +275,13 @@ func (tm tableTiming) rdma(t *testing.T, n *Net, cs, ss *side, o qpOpts, cfg tcp
 	require.NoError(t, err)
 	w1 := tm.counters(from)
 	require.True(t, sampled)
-	// The sender's octets are FPDUs: scale them to payload. Write and Read
-	// Response FPDUs carry the same framing: MPA's length and CRC and the
-	// tagged DDP/RDMAP header, 20 octets (and up to 3 of pad).
-	st := sender.qp.Stats()
-	ratio := 1 - float64(20*st.FPDUsSent)/float64(max(st.OctetsSent, 1))
+	// The sender's octets are FPDUs of one segment each: scale them to
+	// payload. Write and Read Response FPDUs carry the same framing: MPA's
+	// length and CRC and the tagged DDP/RDMAP header, 20 octets (and up to
+	// 3 of pad, left out here).
+	mss, err := tcpx.EMSS(sock)
+	require.NoError(t, err)
+	ratio := float64(mss-20) / float64(mss)
 	return tableResult{
 		mbits:   float64(s1.BytesAcked-s0.BytesAcked) * ratio * 8 / tm.measure.Seconds() / 1e6,
 		retrans: s1.Retransmits,
