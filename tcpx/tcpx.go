@@ -129,7 +129,8 @@ func (l *Listener) SetDeadline(t time.Time) error { return l.ln.SetDeadline(t) }
 
 // Apply sets all options of cfg on a connection made elsewhere. The buffer
 // sizes then come after the handshake and cannot change the window scale
-// already agreed; prefer Dial and Listen where you can.
+// already agreed; prefer Dial and Listen where you can. MultipathTCP is the
+// socket's protocol, chosen when it was made: Apply cannot change it.
 func Apply(c *net.TCPConn, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
