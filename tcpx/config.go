@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -62,7 +63,39 @@ type Config struct {
 	// probing. Zero leaves the kernel default, which is retransmission with
 	// backoff for about 15 minutes (net.ipv4.tcp_retries2). It has
 	// millisecond resolution; a value below a millisecond is rounded up.
+	// Linux has no user timeout for a multipath socket, so a Config with
+	// MultipathTCP set refuses it.
 	UserTimeout time.Duration
+
+	// MultipathTCP asks for Multipath TCP (RFC 8684) on Dial and Listen:
+	// the socket is opened with IPPROTO_MPTCP, and one connection can then
+	// run over several paths (subflows) and survive the loss of one. The
+	// paths come from the kernel's path manager (ip mptcp endpoint, ip
+	// mptcp limits), not from this package. A peer without MPTCP, such as
+	// Linux siw or an iWARP NIC, gets plain TCP: the kernel falls back
+	// during the handshake, and (*net.TCPConn).MultipathTCP reports false.
+	// Where the kernel has no MPTCP (net.mptcp.enabled = 0) Go opens a
+	// plain TCP socket instead.
+	//
+	// It is off by default, whatever Go's own default for listeners (on
+	// since Go 1.24): a connection's shape is then this field's choice.
+	// On a multipath connection the socket is the MPTCP meta socket:
+	// TCP_USER_TIMEOUT does not exist there (so UserTimeout must be zero);
+	// TCP_NODELAY, keep-alive, buffer sizes, SO_LINGER and
+	// CongestionControl are taken by the meta socket and passed on to the
+	// subflows; TCP_MAXSEG and TCP_INFO describe the first subflow only; SIOCINQ, SIOCOUTQ and SIOCOUTQNSD count the
+	// connection's data, whichever subflow carries it. Stats says which
+	// figures are the connection's.
+	MultipathTCP bool
+
+	// CongestionControl names the TCP congestion control algorithm of the
+	// connection (TCP_CONGESTION), for example "cubic" or "bbr". Empty
+	// leaves the system's default (net.ipv4.tcp_congestion_control). It is
+	// set before the handshake, on the listening socket for Listen and on
+	// each accepted one. A name the kernel does not have, or that an
+	// unprivileged process may not pick (net.ipv4.tcp_allowed_congestion_control),
+	// fails Dial and Listen with a *CongestionControlError.
+	CongestionControl string
 
 	// AbortOnClose sets SO_LINGER to zero, so that Close discards unsent
 	// data and sends an RST, as Abort does, instead of a FIN.
@@ -89,6 +122,10 @@ func (cfg *Config) validate() error {
 		return fmt.Errorf("%w: RecvBuffer %d out of range", errConfig, cfg.RecvBuffer)
 	case cfg.UserTimeout < 0 || cfg.UserTimeout > math.MaxInt32*time.Millisecond:
 		return fmt.Errorf("%w: UserTimeout %v out of range", errConfig, cfg.UserTimeout)
+	case cfg.UserTimeout > 0 && cfg.MultipathTCP:
+		return fmt.Errorf("%w: UserTimeout with MultipathTCP: Linux has no TCP_USER_TIMEOUT on a multipath socket", errConfig)
+	case len(cfg.CongestionControl) >= tcpCANameMax || strings.ContainsRune(cfg.CongestionControl, 0):
+		return fmt.Errorf("%w: CongestionControl %q is not an algorithm name", errConfig, cfg.CongestionControl)
 	}
 	if _, err := cfg.localAddr(); err != nil {
 		return err

@@ -8,7 +8,10 @@
 // elsewhere. The zero Config is what iWARP wants: Nagle's algorithm off, as siw
 // does, keep-alive probes on, kernel buffer autotuning and retransmission
 // timeouts left alone. Config.LocalAddr binds Dial's source address, for a
-// host with several interfaces or paths.
+// host with several interfaces or paths. Config.MultipathTCP asks for
+// Multipath TCP (off unless asked, whatever Go's default for listeners), and
+// Config.CongestionControl picks the algorithm (cubic, bbr, ...) per
+// connection. docs/wan.md shows how to set them for a long path.
 //
 // EMSS reads the effective MSS, so MPA can size each FPDU to fit one TCP
 // segment, as siw does by default and as hardware iWARP peers expect. Info

@@ -10,9 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// setSockopts sets TCP_USER_TIMEOUT and, if buffers is true,
-// SO_SNDBUF and SO_RCVBUF. It works on a socket before connect or listen as
-// well as on an established one.
+// setSockopts sets TCP_USER_TIMEOUT, TCP_CONGESTION and, if buffers is
+// true, SO_SNDBUF and SO_RCVBUF. It works on a socket before connect or
+// listen as well as on an established one.
 func setSockopts(rc syscall.RawConn, cfg *Config, buffers bool) error {
 	var err error
 	set := func(fd int, level, opt int, name string, v int) {
@@ -28,6 +28,9 @@ func setSockopts(rc syscall.RawConn, cfg *Config, buffers bool) error {
 		if cfg.UserTimeout > 0 {
 			set(s, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, "TCP_USER_TIMEOUT", userTimeoutMillis(cfg.UserTimeout))
 		}
+		if cfg.CongestionControl != "" && err == nil {
+			err = setCongestion(s, cfg.CongestionControl)
+		}
 		if buffers && cfg.SendBuffer > 0 {
 			set(s, unix.SOL_SOCKET, unix.SO_SNDBUF, "SO_SNDBUF", cfg.SendBuffer)
 		}
@@ -39,6 +42,38 @@ func setSockopts(rc syscall.RawConn, cfg *Config, buffers bool) error {
 		return fmt.Errorf("tcpx: %w", cerr)
 	}
 	return err
+}
+
+// setCongestion sets TCP_CONGESTION, with a *CongestionControlError where
+// the kernel lacks the algorithm (ENOENT) or withholds it (EPERM).
+func setCongestion(fd int, name string) error {
+	err := unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)
+	switch err {
+	case nil:
+		return nil
+	case unix.ENOENT, unix.EPERM:
+		avail, _ := AvailableCongestionControl()
+		return &CongestionControlError{Name: name, Available: avail, NotAllowed: err == unix.EPERM, Err: err}
+	}
+	return fmt.Errorf("tcpx: setsockopt TCP_CONGESTION %q: %w", name, err)
+}
+
+// congestion reads TCP_CONGESTION.
+func congestion(rc syscall.RawConn) (string, error) {
+	var (
+		name string
+		err  error
+	)
+	cerr := rc.Control(func(fd uintptr) {
+		name, err = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+	})
+	if cerr != nil {
+		return "", fmt.Errorf("tcpx: %w", cerr)
+	}
+	if err != nil {
+		return "", fmt.Errorf("tcpx: getsockopt TCP_CONGESTION: %w", err)
+	}
+	return name, nil
 }
 
 // readable peeks one octet: false while the socket would block.
@@ -90,17 +125,29 @@ func info(rc syscall.RawConn) (Stats, error) {
 	var (
 		ti  *unix.TCPInfo
 		err error
+		mi  mptcpInfo
+		mp  bool
 	)
 	cerr := rc.Control(func(fd uintptr) {
 		ti, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if proto, perr := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PROTOCOL); perr == nil && proto == unix.IPPROTO_MPTCP {
+			mi, mp = readMPTCPInfo(int(fd))
+		}
 	})
 	if cerr != nil {
 		return Stats{}, fmt.Errorf("tcpx: %w", cerr)
 	}
-	if err != nil {
+	if err != nil && !mp {
 		return Stats{}, fmt.Errorf("tcpx: getsockopt TCP_INFO: %w", err)
 	}
-	return statsFromInfo(ti), nil
+	var s Stats
+	if err == nil {
+		s = statsFromInfo(ti)
+	}
+	if mp {
+		mi.fill(&s)
+	}
+	return s, nil
 }
 
 // tcpClose is TCP_CLOSE of the kernel's TCP states (include/net/tcp_states.h).

@@ -13,6 +13,8 @@ var errUnsupported = fmt.Errorf("tcpx: socket options on %s: %w", runtime.GOOS, 
 
 func setSockopts(syscall.RawConn, *Config, bool) error { return errUnsupported }
 
+func congestion(syscall.RawConn) (string, error) { return "", errUnsupported }
+
 func emss(syscall.RawConn) (int, error) { return 0, errUnsupported }
 
 // readable cannot peek here: AwaitReadable then waits for the deadline.

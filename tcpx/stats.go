@@ -8,7 +8,16 @@ import (
 // Stats is a summary of the kernel's TCP_INFO for one connection. Counters
 // are since the connection was established. A field the running kernel does
 // not report is zero.
+//
+// On a Multipath TCP connection (Multipath true) TCP_INFO describes only the
+// first subflow: the RTTs, windows, MSS, segment counters and rate fields are
+// that path's. Subflows and the four Bytes counters are then the
+// connection's, from MPTCP_INFO (Linux 6.5 on), whichever path carried the
+// data; BytesRetrans counts data sent again on another subflow too.
 type Stats struct {
+	Multipath bool // the connection runs Multipath TCP (not fallen back to TCP)
+	Subflows  int  // open MPTCP subflows (paths) of the connection; 0 on plain TCP
+
 	RTT    time.Duration // smoothed round-trip time
 	RTTVar time.Duration // round-trip time variation
 	MinRTT time.Duration // lowest round-trip time seen
@@ -42,7 +51,11 @@ type Stats struct {
 //
 //	rtt 42µs rttvar 10µs minrtt 30µs rto 201ms cwnd 10 mss 65483/65483 pmtu 65535 unacked 0 lost 0 retrans 0 sent 1048576 acked 1048576 received 0 rwnd-limited 0s sndbuf-limited 0s
 func (s Stats) String() string {
-	return fmt.Sprintf("rtt %v rttvar %v minrtt %v rto %v cwnd %d mss %d/%d pmtu %d unacked %d lost %d retrans %d sent %d acked %d received %d rwnd-limited %v sndbuf-limited %v",
+	mp := ""
+	if s.Multipath {
+		mp = fmt.Sprintf("mptcp subflows %d ", s.Subflows)
+	}
+	return mp + fmt.Sprintf("rtt %v rttvar %v minrtt %v rto %v cwnd %d mss %d/%d pmtu %d unacked %d lost %d retrans %d sent %d acked %d received %d rwnd-limited %v sndbuf-limited %v",
 		s.RTT, s.RTTVar, s.MinRTT, s.RTO, s.SndCwnd, s.SndMSS, s.RcvMSS, s.PMTU,
 		s.Unacked, s.Lost, s.Retransmits, s.BytesSent, s.BytesAcked, s.BytesReceived,
 		s.RwndLimited, s.SndbufLimited)

@@ -27,8 +27,8 @@ func control(cfg *Config) func(network, address string, rc syscall.RawConn) erro
 }
 
 // Dial connects to addr ("host:port", see net.Dial) over network "tcp",
-// "tcp4" or "tcp6" with the options of cfg. Buffer sizes and
-// TCP_USER_TIMEOUT are set before the SYN is sent; TCP_NODELAY, keep-alive
+// "tcp4" or "tcp6" with the options of cfg. Buffer sizes, congestion
+// control and TCP_USER_TIMEOUT are set before the SYN is sent; TCP_NODELAY, keep-alive
 // and linger right after the connection is established. ctx bounds the connection
 // attempt only.
 //
@@ -46,6 +46,7 @@ func Dial(ctx context.Context, network, addr string, cfg Config) (*net.TCPConn, 
 		Control:   control(&cfg),
 		KeepAlive: -1, // set by applyEstablished
 	}
+	d.SetMultipathTCP(cfg.MultipathTCP)
 	if laddr != nil {
 		d.LocalAddr = laddr // not a nil *TCPAddr in the interface
 	}
@@ -84,6 +85,8 @@ func Listen(ctx context.Context, network, addr string, cfg Config) (*Listener, e
 		Control:   control(&cfg),
 		KeepAlive: -1, // set in Accept
 	}
+	// Explicitly either way: Go's listeners default to MPTCP since 1.24.
+	lc.SetMultipathTCP(cfg.MultipathTCP)
 	ln, err := lc.Listen(ctx, network, addr)
 	if err != nil {
 		return nil, err
@@ -126,7 +129,8 @@ func (l *Listener) SetDeadline(t time.Time) error { return l.ln.SetDeadline(t) }
 
 // Apply sets all options of cfg on a connection made elsewhere. The buffer
 // sizes then come after the handshake and cannot change the window scale
-// already agreed; prefer Dial and Listen where you can.
+// already agreed; prefer Dial and Listen where you can. MultipathTCP is the
+// socket's protocol, chosen when it was made: Apply cannot change it.
 func Apply(c *net.TCPConn, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
@@ -236,6 +240,16 @@ func Reset(c *net.TCPConn) bool {
 		return false
 	}
 	return stateClosed(rc)
+}
+
+// CongestionControl returns the congestion control algorithm c runs
+// (TCP_CONGESTION).
+func CongestionControl(c *net.TCPConn) (string, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return "", fmt.Errorf("tcpx: %w", err)
+	}
+	return congestion(rc)
 }
 
 // Info returns the kernel's TCP_INFO statistics for c.

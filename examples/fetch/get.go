@@ -22,7 +22,7 @@ import (
 const maxChunk = 1 << 30
 
 // get fetches the server's file into out.
-func get(ctx context.Context, host string, port int, out string, chunk, depth int, tc *tls.Config) error {
+func get(ctx context.Context, host string, port int, out string, chunk, depth int, tcp tcpx.Config, tc *tls.Config) error {
 	if depth < 1 {
 		return fmt.Errorf("-depth %d: want at least 1", depth)
 	}
@@ -46,7 +46,7 @@ func get(ctx context.Context, host string, port int, out string, chunk, depth in
 	}
 	defer qp.Close()
 	dctx, cancel := context.WithTimeout(ctx, startTimeout)
-	err = qp.Dial(dctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)), verbs.ConnConfig{TCP: tcpx.Config{UserTimeout: userTimeout}, TLS: tc})
+	err = qp.Dial(dctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)), verbs.ConnConfig{TCP: tcp, TLS: tc})
 	cancel()
 	if err != nil {
 		return err

@@ -4,8 +4,8 @@
 // them in chunks with many Reads outstanding, so that a long path stays
 // full, writes them out and checks their SHA-256 against the server's.
 //
-//	fetch serve [-p PORT] [-ird N] [-n CLIENTS] [TLS FLAGS] FILE
-//	fetch get [-p PORT] [-o OUT] [-chunk SIZE] [-depth N] [TLS FLAGS] HOST
+//	fetch serve [-p PORT] [-ird N] [-n CLIENTS] [-cc ALGO] [-sockbuf SIZE] [-mptcp] [TLS FLAGS] FILE
+//	fetch get [-p PORT] [-o OUT] [-chunk SIZE] [-depth N] [-cc ALGO] [-sockbuf SIZE] [-mptcp] [TLS FLAGS] HOST
 //
 // With -tls-cert, -tls-key and -tls-ca on both sides, the connection runs
 // inside mutual TLS 1.3: each side proves its certificate, signed by the
@@ -18,6 +18,12 @@
 // Reads of -chunk octets in flight (16 × 1 MiB by default: enough for
 // about 2.5 Gbit/s on a 50 ms path); the server's -ird bounds that depth,
 // and MPA start-up settles on the smaller of the two.
+//
+// -cc, -sockbuf and -mptcp set the transport of either side for a long
+// path: congestion control (bbr keeps a lossy long path full), socket
+// buffers of at least the bandwidth-delay product, and Multipath TCP (the
+// server listens on every address, as MPTCP's joins need). docs/wan.md
+// explains each.
 //
 // Without -o the client writes to the file's name on the server (its base
 // name, in the current directory). It writes to a temporary file next to
@@ -55,8 +61,10 @@ func main() {
 		clients := fs.Int("n", 0, "exit after serving this many `clients` (0: until interrupted)")
 		var tf tlsFlags
 		tf.register(fs)
+		var nf tcpFlags
+		nf.register(fs)
 		fs.Usage = func() {
-			fmt.Fprintln(fs.Output(), "usage: fetch serve [-p PORT] [-ird N] [-n CLIENTS] [-tls-cert F -tls-key F -tls-ca F] FILE")
+			fmt.Fprintln(fs.Output(), "usage: fetch serve [-p PORT] [-ird N] [-n CLIENTS] [-cc ALGO] [-sockbuf SIZE] [-mptcp] [-tls-cert F -tls-key F -tls-ca F] FILE")
 			fs.PrintDefaults()
 		}
 		fs.Parse(args)
@@ -66,7 +74,7 @@ func main() {
 		}
 		var tc *tls.Config
 		if tc, err = tf.config(true); err == nil {
-			err = serve(ctx, fs.Arg(0), *port, *ird, *clients, tc)
+			err = serve(ctx, fs.Arg(0), *port, *ird, *clients, nf.config(), tc)
 		}
 	case "get":
 		fs := flag.NewFlagSet("fetch get", flag.ExitOnError)
@@ -77,8 +85,10 @@ func main() {
 		depth := fs.Int("depth", 16, "RDMA Reads kept outstanding (the server may allow fewer)")
 		var tf tlsFlags
 		tf.register(fs)
+		var nf tcpFlags
+		nf.register(fs)
 		fs.Usage = func() {
-			fmt.Fprintln(fs.Output(), "usage: fetch get [-p PORT] [-o OUT] [-chunk SIZE] [-depth N] [-tls-cert F -tls-key F -tls-ca F] HOST")
+			fmt.Fprintln(fs.Output(), "usage: fetch get [-p PORT] [-o OUT] [-chunk SIZE] [-depth N] [-cc ALGO] [-sockbuf SIZE] [-mptcp] [-tls-cert F -tls-key F -tls-ca F] HOST")
 			fs.PrintDefaults()
 		}
 		fs.Parse(args)
@@ -88,7 +98,7 @@ func main() {
 		}
 		var tc *tls.Config
 		if tc, err = tf.config(false); err == nil {
-			err = get(ctx, fs.Arg(0), *port, *out, int(chunk), *depth, tc)
+			err = get(ctx, fs.Arg(0), *port, *out, int(chunk), *depth, nf.config(), tc)
 		}
 	default:
 		usage()
@@ -103,7 +113,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: fetch serve [-p PORT] [-ird N] [-n CLIENTS] [-tls-cert F -tls-key F -tls-ca F] FILE")
+	fmt.Fprintln(os.Stderr, "usage: fetch serve [-p PORT] [-ird N] [-n CLIENTS] [-cc ALGO] [-sockbuf SIZE] [-mptcp] [-tls-cert F -tls-key F -tls-ca F] FILE")
 	fmt.Fprintln(os.Stderr, "       fetch get [-p PORT] [-o OUT] [-chunk SIZE] [-depth N] [-tls-cert F -tls-key F -tls-ca F] HOST")
 	os.Exit(2)
 }

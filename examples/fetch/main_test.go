@@ -71,6 +71,26 @@ func TestFetchDepthAboveServerIRD(t *testing.T) {
 	require.Contains(t, srvOut, "Reads at once: 64 asked, 4 allowed")
 }
 
+// The transport flags reach both sides' sockets: a copy over Multipath TCP
+// with a chosen algorithm and buffers works, and an algorithm the kernel
+// lacks fails the client with the kernel's list.
+func TestFetchTransportFlags(t *testing.T) {
+	bin := build(t)
+	src, data := randomFile(t, 1<<20+99)
+	port := freePort(t)
+	tcp := []string{"-cc", "reno", "-sockbuf", "2M", "-mptcp"}
+	srv := start(t, bin, append(append([]string{"serve", "-p", port, "-n", "1"}, tcp...), src)...)
+	dir := t.TempDir()
+	out := run(t, dir, bin, append(append([]string{"get", "-p", port, "-o", "copy"}, tcp...), "127.0.0.1")...)
+	srv.wait(t)
+	requireFile(t, filepath.Join(dir, "copy"), data)
+	require.Contains(t, out, fmt.Sprintf("SHA-256 verified: %x", sha256.Sum256(data)))
+
+	out, err := runErr(dir, bin, "get", "-p", port, "-cc", "nosuchcc", "127.0.0.1")
+	require.Error(t, err, "client:\n%s", out)
+	require.Contains(t, out, `congestion control "nosuchcc" is not available (kernel has `)
+}
+
 // A server whose checksum does not match what it serves: the client says
 // so, fails, and leaves no output file.
 func TestFetchChecksumMismatch(t *testing.T) {

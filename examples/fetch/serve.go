@@ -28,7 +28,7 @@ const (
 
 // serve registers the file for remote reading and serves clients until
 // it has served the given number (0: until ctx ends).
-func serve(ctx context.Context, path string, port, ird, clients int, tc *tls.Config) error {
+func serve(ctx context.Context, path string, port, ird, clients int, tcp tcpx.Config, tc *tls.Config) error {
 	// The file is read into memory, which RegMR can register. (syscall.Mmap
 	// would spare the copy, but a Read would then fault, killing the
 	// server, if someone truncated the file while it is served.)
@@ -67,7 +67,7 @@ func serve(ctx context.Context, path string, port, ird, clients int, tc *tls.Con
 	}
 	adv := appendOffer(nil, o)
 
-	ln, err := dev.Listen(ctx, "tcp", fmt.Sprintf(":%d", port), verbs.ConnConfig{TCP: tcpx.Config{UserTimeout: userTimeout}, TLS: tc})
+	ln, err := dev.Listen(ctx, "tcp", fmt.Sprintf(":%d", port), verbs.ConnConfig{TCP: tcp, TLS: tc})
 	if err != nil {
 		return err
 	}

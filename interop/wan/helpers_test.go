@@ -178,6 +178,11 @@ func listen(t testing.TB, n *Net, sd *side, cfg verbs.ConnConfig) *verbs.Listene
 // connect dials ln from n.A with c's QP and accepts with s's, which sends
 // private data spd; it returns the private data c received.
 func connect(t testing.TB, n *Net, ln *verbs.Listener, c, s *end, ccfg verbs.ConnConfig, spd []byte) []byte {
+	return connectTo(t, n.A, ln, ln.Addr().String(), c, s, ccfg, spd)
+}
+
+// connectTo is connect from namespace a to addr, where ln listens.
+func connectTo(t testing.TB, a *NS, ln *verbs.Listener, addr string, c, s *end, ccfg verbs.ConnConfig, spd []byte) []byte {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -189,8 +194,8 @@ func connect(t testing.TB, n *Net, ln *verbs.Listener, c, s *end, ccfg verbs.Con
 		errc <- err
 	}()
 	var pd []byte
-	err := n.A.Do(func() (err error) {
-		err = c.qp.Dial(ctx, "tcp4", ln.Addr().String(), ccfg)
+	err := a.Do(func() (err error) {
+		err = c.qp.Dial(ctx, "tcp4", addr, ccfg)
 		pd = c.qp.PeerPrivateData()
 		return err
 	})

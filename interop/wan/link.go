@@ -221,6 +221,16 @@ func (n *Net) Stats() string {
 	return ""
 }
 
+// Counters returns the emulator's counters of A to B and B to A; ok is
+// false on a link without the emulator (LinkTun only).
+func (n *Net) Counters() (ab, ba LinkCounters, ok bool) {
+	if n.emu == nil {
+		return LinkCounters{}, LinkCounters{}, false
+	}
+	ab, ba = n.emu.Counters()
+	return ab, ba, true
+}
+
 // Close removes the link and both namespaces. It is safe on a Net that
 // NewNet left half made, and more than once.
 func (n *Net) Close() error {

@@ -136,6 +136,33 @@ func (e *Emulator) Stats() string {
 	return e.ab.stats() + "; " + e.ba.stats()
 }
 
+// LinkCounters are one direction's packet counters since the link was made.
+type LinkCounters struct {
+	Packets, Octets, Lost, TailDrops uint64
+}
+
+// Sub is c minus an earlier snapshot.
+func (c LinkCounters) Sub(old LinkCounters) LinkCounters {
+	return LinkCounters{c.Packets - old.Packets, c.Octets - old.Octets, c.Lost - old.Lost, c.TailDrops - old.TailDrops}
+}
+
+func (c LinkCounters) String() string {
+	avg := 0.0
+	if c.Packets > 0 {
+		avg = float64(c.Octets) / float64(c.Packets)
+	}
+	return fmt.Sprintf("%d packets of %.0f octets on average, %d lost, %d tail drops", c.Packets, avg, c.Lost, c.TailDrops)
+}
+
+// Counters returns the counters of A to B and B to A.
+func (e *Emulator) Counters() (ab, ba LinkCounters) {
+	return e.ab.counters(), e.ba.counters()
+}
+
+func (p *pipe) counters() LinkCounters {
+	return LinkCounters{p.packets.Load(), p.bytes.Load(), p.lost.Load(), p.tailDrops.Load()}
+}
+
 // Close stops forwarding and closes the TUN devices, which deletes them.
 func (e *Emulator) Close() error {
 	err := errors.Join(e.fa.Close(), e.fb.Close())

@@ -83,6 +83,7 @@ type run struct {
 	octets  int
 	elapsed time.Duration
 	cpu     time.Duration
+	retrans uint32 // segments the sender retransmitted (tcpStream only)
 }
 
 func (r run) mbits() float64 { return float64(r.octets) * 8 / r.elapsed.Seconds() / 1e6 }
@@ -127,6 +128,7 @@ func tcpStream(t *testing.T, name string, from, to *NS, addr string, cfg tcpx.Co
 	r := run{name: name, octets: len(data), elapsed: time.Since(t0), cpu: cpuTime() - cpu0}
 	if st, err := tcpx.Info(conn); err == nil {
 		t.Logf("%s sender: %+v", name, st)
+		r.retrans = st.Retransmits
 	}
 	return r
 }
