@@ -98,6 +98,13 @@ type ConnConfig struct {
 	// set it; a QP without it never sends them and answers them with a
 	// Terminate (unexpected opcode).
 	RFC7306 bool
+	// ResponseTimeout ends the QP when RDMA Reads or atomics of ours await
+	// their responses and the peer sends nothing for this long, as
+	// ibverbs' timeout and retry_cnt do (IBV_WC_RETRY_EXC_ERR): the oldest
+	// completes with RetryExcErr, the rest flush, the connection is reset
+	// and Err Is ErrResponseTimeout. Default 30 s; negative: no bound.
+	// See the package doc's "Reads need a running peer".
+	ResponseTimeout time.Duration
 }
 
 func (c *ConnConfig) defaults() {
@@ -118,6 +125,9 @@ func (c *ConnConfig) defaults() {
 	}
 	if c.FirstFPDUHold == 0 {
 		c.FirstFPDUHold = 100 * time.Millisecond
+	}
+	if c.ResponseTimeout == 0 {
+		c.ResponseTimeout = defaultResponseTimeout
 	}
 }
 

@@ -73,15 +73,38 @@
 // QP.Disconnect ends a connection in order: it waits for the posted sends,
 // the peer finishes what it owes us, and both sides flush what is left.
 // QP.Close ends it at once but still in order at the TCP level (what was
-// queued, then a FIN, as net.Conn's Close); QP.Abort resets it. A failure ends it too: a protocol
-// error detected on either side travels as a Terminate message (RFC 5040),
-// and QP.Err returns a *TerminateError with the decoded cause, Remote true
-// for one the peer sent; a lost connection is ErrConnLost, an orderly end
-// ErrDisconnected. Either way every outstanding WR completes with
+// queued, then a FIN, as net.Conn's Close); QP.Abort resets it. A failure
+// ends it too: a protocol error detected on either side travels as a
+// Terminate message (RFC 5040), and QP.Err returns a *TerminateError with
+// the decoded cause, Remote true for one the peer sent; a lost connection
+// is ErrConnLost, an orderly end ErrDisconnected (but see below for Reads
+// left unanswered). Either way every outstanding WR completes with
 // WRFlushErr. Device.Close closes all of a device's QPs and listeners.
 // CQ.Destroy, SRQ.Destroy and PD.Dealloc tear the rest down in ibverbs'
 // order: each returns ErrBusy while a QP not yet closed, an SRQ or a
 // registered MR still uses the object.
+//
+// # Reads need a running peer
+//
+// An iWARP NIC answers RDMA Reads and atomics without the remote CPU; here
+// the peer's program answers them, on its receive goroutine. A peer whose
+// process is stopped (SIGSTOP, a debugger, a long stall) still has its
+// kernel acknowledge our segments, so TCP's keep-alive and UserTimeout
+// never fire, and its Read Responses never come. ConnConfig.ResponseTimeout
+// (30 s by default) bounds that wait as ibverbs' timeout and retry_cnt
+// bound a hardware QP's: while a Read or atomic of ours is outstanding and
+// the peer sends nothing at all for that long, the QP ends as with
+// IBV_WC_RETRY_EXC_ERR: the oldest completes with RetryExcErr, the rest
+// flush, the connection is reset and Err Is ErrResponseTimeout (and
+// ErrConnLost). A slow peer or path is not timed out: any octet from the
+// peer restarts the clock. A peer that closes (FIN) with Reads of ours
+// unanswered, as a killed process's kernel does, ends the QP with
+// ErrUnanswered (and ErrConnLost), not ErrDisconnected.
+//
+// Reads and atomics beyond the ORD negotiated at connection time (QP.Params)
+// are not refused: they wait in the send queue, in order, until earlier
+// ones complete, as RFC 5040 section 6.5 requires of the Data Sink; the
+// send queue's depth bounds them.
 //
 // # Names and shapes
 //

@@ -178,6 +178,7 @@ type QP struct {
 	nudge     atomic.Bool   // tx: send a zero-length Write (nudgeRTR)
 	holdMu    sync.Mutex    // guards holdTimer
 	holdTimer *time.Timer   // the hold's fallback, if any
+	resp      respWatch     // ConnConfig.ResponseTimeout
 
 	errOnce   sync.Once
 	err       error         // first fatal cause, set in errOnce
@@ -321,8 +322,10 @@ func (qp *QP) PeerPrivateData() []byte { return qp.peerPD }
 func (qp *QP) Done() <-chan struct{} { return qp.done }
 
 // Err returns why the QP left RTS: a *TerminateError (a Terminate we sent
-// or received), ErrConnLost, ErrDisconnected, or nil while it is healthy;
-// for a QP closed before it ever connected, an error that Is ErrClosed.
+// or received), ErrConnLost (with ErrResponseTimeout or ErrUnanswered when
+// Reads of ours went unanswered), ErrDisconnected, or nil while it is
+// healthy; for a QP closed before it ever connected, an error that Is
+// ErrClosed.
 // The cause is there from the moment the QP leaves RTS, before any work
 // completion with an error status is delivered, so an application that
 // polls a failed WC can always ask why.

@@ -22,6 +22,19 @@ var (
 	ErrDisconnected = errors.New("verbs: disconnected")
 )
 
+// ErrUnanswered: the peer closed its stream (FIN) while RDMA Reads or
+// atomics of ours awaited their responses, which can then never come: a
+// peer that crashed (the kernel closes a killed process's sockets with a
+// FIN) or closed without waiting for them. No orderly close, then: the
+// QP's error Is ErrConnLost too, and those WRs flush.
+var ErrUnanswered = errors.New("verbs: the peer closed the connection with RDMA Reads or atomics unanswered")
+
+// lostError is a QP's error that has a cause of its own and Is ErrConnLost.
+type lostError struct{ err error }
+
+func (e *lostError) Error() string   { return e.err.Error() }
+func (e *lostError) Unwrap() []error { return []error{e.err, ErrConnLost} }
+
 // TerminateError is a QP's fatal error that went through a Terminate
 // message: one we sent (Remote false) for an error we detected, or one the
 // peer sent (Remote true), which we never echo.
@@ -99,6 +112,18 @@ func (qp *QP) disconnected() {
 	qp.setError(ErrDisconnected)
 }
 
+// peerEnded records the end of a connection the peer closed, once what
+// it asked for before its FIN is written: an orderly close, unless Reads or
+// atomics of ours are left that no response can now answer (a crashed
+// peer's kernel sends the same FIN).
+func (qp *QP) peerEnded() {
+	if n := qp.ordq.ops(); n > 0 {
+		qp.setError(&lostError{fmt.Errorf("%w (%d outstanding)", ErrUnanswered, n)})
+		return
+	}
+	qp.disconnected()
+}
+
 // peerClosed handles the peer's orderly close (FIN between FPDUs, seen by
 // the receive loop). A half-closed TCP connection still carries data the
 // other way (RFC 9293 section 3.6), so the work the peer asked for before
@@ -144,6 +169,7 @@ func (qp *QP) loopDone() {
 	qp.setError(ErrDisconnected) // no-op when a cause is recorded
 	qp.state.Store(int32(StateError))
 	qp.stopHold()
+	qp.stopRespWatch()
 	qp.conn.Close()
 	// A send in progress on another goroutine (PostSend's txInline, the
 	// receive loop's rxAnswer) holds txMu and reads its WR's gather list,
@@ -208,8 +234,11 @@ func (qp *QP) flushAll() {
 // (no IRD left, a bad MSN) and RemOpErr otherwise. Anything else blames
 // none: a Write or Send completed when it was handed to TCP, as in siw.
 func (qp *QP) blamedWR() (uint64, WCStatus) {
-	te, ok := qp.err.(*TerminateError)
 	j := qp.ordq.front()
+	if errors.Is(qp.err, ErrResponseTimeout) && j != nil && !j.rtr {
+		return j.sqIdx, RetryExcErr // the one the peer left unanswered longest
+	}
+	te, ok := qp.err.(*TerminateError)
 	if !ok || !te.Remote || j == nil || j.rtr {
 		return 0, Success
 	}
