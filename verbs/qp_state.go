@@ -20,7 +20,17 @@ var (
 	// ErrDisconnected: the connection was closed in an orderly way, by us or
 	// by the peer.
 	ErrDisconnected = errors.New("verbs: disconnected")
+	// ErrAborted: this side reset the connection: QP.Abort, or a
+	// Disconnect whose ctx ended. It Is ErrDisconnected too (no failure
+	// ended the QP), but the peer saw a reset, not an orderly close.
+	ErrAborted = errors.New("verbs: connection reset by this side")
 )
+
+// abortedError is a reset of our own: ErrAborted, which Is ErrDisconnected.
+type abortedError struct{ err error }
+
+func (e *abortedError) Error() string   { return e.err.Error() }
+func (e *abortedError) Unwrap() []error { return []error{e.err, ErrDisconnected} }
 
 // ErrUnanswered: the peer closed its stream (FIN) while RDMA Reads or
 // atomics of ours awaited their responses, which can then never come: a
@@ -319,13 +329,17 @@ func (qp *QP) sqeDone(idx uint64, e *sqe) bool {
 // queue to drain. A QP that never connected goes to ERROR the same way:
 // its receives flush, Err wraps ErrClosed and Done closes. Safe to call
 // more than once.
-func (qp *QP) Close() error { return qp.close(false) }
+func (qp *QP) Close() error { return qp.close(nil) }
 
 // Abort is Close with a reset (RST) instead of a FIN, as ibverbs users
 // know from destroying a QP in RTS: octets still queued in TCP are lost.
-func (qp *QP) Abort() error { return qp.close(true) }
+// Err then Is ErrAborted (and ErrDisconnected), unless the QP had ended
+// before.
+func (qp *QP) Abort() error { return qp.close(&abortedError{ErrAborted}) }
 
-func (qp *QP) close(reset bool) error {
+// close ends the QP with a FIN, or with a reset if aborted is the error to
+// record.
+func (qp *QP) close(aborted error) error {
 	qp.startMu.Lock()
 	conn := qp.conn
 	if conn == nil {
@@ -340,8 +354,12 @@ func (qp *QP) close(reset bool) error {
 		qp.closeResources()
 		return nil
 	}
-	if qp.setError(ErrDisconnected) {
-		if reset {
+	why := ErrDisconnected
+	if aborted != nil {
+		why = aborted
+	}
+	if qp.setError(why) {
+		if aborted != nil {
 			abort(conn)
 		} else {
 			// The transmit loop writes what it holds first: WRs that
@@ -396,8 +414,9 @@ func (qp *QP) closeResources() {
 // every posted send WR has completed it sends FIN, the peer (which sends
 // what it owes us first) closes its side, and both QPs reach ERROR,
 // flushing the receives still posted; then it releases the QP as Close. If
-// ctx ends first, the connection is reset (Abort) and the error wraps
-// ctx.Err().
+// ctx ends first, the connection is reset (Abort), the error wraps
+// ctx.Err(), and Err Is ErrAborted. If the QP has failed, before or
+// during Disconnect, it returns Err: nil means the orderly close happened.
 func (qp *QP) Disconnect(ctx context.Context) error {
 	conn := qp.connOf()
 	if conn == nil {
@@ -428,7 +447,11 @@ func (qp *QP) Disconnect(ctx context.Context) error {
 	if err := qp.disconnectWait(ctx, qp.done, "waiting for the peer to close"); err != nil {
 		return err
 	}
-	return qp.Close()
+	qp.Close()
+	if err := qp.Err(); !errors.Is(err, ErrDisconnected) || errors.Is(err, ErrAborted) {
+		return err // failed, or reset, before the orderly close could finish
+	}
+	return nil
 }
 
 // disconnectWait waits for ch or the QP's end; if ctx ends first it resets
@@ -438,7 +461,9 @@ func (qp *QP) disconnectWait(ctx context.Context, ch <-chan struct{}, what strin
 	case <-ch:
 	case <-qp.done:
 	case <-ctx.Done():
-		qp.Abort()
+		// The QP's error names the cause but does not wrap ctx.Err(): other
+		// goroutines that ask Err must not take the deadline for theirs.
+		qp.close(&abortedError{fmt.Errorf("%w: Disconnect %s: %v", ErrAborted, what, ctx.Err())})
 		return fmt.Errorf("verbs: disconnect: %s: %w; connection reset", what, ctx.Err())
 	}
 	return nil
