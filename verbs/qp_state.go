@@ -56,7 +56,13 @@ type TerminateError struct {
 
 func (e *TerminateError) Error() string {
 	if e.Remote {
-		return "verbs: peer sent Terminate: " + e.Terminate.Cause().String()
+		c := e.Terminate.Cause()
+		s := "verbs: peer sent Terminate: " + c.String()
+		if c == (rdmap.Cause{Layer: rdmap.LayerDDP, EType: uint8(ddp.ETypeTagged), Code: ddp.CodeInvalidSTag}) {
+			s += " (a wrong STag, or a region registered without the access the operation needs: " +
+				"RFC 5041 has one code for both)"
+		}
+		return s
 	}
 	return fmt.Sprintf("verbs: sent Terminate (%s): %v", e.Terminate.Cause().String(), e.Err)
 }
