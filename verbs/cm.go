@@ -196,7 +196,7 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, cfg ConnConfig) er
 	}
 	if err != nil {
 		conn.Close()
-		return fmt.Errorf("verbs: MPA start-up with %s: %w", addr, ctxErr(ctx, err))
+		return dialStartupErr(ctx, addr, cfg.ReplyTimeout, err)
 	}
 	params, err := mpa.ConfirmReply(mcfg, req, rep)
 	if err != nil {
