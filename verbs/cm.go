@@ -247,6 +247,8 @@ func ctxErr(ctx context.Context, err error) error {
 // RequestTimeout, so a silent client costs one goroutine for that long) and
 // queues valid ones for GetRequest (bounded by Backlog and BacklogTimeout).
 // One bad client never stops it.
+//
+// GetRequest may be called from several goroutines; Close releases them.
 type Listener struct {
 	dev  *Device
 	ln   *tcpx.Listener
@@ -478,6 +480,7 @@ func (l *Listener) GetRequest(ctx context.Context) (*ConnRequest, error) {
 }
 
 // ConnRequest is a connection request the application accepts or rejects.
+// Of concurrent or repeated Accept and Reject calls, one answers it.
 type ConnRequest struct {
 	l       *Listener
 	conn    *net.TCPConn

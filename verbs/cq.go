@@ -11,6 +11,9 @@ import (
 // loops and drained by Poll. If the ring overflows, the CQ enters an error
 // state (ErrCQOverrun) and the QPs that fill it move to ERROR, as a CQ
 // overrun does in ibverbs: completions are never dropped silently.
+//
+// Its methods may be called from several goroutines at once: each
+// completion is polled once (package doc, "Concurrency").
 type CQ struct {
 	dev     *Device
 	avail   atomic.Int64 // 0 exactly when n is, so that polling an empty CQ takes no lock

@@ -44,6 +44,8 @@ var DefaultDeviceAttr = DeviceAttr{
 // Device is an iWARP device: the owner of memory registrations (the STag
 // table), protection domains, queue pairs and listeners. One process
 // normally opens one.
+//
+// Its methods are safe for concurrent use, Close with any of them.
 type Device struct {
 	attr DeviceAttr
 
@@ -159,6 +161,8 @@ func (d *Device) AllocPD() *PD { return &PD{dev: d} }
 
 // PD is a protection domain: a QP can touch only memory regions of its own
 // PD, locally and remotely.
+//
+// Its methods are safe for concurrent use.
 type PD struct {
 	dev   *Device
 	users int  // MRs registered, SRQs and QPs not closed (under dev.mu; destroy.go)

@@ -106,6 +106,50 @@
 // ones complete, as RFC 5040 section 6.5 requires of the Data Sink; the
 // send queue's depth bounds them.
 //
+// # Concurrency
+//
+// Every method of every type may be called from any goroutine, at the same
+// time as any other method, unless this section says otherwise; what
+// concurrent calls do is:
+//
+//   - Device: Close may run while anything else does: QPs end and flush,
+//     CQ waiters return, later creations fail with ErrClosed.
+//   - PD: RegMR, AllocMR, CreateQP, CreateSRQ and Dealloc at once.
+//   - MR: its getters (LKey, RKey, Addr, Len, Buf, Access, Valid, Placed,
+//     SGE, RemoteBuffer) at any time, also while WRs use the region and
+//     while Dereg runs. Dereg with WRs still using the region is the
+//     caller's error, as in ibverbs: they may fail or still use the memory
+//     (which Go keeps alive). The memory itself is the program's: see the
+//     ordering rules for when a peer's data may be read.
+//   - CQ: Poll, PollWait, Wait and WaitSolicited from several goroutines:
+//     each completion is polled by exactly one of them, and every waiter
+//     returns while completions are queued (they then race to poll).
+//     Destroy and Device.Close release waiters with ErrClosed. SetModeration,
+//     Len, Cap and Err at any time.
+//   - QP: PostSend, PostRecv and PostRegMR from several goroutines at once:
+//     each call's WRs are consecutive in their queue, calls in the order
+//     they took it. Close, Abort and Disconnect at any time, also together
+//     and while posts run; the first to end the QP decides Err, a post that
+//     loses the race completes with WRFlushErr (never a panic or a lost WR).
+//     Dial and Accept are one at a time: another while one runs, or on a
+//     connected QP, fails with ErrQPState. State, Err, Done, Stats,
+//     TCPInfo, Params, MULPDU, PeerPrivateData, LocalAddr, RemoteAddr,
+//     Config and PD at any time (zero values until connected).
+//     SetRxHandler at any time; the handler runs on the receive goroutine
+//     and must not block, Close or Disconnect the QP (see SetRxHandler).
+//   - SRQ: PostRecv from several goroutines, while its QPs take receives;
+//     ArmLimit, Len, Attr and Destroy at any time.
+//   - Listener: GetRequest from several goroutines (each request goes to
+//     one); Close releases them with ErrClosed.
+//   - ConnRequest: Accept or Reject, once: of concurrent or repeated calls
+//     one answers the request and the others return an error.
+//   - Values (SendWR, RecvWR, SGE, WC, RemoteBuffer, the configs) are plain
+//     data. A buffer a posted WR names belongs to the stack until its
+//     completion; a WR's own fields are copied at post time.
+//
+// The tests run these promises under the race detector
+// (TestConcurrencyContract).
+//
 // # Names and shapes
 //
 // The names are the ones RDMA programmers know: PD, MR (LKey/RKey = STag),

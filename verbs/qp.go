@@ -67,7 +67,10 @@ type QPConfig struct {
 	IRD, ORD int
 }
 
-// QP is a reliable-connected queue pair.
+// QP is a reliable-connected queue pair. Its methods may be called from
+// several goroutines at once: posts from many, Close, Abort and Disconnect
+// while they run (package doc, "Concurrency"); only Dial and Accept are one
+// at a time.
 type QP struct {
 	pd     *PD
 	dev    *Device
@@ -282,11 +285,21 @@ func (qp *QP) Config() QPConfig { return qp.cfg }
 // PD returns the QP's protection domain.
 func (qp *QP) PD() *PD { return qp.pd }
 
-// Params returns what MPA start-up negotiated (valid once connected).
-func (qp *QP) Params() mpa.Params { return qp.params }
+// Params returns what MPA start-up negotiated (zero until Dial or Accept
+// has connected the QP).
+func (qp *QP) Params() mpa.Params {
+	qp.startMu.Lock()
+	defer qp.startMu.Unlock()
+	return qp.params
+}
 
-// MULPDU returns the largest ULPDU the QP puts in one FPDU.
-func (qp *QP) MULPDU() int { return qp.mulpdu }
+// MULPDU returns the largest ULPDU the QP puts in one FPDU (zero until
+// Dial or Accept has connected the QP).
+func (qp *QP) MULPDU() int {
+	qp.startMu.Lock()
+	defer qp.startMu.Unlock()
+	return qp.mulpdu
+}
 
 // connOf returns the QP's TCP connection (nil before it connects).
 func (qp *QP) connOf() net.Conn {
@@ -313,8 +326,18 @@ func (qp *QP) RemoteAddr() net.Addr {
 }
 
 // PeerPrivateData returns the private data of the peer's MPA Request
-// (Accept) or Reply (Dial), without the Rev 2 IRD/ORD word.
-func (qp *QP) PeerPrivateData() []byte { return qp.peerPD }
+// (Accept) or Reply (Dial), without the Rev 2 IRD/ORD word; nil until Dial
+// or Accept has connected the QP.
+func (qp *QP) PeerPrivateData() []byte {
+	qp.startMu.Lock()
+	defer qp.startMu.Unlock()
+	if qp.conn == nil {
+		// Dial and Accept store peerPD before start publishes conn under
+		// startMu; until then it is theirs.
+		return nil
+	}
+	return qp.peerPD
+}
 
 // Done is closed when the QP has reached ERROR and flushed its work
 // requests. A QP on an SRQ takes no receive from it after that (what
