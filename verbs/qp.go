@@ -63,7 +63,11 @@ type QPConfig struct {
 	// outstanding. Negotiated at connection time (MPA rev 2) and never
 	// above these. 0 means the device maximum (DeviceAttr.MaxIRD, MaxORD;
 	// more is refused); a negative value means none (MPA IRD/ORD 0, as
-	// perftest advertises for tests without Reads).
+	// perftest advertises for tests without Reads). Reads and atomics
+	// posted beyond the negotiated ORD (Params().ORD) are not refused:
+	// they wait in the send queue, and the WRs behind them too, until
+	// earlier ones complete (RFC 5040 section 6.5); Stats().ReadsOutstanding
+	// counts those on the wire.
 	IRD, ORD int
 }
 
