@@ -53,6 +53,27 @@ func TestFINWithReadsUnanswered(t *testing.T) {
 	}
 }
 
+// A FIN before the peer answered the start-up's Read RTR (P2PAuto): the
+// peer never ran its side of the connection, and the WRs we posted, held
+// until that answer, flush. No orderly close either.
+func TestFINWithReadRTRUnanswered(t *testing.T) {
+	checkRoutines(t)
+	s := newSide(t, pairOpts{})
+	sink := s.regMR(t, 64, LocalWrite)
+	rp := answerDialNoRTR(t, s.qp, ConnConfig{FirstFPDUHold: 5 * time.Second}, mpa.Config{IRD: 4, ORD: 4})
+	require.Zero(t, rp.wantReadRequest(t, 1).Size(), "the Read RTR")
+	_, err := s.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMARead, Flags: Signaled,
+		SGL: []SGE{sink.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x77})
+	require.NoError(t, err)
+	rp.closeWrite(t)
+	waitDone(t, s.qp, peerTimeout)
+	err = s.qp.Err()
+	require.ErrorIs(t, err, ErrUnanswered)
+	require.ErrorIs(t, err, ErrConnLost)
+	require.Contains(t, err.Error(), "the start-up's Read RTR and 0 more outstanding")
+	require.Equal(t, []string{wcString(1, WCRDMARead, WRFlushErr)}, wcStrings(drainWC(s.scq)))
+}
+
 // Every Read answered before the FIN: an orderly close, as before.
 func TestFINWithReadsAnswered(t *testing.T) {
 	checkRoutines(t)

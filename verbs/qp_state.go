@@ -131,10 +131,18 @@ func (qp *QP) disconnected() {
 // peerEnded records the end of a connection the peer closed, once what
 // it asked for before its FIN is written: an orderly close, unless Reads or
 // atomics of ours are left that no response can now answer (a crashed
-// peer's kernel sends the same FIN).
+// peer's kernel sends the same FIN), or the start-up's Read RTR, which a
+// peer that runs always answers. A FIN that answers Disconnect's is
+// orderly: Disconnect waited for our Reads, and an RTR still unanswered
+// then is no loss. Called with txMu held.
 func (qp *QP) peerEnded() {
-	if n := qp.ordq.ops(); n > 0 {
-		qp.setError(&lostError{fmt.Errorf("%w (%d outstanding)", ErrUnanswered, n)})
+	if n := qp.ordq.len(); n > 0 && !qp.tx.finSent {
+		ops := qp.ordq.ops()
+		detail := fmt.Sprintf("%d outstanding", ops)
+		if ops < n {
+			detail = fmt.Sprintf("the start-up's Read RTR and %d more outstanding", ops)
+		}
+		qp.setError(&lostError{fmt.Errorf("%w (%s)", ErrUnanswered, detail)})
 		return
 	}
 	qp.disconnected()
