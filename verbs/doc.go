@@ -71,15 +71,18 @@
 // # Ending
 //
 // QP.Disconnect ends a connection in order: it waits for the posted sends,
-// the peer finishes what it owes us, and both sides flush what is left.
+// the peer finishes what it owes us, and both sides flush what is left;
+// it returns nil only if that happened, and QP.Err if the QP failed.
 // QP.Close ends it at once but still in order at the TCP level (what was
-// queued, then a FIN, as net.Conn's Close); QP.Abort resets it. A failure
-// ends it too: a protocol error detected on either side travels as a
-// Terminate message (RFC 5040), and QP.Err returns a *TerminateError with
-// the decoded cause, Remote true for one the peer sent; a lost connection
-// is ErrConnLost, an orderly end ErrDisconnected (but see below for Reads
+// queued, then a FIN, as net.Conn's Close); QP.Abort resets it (Err Is
+// ErrAborted, as after a Disconnect whose ctx ended). A failure ends it
+// too: a protocol error detected on either side travels as a Terminate
+// message (RFC 5040), and QP.Err returns a *TerminateError with the
+// decoded cause, Remote true for one the peer sent; a lost connection is
+// ErrConnLost, an orderly end ErrDisconnected (but see below for Reads
 // left unanswered). Either way every outstanding WR completes with
-// WRFlushErr. Device.Close closes all of a device's QPs and listeners.
+// WRFlushErr. Device.Close closes all of a device's QPs and listeners, and
+// returns the goroutines waiting on its CQs.
 // CQ.Destroy, SRQ.Destroy and PD.Dealloc tear the rest down in ibverbs'
 // order: each returns ErrBusy while a QP not yet closed, an SRQ or a
 // registered MR still uses the object.
@@ -146,9 +149,7 @@
 //   - Values (SendWR, RecvWR, SGE, WC, RemoteBuffer, the configs) are plain
 //     data. A buffer a posted WR names belongs to the stack until its
 //     completion; a WR's own fields are copied at post time.
-//
-// The tests run these promises under the race detector
-// (TestConcurrencyContract).
+
 //
 // # Names and shapes
 //
