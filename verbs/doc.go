@@ -149,7 +149,6 @@
 //   - Values (SendWR, RecvWR, SGE, WC, RemoteBuffer, the configs) are plain
 //     data. A buffer a posted WR names belongs to the stack until its
 //     completion; a WR's own fields are copied at post time.
-
 //
 // # Names and shapes
 //
