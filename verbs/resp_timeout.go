@@ -62,12 +62,19 @@ func (qp *QP) stopRespWatch() {
 // respLook is the timer's function. The peer is alive if an FPDU or any
 // octet of the stream arrived since the last look (TCP's count also moves
 // while an FPDU is read slowly, or while the receive loop runs a handler);
-// the clock runs only while a Read or atomic is on the wire.
+// the clock runs only while a Read or atomic is on the wire, and a QP with
+// none costs no system call.
 func (qp *QP) respLook() {
 	w := &qp.resp
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopped {
+		return
+	}
+	n := qp.ordq.ops()
+	if n == 0 {
+		w.since = time.Time{}
+		w.t.Reset(w.limit / 4)
 		return
 	}
 	now := time.Now()
@@ -79,9 +86,7 @@ func (qp *QP) respLook() {
 	}
 	alive := seen != w.seen || octets != w.octets
 	w.seen, w.octets = seen, octets
-	switch n := qp.ordq.ops(); {
-	case n == 0:
-		w.since = time.Time{}
+	switch {
 	case alive || w.since.IsZero():
 		w.since = now
 	case now.Sub(w.since) >= w.limit:
