@@ -30,9 +30,10 @@ type respWatch struct {
 	t       *time.Timer
 	stopped bool
 	limit   time.Duration
-	since   time.Time // when the current silence with responses owed began; zero: none owed
-	seen    uint64    // the FPDUs received at the last look
-	octets  uint64    // TCP's octets received at the last look
+	every   time.Duration // how often it looks: a quarter of limit, at least 1 ms
+	since   time.Time     // when the current silence with responses owed began; zero: none owed
+	seen    uint64        // the FPDUs received at the last look
+	octets  uint64        // TCP's octets received at the last look
 }
 
 // startRespWatch arms the watch of a QP that may have Reads outstanding.
@@ -42,9 +43,8 @@ func (qp *QP) startRespWatch(limit time.Duration) {
 		return
 	}
 	w.mu.Lock()
-	w.limit = limit
-	w.stopped = false
-	w.t = time.AfterFunc(limit/4, qp.respLook)
+	w.limit, w.every = limit, max(limit/4, time.Millisecond)
+	w.t = time.AfterFunc(w.every, qp.respLook)
 	w.mu.Unlock()
 }
 
@@ -74,7 +74,7 @@ func (qp *QP) respLook() {
 	n := qp.ordq.ops()
 	if n == 0 {
 		w.since = time.Time{}
-		w.t.Reset(w.limit / 4)
+		w.t.Reset(w.every)
 		return
 	}
 	now := time.Now()
@@ -97,5 +97,5 @@ func (qp *QP) respLook() {
 		}
 		return
 	}
-	w.t.Reset(w.limit / 4)
+	w.t.Reset(w.every)
 }
