@@ -110,6 +110,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	qp.wg.Add(1)
 	qp.txWG.Add(1)
 	qp.state.Store(int32(StateRTS))
+	qp.startRespWatch(cfg.ResponseTimeout) // before the loops, whose end stops it
 	go qp.txLoop()
 	go qp.rxLoop()
 	return nil
