@@ -19,8 +19,7 @@ func TestLargeReadWrite(t *testing.T) {
 	k, err := p.b.ReadAt(ctx, got, off)
 	require.NoError(t, err)
 	require.Equal(t, n, k)
-	want := make([]byte, 1<<20)
-	fill(want, 1)
+	want := initialMem(1 << 20)
 	requireSame(t, want[off:off+n], got, "read")
 
 	data := make([]byte, n)

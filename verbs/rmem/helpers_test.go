@@ -23,13 +23,13 @@ type pair struct {
 }
 
 type pairOpts struct {
-	size       int
-	sendWR     int // the client's send queue depth (default 128)
-	ord        int // the client's ORD (0: the device's; negative: none)
-	ird        int // the server's IRD (0: the device's)
-	cfg        Config
-	noBuffer   bool
-	access     verbs.Access
+	size     int
+	sendWR   int // the client's send queue depth (default 128)
+	ord      int // the client's ORD (0: the device's; negative: none)
+	ird      int // the server's IRD (0: the device's)
+	cfg      Config
+	noBuffer bool
+	access   verbs.Access
 }
 
 // newPair connects a pair; Cleanup closes the Buffer, the QPs and the
@@ -52,8 +52,7 @@ func newPair(t testing.TB, o pairOpts) *pair {
 		p.sdev.Close()
 	})
 	spd := p.sdev.AllocPD()
-	mem := make([]byte, o.size)
-	fill(mem, 1)
+	mem := initialMem(o.size)
 	acc := o.access
 	if acc == 0 {
 		acc = verbs.LocalWrite | verbs.RemoteRead | verbs.RemoteWrite
@@ -116,6 +115,22 @@ func (p *pair) placed(t testing.TB, n uint64) {
 func checkRoutines(t *testing.T) {
 	report := test.CheckRoutines(t)
 	t.Cleanup(report)
+}
+
+// sentinel is what tests write into a buffer a call has returned: it
+// never occurs in initialMem.
+const sentinel = 0xEE
+
+// initialMem returns the server region's contents as newPair makes them.
+func initialMem(n int) []byte {
+	b := make([]byte, n)
+	fill(b, 1)
+	for i := range b {
+		if b[i] == sentinel {
+			b[i] = 0
+		}
+	}
+	return b
 }
 
 func fill(b []byte, seed uint64) {
