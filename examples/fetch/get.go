@@ -15,6 +15,7 @@ import (
 
 	"github.com/goiwarp/iwarp/tcpx"
 	"github.com/goiwarp/iwarp/verbs"
+	"github.com/goiwarp/iwarp/verbs/rmem"
 )
 
 // maxChunk bounds -chunk: one RDMA Read moves at most 2 GiB - 1.
@@ -82,7 +83,7 @@ func get(ctx context.Context, host string, port int, out string, chunk, depth in
 	defer f.Close()
 
 	start := time.Now()
-	sum, err := readAll(ctx, qp, cq, o, chunk, depth, f)
+	sum, err := readAll(ctx, qp, o, chunk, depth, f)
 	if err != nil {
 		return err
 	}
@@ -115,70 +116,100 @@ func get(ctx context.Context, host string, port int, out string, chunk, depth in
 	return nil
 }
 
-// readAll reads the offered region with depth Reads of chunk octets in
-// flight, writes it to w in order and returns its SHA-256.
+// readAll reads the offered region with up to depth Reads of chunk octets
+// in flight, writes it to w in order and returns its SHA-256.
 //
-// The Reads land in a ring of depth slots of one registered buffer. Read
-// i goes to slot i mod depth; completions come in posting order, so the
-// next one is always for the oldest Read, and once it is written out its
-// slot takes the next Read. A slot is never reused before its completion:
-// until then the buffer is the stack's.
-func readAll(ctx context.Context, qp *verbs.QP, cq *verbs.CQ, o offer, chunk, depth int, w io.Writer) (_ []byte, err error) {
-	size, n := o.Len, reads(o.Len, chunk)
-	ring, err := qp.PD().RegMR(make([]byte, depth*chunk), verbs.LocalWrite)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			qp.Close() // Reads may be in flight: ended (flushed) before their buffer goes
-		}
-		ring.Dereg()
-	}()
-	// extent returns where Read i reads, and where it lands in the ring.
-	extent := func(i uint64) (off uint64, slot, length int) {
-		off = i * uint64(chunk)
-		return off, int(i%uint64(depth)) * chunk, int(min(uint64(chunk), size-off))
-	}
-
+// An rmem.Buffer does the Reads: it splits each ReadAt into Reads of at
+// most chunk octets, keeps up to depth of them in flight, lands them in
+// its own registered memory and copies them out. Two windows of about half
+// the depth alternate, each read by one ReadAt: while one is written out,
+// the other's Reads keep the path busy. A Buffer reaches at most 4 GiB (a
+// RemoteBuffer's length is 32 bits), so a larger file is read in spans, a
+// Buffer each.
+func readAll(ctx context.Context, qp *verbs.QP, o offer, chunk, depth int, w io.Writer) ([]byte, error) {
 	h := sha256.New()
-	pr := newProgress(os.Stderr, size)
+	pr := newProgress(os.Stderr, o.Len)
 	defer pr.end()
-	var posted, done uint64
-	wcs := make([]verbs.WC, depth)
-	for done < n {
-		for ; posted < n && posted-done < uint64(depth); posted++ {
-			off, slot, length := extent(posted)
-			_, err := qp.PostSend(verbs.SendWR{ID: posted, Opcode: verbs.OpRDMARead, Flags: verbs.Signaled,
-				SGL: []verbs.SGE{ring.SGE(slot, length)}, RemoteAddr: o.Addr + off, RKey: o.RKey})
-			if err != nil {
-				return nil, err
-			}
-		}
-		k, err := cq.PollWait(ctx, wcs) // ctx.Err() once ctx has ended
+	win := (depth + 1) / 2 * chunk
+	bufs := [2][]byte{make([]byte, win), make([]byte, win)}
+	for span := uint64(0); span < o.Len; span += maxSpan {
+		size := min(o.Len-span, maxSpan)
+		b, err := rmem.New(qp, verbs.RemoteBuffer{Addr: o.Addr + span, RKey: o.RKey, Len: uint32(size)},
+			rmem.Config{Depth: depth, PieceSize: chunk})
 		if err != nil {
 			return nil, err
 		}
-		for _, wc := range wcs[:k] {
-			off, slot, length := extent(done)
-			switch {
-			case wc.Status != verbs.Success:
-				// The first failure ends the QP; QP.Err says why, and the
-				// Reads after it complete flushed.
-				return nil, fmt.Errorf("RDMA Read of octets %d to %d: %v (%v)", off, off+uint64(length), wc.Status, qp.Err())
-			case wc.ID != done || int(wc.ByteLen) != length:
-				return nil, fmt.Errorf("completion %v: want Read %d of %d octets", wc, done, length)
-			}
-			data := ring.Buf()[slot : slot+length]
+		err = readSpan(ctx, b, span, size, bufs, func(off uint64, data []byte) error {
 			h.Write(data)
 			if _, err := w.Write(data); err != nil {
-				return nil, err
+				return err
 			}
-			done++
-			pr.update(off + uint64(length))
+			pr.update(span + off + uint64(len(data)))
+			return nil
+		})
+		if err != nil {
+			qp.Close() // so that Close need not wait for Reads a stalled server never answers
+		}
+		b.Close()
+		if err != nil {
+			return nil, err
 		}
 	}
 	return h.Sum(nil), nil
+}
+
+// maxSpan is the most one rmem.Buffer reaches.
+const maxSpan = 1<<32 - 1
+
+// readSpan reads the size octets of b, which starts at octet base of the
+// file, in windows of len(bufs[0]) octets, two at a time, and hands each
+// to out in order.
+func readSpan(ctx context.Context, b *rmem.Buffer, base, size uint64, bufs [2][]byte, out func(off uint64, data []byte) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	win := uint64(len(bufs[0]))
+	n := (size + win - 1) / win
+	var done [2]chan error
+	for i := range done {
+		done[i] = make(chan error, 1)
+	}
+	// window returns where window i reads, and into which buffer.
+	window := func(i uint64) (off uint64, p []byte) {
+		off = i * win
+		return off, bufs[i%2][:min(win, size-off)]
+	}
+	start := func(i uint64) {
+		off, p := window(i)
+		go func() {
+			_, err := b.ReadAt(ctx, p, int64(off))
+			if err != nil {
+				err = fmt.Errorf("RDMA Read of octets %d to %d: %w", base+off, base+off+uint64(len(p)), err)
+			}
+			done[i%2] <- err
+		}()
+	}
+	started := min(n, 2)
+	for i := range started {
+		start(i)
+	}
+	var err error
+	for i := uint64(0); i < n; i++ {
+		if err = <-done[i%2]; err == nil {
+			err = out(window(i))
+		}
+		if err != nil {
+			cancel() // the other window's ReadAt, if any, returns at once
+			for j := i + 1; j < started; j++ {
+				<-done[j%2]
+			}
+			break
+		}
+		if i+2 < n {
+			start(i + 2)
+			started++
+		}
+	}
+	return err
 }
 
 // reads is the number of Reads of chunk octets that size takes.
