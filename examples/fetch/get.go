@@ -121,9 +121,10 @@ func get(ctx context.Context, host string, port int, out string, chunk, depth in
 //
 // An rmem.Buffer does the Reads: it splits each ReadAt into Reads of at
 // most chunk octets, keeps up to depth of them in flight, lands them in
-// its own registered memory and copies them out. Two windows of about half
-// the depth alternate, each read by one ReadAt: while one is written out,
-// the other's Reads keep the path busy. A Buffer reaches at most 4 GiB (a
+// its own registered memory and copies them out. Windows of about half the
+// depth, each read by one ReadAt, are read three at a time: while one is
+// written out, the Reads of the next two keep depth in flight (the Buffer
+// keeps to depth, first come first served, so the windows fill in order). A Buffer reaches at most 4 GiB (a
 // RemoteBuffer's length is 32 bits), so a larger file is read in spans, a
 // Buffer each.
 func readAll(ctx context.Context, qp *verbs.QP, o offer, chunk, depth int, w io.Writer) ([]byte, error) {
@@ -131,7 +132,10 @@ func readAll(ctx context.Context, qp *verbs.QP, o offer, chunk, depth int, w io.
 	pr := newProgress(os.Stderr, o.Len)
 	defer pr.end()
 	win := (depth + 1) / 2 * chunk
-	bufs := [2][]byte{make([]byte, win), make([]byte, win)}
+	var bufs [windows][]byte
+	for i := range bufs {
+		bufs[i] = make([]byte, win)
+	}
 	for span := uint64(0); span < o.Len; span += maxSpan {
 		size := min(o.Len-span, maxSpan)
 		b, err := rmem.New(qp, verbs.RemoteBuffer{Addr: o.Addr + span, RKey: o.RKey, Len: uint32(size)},
@@ -158,25 +162,29 @@ func readAll(ctx context.Context, qp *verbs.QP, o offer, chunk, depth int, w io.
 	return h.Sum(nil), nil
 }
 
-// maxSpan is the most one rmem.Buffer reaches.
-const maxSpan = 1<<32 - 1
+// maxSpan is the most one rmem.Buffer reaches; windows are the ReadAt
+// calls in flight.
+const (
+	maxSpan = 1<<32 - 1
+	windows = 3
+)
 
 // readSpan reads the size octets of b, which starts at octet base of the
-// file, in windows of len(bufs[0]) octets, two at a time, and hands each
-// to out in order.
-func readSpan(ctx context.Context, b *rmem.Buffer, base, size uint64, bufs [2][]byte, out func(off uint64, data []byte) error) error {
+// file, in windows of len(bufs[0]) octets, one into each buffer at a time,
+// and hands each to out in order.
+func readSpan(ctx context.Context, b *rmem.Buffer, base, size uint64, bufs [windows][]byte, out func(off uint64, data []byte) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	win := uint64(len(bufs[0]))
 	n := (size + win - 1) / win
-	var done [2]chan error
+	var done [windows]chan error
 	for i := range done {
 		done[i] = make(chan error, 1)
 	}
 	// window returns where window i reads, and into which buffer.
 	window := func(i uint64) (off uint64, p []byte) {
 		off = i * win
-		return off, bufs[i%2][:min(win, size-off)]
+		return off, bufs[i%windows][:min(win, size-off)]
 	}
 	start := func(i uint64) {
 		off, p := window(i)
@@ -185,27 +193,27 @@ func readSpan(ctx context.Context, b *rmem.Buffer, base, size uint64, bufs [2][]
 			if err != nil {
 				err = fmt.Errorf("RDMA Read of octets %d to %d: %w", base+off, base+off+uint64(len(p)), err)
 			}
-			done[i%2] <- err
+			done[i%windows] <- err
 		}()
 	}
-	started := min(n, 2)
+	started := min(n, windows)
 	for i := range started {
 		start(i)
 	}
 	var err error
 	for i := uint64(0); i < n; i++ {
-		if err = <-done[i%2]; err == nil {
+		if err = <-done[i%windows]; err == nil {
 			err = out(window(i))
 		}
 		if err != nil {
-			cancel() // the other window's ReadAt, if any, returns at once
+			cancel() // the other windows' ReadAt calls return at once
 			for j := i + 1; j < started; j++ {
-				<-done[j%2]
+				<-done[j%windows]
 			}
 			break
 		}
-		if i+2 < n {
-			start(i + 2)
+		if started < n {
+			start(started)
 			started++
 		}
 	}
