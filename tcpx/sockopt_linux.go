@@ -115,6 +115,16 @@ func stateClosed(rc syscall.RawConn) bool {
 	return closed
 }
 
+func pendingError(rc syscall.RawConn) error {
+	var e error
+	rc.Control(func(fd uintptr) {
+		if v, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR); err == nil && v != 0 {
+			e = syscall.Errno(v)
+		}
+	})
+	return e
+}
+
 func usec[T uint32 | uint64](v T) time.Duration { return time.Duration(v) * time.Microsecond }
 
 func statsFromInfo(ti *unix.TCPInfo) Stats {

@@ -26,4 +26,6 @@ func info(syscall.RawConn) (Stats, error) { return Stats{}, errUnsupported }
 
 func stateClosed(syscall.RawConn) bool { return false }
 
+func pendingError(syscall.RawConn) error { return nil }
+
 func (q *SendQueue) probe(uintptr) { q.err = errUnsupported }

@@ -238,6 +238,19 @@ func Reset(c *net.TCPConn) bool {
 	return stateClosed(rc)
 }
 
+// PendingError returns c's pending socket error (SO_ERROR), and clears it:
+// the ECONNRESET or ETIMEDOUT of a connection Reset reports closed, when no
+// read or write has taken it yet, as after the peer's FIN (a read then
+// sees end of stream first). It is nil when none is pending, and where the
+// platform cannot tell.
+func PendingError(c *net.TCPConn) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return pendingError(rc)
+}
+
 // Info returns the kernel's TCP_INFO statistics for c.
 func Info(c *net.TCPConn) (Stats, error) {
 	rc, err := c.SyscallConn()

@@ -98,6 +98,13 @@ type ConnConfig struct {
 	// set it; a QP without it never sends them and answers them with a
 	// Terminate (unexpected opcode).
 	RFC7306 bool
+	// ResponseTimeout ends the QP when RDMA Reads or atomics of ours await
+	// their responses and the peer sends nothing for this long, as
+	// ibverbs' timeout and retry_cnt do (IBV_WC_RETRY_EXC_ERR): the oldest
+	// completes with RetryExcErr, the rest flush, the connection is reset
+	// and Err Is ErrResponseTimeout. Default 30 s; negative: no bound.
+	// See the package doc's "Reads need a running peer".
+	ResponseTimeout time.Duration
 }
 
 func (c *ConnConfig) defaults() {
@@ -118,6 +125,9 @@ func (c *ConnConfig) defaults() {
 	}
 	if c.FirstFPDUHold == 0 {
 		c.FirstFPDUHold = 100 * time.Millisecond
+	}
+	if c.ResponseTimeout == 0 {
+		c.ResponseTimeout = defaultResponseTimeout
 	}
 }
 
@@ -186,7 +196,7 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, cfg ConnConfig) er
 	}
 	if err != nil {
 		conn.Close()
-		return fmt.Errorf("verbs: MPA start-up with %s: %w", addr, ctxErr(ctx, err))
+		return dialStartupErr(ctx, addr, cfg.ReplyTimeout, err)
 	}
 	params, err := mpa.ConfirmReply(mcfg, req, rep)
 	if err != nil {
@@ -237,6 +247,8 @@ func ctxErr(ctx context.Context, err error) error {
 // RequestTimeout, so a silent client costs one goroutine for that long) and
 // queues valid ones for GetRequest (bounded by Backlog and BacklogTimeout).
 // One bad client never stops it.
+//
+// GetRequest may be called from several goroutines; Close releases them.
 type Listener struct {
 	dev  *Device
 	ln   *tcpx.Listener
@@ -468,6 +480,7 @@ func (l *Listener) GetRequest(ctx context.Context) (*ConnRequest, error) {
 }
 
 // ConnRequest is a connection request the application accepts or rejects.
+// Of concurrent or repeated Accept and Reject calls, one answers it.
 type ConnRequest struct {
 	l       *Listener
 	conn    *net.TCPConn

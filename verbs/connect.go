@@ -107,6 +107,7 @@ func (qp *QP) start(conn net.Conn, p mpa.Params, cfg ConnConfig, initiator bool)
 	qp.state.Store(int32(StateRTS))
 	go qp.txLoop()
 	go qp.rxLoop()
+	qp.startRespWatch(cfg.ResponseTimeout)
 	return nil
 }
 

@@ -11,6 +11,9 @@ import (
 // loops and drained by Poll. If the ring overflows, the CQ enters an error
 // state (ErrCQOverrun) and the QPs that fill it move to ERROR, as a CQ
 // overrun does in ibverbs: completions are never dropped silently.
+//
+// Its methods may be called from several goroutines at once: each
+// completion is polled once (package doc, "Concurrency").
 type CQ struct {
 	dev     *Device
 	avail   atomic.Int64 // 0 exactly when n is, so that polling an empty CQ takes no lock
@@ -92,10 +95,11 @@ func (cq *CQ) Err() error {
 	return cq.err
 }
 
-// Wait blocks until the CQ holds a completion, the CQ fails or ctx ends
-// (then it returns ctx.Err()). Every goroutine waiting returns while
-// completions are queued; which of them Polls them is theirs to settle (a
-// completion is polled once). PollWait is the usual way to use it.
+// Wait blocks until the CQ holds a completion, the CQ fails, its device
+// closes with none queued (an error that Is ErrClosed) or ctx ends (then
+// it returns ctx.Err()). Every goroutine waiting returns while completions
+// are queued; which of them Polls them is theirs to settle (a completion
+// is polled once). PollWait is the usual way to use it.
 func (cq *CQ) Wait(ctx context.Context) error {
 	// Counted before n is read: an add after that read sees the count
 	// (its load follows our increment, through mu) and wakes us.
@@ -119,6 +123,10 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		}
 		select {
 		case <-cq.notify:
+		case <-cq.dev.done:
+			if cq.Len() == 0 {
+				return errDeviceClosed
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -127,18 +135,21 @@ func (cq *CQ) Wait(ctx context.Context) error {
 
 // PollWait polls up to len(wcs) completions into wcs, waiting for the
 // first if none is queued: it returns at least one, or the CQ's error
-// (ErrCQOverrun), or ctx.Err() — once ctx has ended, before any
-// completion, so that a loop over PollWait stops when asked to.
+// (ErrCQOverrun), or, with none queued, an error that Is ErrClosed once
+// the device has closed (Device.Close) or ctx.Err() once ctx has ended.
+// Completions already queued come first even when ctx has ended, so that
+// a cancelled wait never strands them; a loop that must stop while
+// completions keep coming checks ctx itself.
 func (cq *CQ) PollWait(ctx context.Context, wcs []WC) (int, error) {
 	if len(wcs) == 0 {
 		return 0, fmt.Errorf("%w: PollWait with no room", ErrInvalidArg)
 	}
 	for {
-		if err := ctx.Err(); err != nil {
-			return 0, err // even while completions keep coming
-		}
 		if n := cq.Poll(wcs); n > 0 {
 			return n, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
 		}
 		if err := cq.Wait(ctx); err != nil {
 			return 0, err
@@ -149,7 +160,8 @@ func (cq *CQ) PollWait(ctx context.Context, wcs []WC) (int, error) {
 // WaitSolicited blocks until the CQ holds a completion not yet polled for
 // a Send that carried the Solicited Event bit, or one with an error status
 // (what ibv_req_notify_cq with solicited_only reports), the CQ fails
-// (ErrCQOverrun) or ctx ends. One already queued counts: the loop "Poll
+// (ErrCQOverrun), its device closes with none queued (an error that Is
+// ErrClosed) or ctx ends. One already queued counts: the loop "Poll
 // until empty, then WaitSolicited" loses no wake-up, as ibverbs' "arm, then
 // poll again" does not. Every goroutine waiting returns.
 func (cq *CQ) WaitSolicited(ctx context.Context) error {
@@ -170,6 +182,13 @@ func (cq *CQ) WaitSolicited(ctx context.Context) error {
 		}
 		select {
 		case <-cq.solWait:
+		case <-cq.dev.done:
+			cq.mu.Lock()
+			sols := cq.sols
+			cq.mu.Unlock()
+			if sols == 0 {
+				return errDeviceClosed
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}

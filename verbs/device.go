@@ -44,6 +44,8 @@ var DefaultDeviceAttr = DeviceAttr{
 // Device is an iWARP device: the owner of memory registrations (the STag
 // table), protection domains, queue pairs and listeners. One process
 // normally opens one.
+//
+// Its methods are safe for concurrent use, Close with any of them.
 type Device struct {
 	attr DeviceAttr
 
@@ -56,6 +58,7 @@ type Device struct {
 	closed    bool
 	qps       map[*QP]struct{}
 	listeners map[*Listener]struct{}
+	done      chan struct{} // closed when Close has closed the QPs: CQ waiters return
 }
 
 // Open returns a new Device with the given limits: zero fields take the
@@ -98,12 +101,16 @@ func Open(attr DeviceAttr) (*Device, error) {
 	// STag indices start at a random point so that a peer cannot guess the
 	// STags of the first registrations.
 	return &Device{attr: d, nextIdx: randUint32() & 0xffffff,
-		qps: make(map[*QP]struct{}), listeners: make(map[*Listener]struct{})}, nil
+		qps: make(map[*QP]struct{}), listeners: make(map[*Listener]struct{}), done: make(chan struct{})}, nil
 }
 
 // Close closes the device's listeners and QPs (as QP.Close: their
 // connections end, their work requests flush) and refuses new objects
-// with ErrClosed. Memory regions stay valid for the program's own use.
+// with ErrClosed. Goroutines waiting on its CQs (Wait, PollWait,
+// WaitSolicited) then return: with the flushed completions while any are
+// queued, and then an error that Is ErrClosed, as net.Listener's Close
+// unblocks Accept. Memory regions stay valid for the program's own use.
+// Safe to call more than once; a second call returns at once.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -126,8 +133,12 @@ func (d *Device) Close() error {
 	for _, qp := range qps {
 		qp.Close()
 	}
+	close(d.done) // after the QPs' flushed completions are queued
 	return nil
 }
+
+// errDeviceClosed is what a CQ waiter returns once its device has closed.
+var errDeviceClosed = fmt.Errorf("%w: device closed", ErrClosed)
 
 // isClosed reports whether Close was called.
 func (d *Device) isClosed() bool {
@@ -150,6 +161,8 @@ func (d *Device) AllocPD() *PD { return &PD{dev: d} }
 
 // PD is a protection domain: a QP can touch only memory regions of its own
 // PD, locally and remotely.
+//
+// Its methods are safe for concurrent use.
 type PD struct {
 	dev   *Device
 	users int  // MRs registered, SRQs and QPs not closed (under dev.mu; destroy.go)

@@ -71,17 +71,84 @@
 // # Ending
 //
 // QP.Disconnect ends a connection in order: it waits for the posted sends,
-// the peer finishes what it owes us, and both sides flush what is left.
+// the peer finishes what it owes us, and both sides flush what is left;
+// it returns nil only if that happened, and QP.Err if the QP failed.
 // QP.Close ends it at once but still in order at the TCP level (what was
-// queued, then a FIN, as net.Conn's Close); QP.Abort resets it. A failure ends it too: a protocol
-// error detected on either side travels as a Terminate message (RFC 5040),
-// and QP.Err returns a *TerminateError with the decoded cause, Remote true
-// for one the peer sent; a lost connection is ErrConnLost, an orderly end
-// ErrDisconnected. Either way every outstanding WR completes with
-// WRFlushErr. Device.Close closes all of a device's QPs and listeners.
+// queued, then a FIN, as net.Conn's Close); QP.Abort resets it (Err Is
+// ErrAborted, as after a Disconnect whose ctx ended). A failure ends it
+// too: a protocol error detected on either side travels as a Terminate
+// message (RFC 5040), and QP.Err returns a *TerminateError with the
+// decoded cause, Remote true for one the peer sent; a lost connection is
+// ErrConnLost, an orderly end ErrDisconnected (but see below for Reads
+// left unanswered). Either way every outstanding WR completes with
+// WRFlushErr. Device.Close closes all of a device's QPs and listeners, and
+// returns the goroutines waiting on its CQs.
 // CQ.Destroy, SRQ.Destroy and PD.Dealloc tear the rest down in ibverbs'
 // order: each returns ErrBusy while a QP not yet closed, an SRQ or a
 // registered MR still uses the object.
+//
+// # Reads need a running peer
+//
+// An iWARP NIC answers RDMA Reads and atomics without the remote CPU; here
+// the peer's program answers them, on its receive goroutine. A peer whose
+// process is stopped (SIGSTOP, a debugger, a long stall) still has its
+// kernel acknowledge our segments, so TCP's keep-alive and UserTimeout
+// never fire, and its Read Responses never come. ConnConfig.ResponseTimeout
+// (30 s by default) bounds that wait as ibverbs' timeout and retry_cnt
+// bound a hardware QP's: while a Read or atomic of ours is outstanding and
+// the peer sends nothing at all for that long, the QP ends as with
+// IBV_WC_RETRY_EXC_ERR: the oldest completes with RetryExcErr, the rest
+// flush, the connection is reset and Err Is ErrResponseTimeout (and
+// ErrConnLost). A slow peer or path is not timed out: any octet from the
+// peer restarts the clock. A peer that closes (FIN) with Reads of ours
+// unanswered, as a killed process's kernel does, ends the QP with
+// ErrUnanswered (and ErrConnLost), not ErrDisconnected.
+//
+// Reads and atomics beyond the ORD negotiated at connection time (QP.Params)
+// are not refused: they wait in the send queue, in order, until earlier
+// ones complete, as RFC 5040 section 6.5 requires of the Data Sink; the
+// send queue's depth bounds them.
+//
+// # Concurrency
+//
+// Every method of every type may be called from any goroutine, at the same
+// time as any other method, unless this section says otherwise; what
+// concurrent calls do is:
+//
+//   - Device: Close may run while anything else does: QPs end and flush,
+//     CQ waiters return, later creations fail with ErrClosed.
+//   - PD: RegMR, AllocMR, CreateQP, CreateSRQ and Dealloc at once.
+//   - MR: its getters (LKey, RKey, Addr, Len, Buf, Access, Valid, Placed,
+//     SGE, RemoteBuffer) at any time, also while WRs use the region and
+//     while Dereg runs. Dereg with WRs still using the region is the
+//     caller's error, as in ibverbs: they may fail or still use the memory
+//     (which Go keeps alive). The memory itself is the program's: see the
+//     ordering rules for when a peer's data may be read.
+//   - CQ: Poll, PollWait, Wait and WaitSolicited from several goroutines:
+//     each completion is polled by exactly one of them, and every waiter
+//     returns while completions are queued (they then race to poll).
+//     Destroy and Device.Close release waiters with ErrClosed. SetModeration,
+//     Len, Cap and Err at any time.
+//   - QP: PostSend, PostRecv and PostRegMR from several goroutines at once:
+//     each call's WRs are consecutive in their queue, calls in the order
+//     they took it. Close, Abort and Disconnect at any time, also together
+//     and while posts run; the first to end the QP decides Err, a post that
+//     loses the race completes with WRFlushErr (never a panic or a lost WR).
+//     Dial and Accept are one at a time: another while one runs, or on a
+//     connected QP, fails with ErrQPState. State, Err, Done, Stats,
+//     TCPInfo, Params, MULPDU, PeerPrivateData, LocalAddr, RemoteAddr,
+//     Config and PD at any time (zero values until connected).
+//     SetRxHandler at any time; the handler runs on the receive goroutine
+//     and must not block, Close or Disconnect the QP (see SetRxHandler).
+//   - SRQ: PostRecv from several goroutines, while its QPs take receives;
+//     ArmLimit, Len, Attr and Destroy at any time.
+//   - Listener: GetRequest from several goroutines (each request goes to
+//     one); Close releases them with ErrClosed.
+//   - ConnRequest: Accept or Reject, once: of concurrent or repeated calls
+//     one answers the request and the others return an error.
+//   - Values (SendWR, RecvWR, SGE, WC, RemoteBuffer, the configs) are plain
+//     data. A buffer a posted WR names belongs to the stack until its
+//     completion; a WR's own fields are copied at post time.
 //
 // # Names and shapes
 //

@@ -36,6 +36,8 @@ func (a Access) String() string {
 // MR is a registered memory region. Its LKey and RKey are the same STag: a
 // 24-bit index into the device's table and an 8-bit key drawn at random for
 // every registration, so that a stale or guessed STag misses.
+//
+// Its methods are safe for concurrent use, also while WRs use the region.
 type MR struct {
 	pd   *PD
 	idx  uint32

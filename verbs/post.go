@@ -120,8 +120,9 @@ const sqPubEvery = 16
 // many it posted. It stops at the first WR it cannot post and returns an
 // error that says why; the WRs before it are posted. On a QP in ERROR every
 // WR completes at once with WRFlushErr (so that a drain works as in ibverbs).
-// The WRs and their gather lists may be reused when PostSend returns; the
-// memory they point to only after the completion.
+// Reads and atomics beyond the negotiated ORD are posted and wait their
+// turn (QPConfig.ORD). The WRs and their gather lists may be reused when
+// PostSend returns; the memory they point to only after the completion.
 func (qp *QP) PostSend(wrs ...SendWR) (int, error) {
 	st := qp.State()
 	if st == StateIdle {

@@ -63,11 +63,18 @@ type QPConfig struct {
 	// outstanding. Negotiated at connection time (MPA rev 2) and never
 	// above these. 0 means the device maximum (DeviceAttr.MaxIRD, MaxORD;
 	// more is refused); a negative value means none (MPA IRD/ORD 0, as
-	// perftest advertises for tests without Reads).
+	// perftest advertises for tests without Reads). Reads and atomics
+	// posted beyond the negotiated ORD (Params().ORD) are not refused:
+	// they wait in the send queue, and the WRs behind them too, until
+	// earlier ones complete (RFC 5040 section 6.5); Stats().ReadsOutstanding
+	// counts those on the wire.
 	IRD, ORD int
 }
 
-// QP is a reliable-connected queue pair.
+// QP is a reliable-connected queue pair. Its methods may be called from
+// several goroutines at once: posts from many, Close, Abort and Disconnect
+// while they run (package doc, "Concurrency"); only Dial and Accept are one
+// at a time.
 type QP struct {
 	pd     *PD
 	dev    *Device
@@ -178,6 +185,7 @@ type QP struct {
 	nudge     atomic.Bool   // tx: send a zero-length Write (nudgeRTR)
 	holdMu    sync.Mutex    // guards holdTimer
 	holdTimer *time.Timer   // the hold's fallback, if any
+	resp      respWatch     // ConnConfig.ResponseTimeout
 
 	errOnce   sync.Once
 	err       error         // first fatal cause, set in errOnce
@@ -281,11 +289,21 @@ func (qp *QP) Config() QPConfig { return qp.cfg }
 // PD returns the QP's protection domain.
 func (qp *QP) PD() *PD { return qp.pd }
 
-// Params returns what MPA start-up negotiated (valid once connected).
-func (qp *QP) Params() mpa.Params { return qp.params }
+// Params returns what MPA start-up negotiated (zero until Dial or Accept
+// has connected the QP).
+func (qp *QP) Params() mpa.Params {
+	qp.startMu.Lock()
+	defer qp.startMu.Unlock()
+	return qp.params
+}
 
-// MULPDU returns the largest ULPDU the QP puts in one FPDU.
-func (qp *QP) MULPDU() int { return qp.mulpdu }
+// MULPDU returns the largest ULPDU the QP puts in one FPDU (zero until
+// Dial or Accept has connected the QP).
+func (qp *QP) MULPDU() int {
+	qp.startMu.Lock()
+	defer qp.startMu.Unlock()
+	return qp.mulpdu
+}
 
 // connOf returns the QP's TCP connection (nil before it connects).
 func (qp *QP) connOf() net.Conn {
@@ -312,8 +330,18 @@ func (qp *QP) RemoteAddr() net.Addr {
 }
 
 // PeerPrivateData returns the private data of the peer's MPA Request
-// (Accept) or Reply (Dial), without the Rev 2 IRD/ORD word.
-func (qp *QP) PeerPrivateData() []byte { return qp.peerPD }
+// (Accept) or Reply (Dial), without the Rev 2 IRD/ORD word; nil until Dial
+// or Accept has connected the QP.
+func (qp *QP) PeerPrivateData() []byte {
+	qp.startMu.Lock()
+	defer qp.startMu.Unlock()
+	if qp.conn == nil {
+		// Dial and Accept store peerPD before start publishes conn under
+		// startMu; until then it is theirs.
+		return nil
+	}
+	return qp.peerPD
+}
 
 // Done is closed when the QP has reached ERROR and flushed its work
 // requests. A QP on an SRQ takes no receive from it after that (what
@@ -321,8 +349,10 @@ func (qp *QP) PeerPrivateData() []byte { return qp.peerPD }
 func (qp *QP) Done() <-chan struct{} { return qp.done }
 
 // Err returns why the QP left RTS: a *TerminateError (a Terminate we sent
-// or received), ErrConnLost, ErrDisconnected, or nil while it is healthy;
-// for a QP closed before it ever connected, an error that Is ErrClosed.
+// or received), ErrConnLost (with ErrResponseTimeout or ErrUnanswered when
+// Reads of ours went unanswered), ErrDisconnected, or nil while it is
+// healthy; for a QP closed before it ever connected, an error that Is
+// ErrClosed.
 // The cause is there from the moment the QP leaves RTS, before any work
 // completion with an error status is delivered, so an application that
 // polls a failed WC can always ask why.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/goiwarp/iwarp/ddp"
@@ -171,7 +172,7 @@ func (qp *QP) rxFailed(err error) {
 		if tc, ok := qp.conn.(*net.TCPConn); ok && tcpx.Reset(tc) {
 			qp.txMu.Lock()
 			qp.txMu.Unlock()
-			qp.connLost(fmt.Errorf("connection reset or timed out (read: %w)", err))
+			qp.connLost(closedCause(tc))
 			return
 		}
 	}
@@ -191,6 +192,38 @@ func (qp *QP) rxFailed(err error) {
 		qp.rxFatal(err)
 	}
 }
+
+// closedCause says why a socket that read end of stream is closed (TCP
+// state CLOSE): the peer's FIN came first, which a read reports before
+// the error still pending (Linux names a reset after the peer's FIN EPIPE,
+// one before it ECONNRESET); or, if another call took the error, that
+// much.
+func closedCause(tc *net.TCPConn) error {
+	err := tcpx.PendingError(tc)
+	if err == nil {
+		return errors.New("the connection was reset or timed out (the socket is in TCP state CLOSE)")
+	}
+	what := err.Error()
+	switch {
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNRESET):
+		what = "reset by the peer"
+	case errors.Is(err, syscall.ETIMEDOUT):
+		what = "timed out"
+	}
+	return &closedError{what: what, err: err}
+}
+
+// closedError is closedCause's error; it Is its errno.
+type closedError struct {
+	what string
+	err  error
+}
+
+func (e *closedError) Error() string {
+	return fmt.Sprintf("the peer closed its side (FIN), then the connection was %s (%v)", e.what, e.err)
+}
+
+func (e *closedError) Unwrap() error { return e.err }
 
 // rxFatal is fatal for the segment the receive loop is taking apart. A
 // handler that completes a WR with an error status calls it before pushing

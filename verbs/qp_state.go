@@ -20,7 +20,30 @@ var (
 	// ErrDisconnected: the connection was closed in an orderly way, by us or
 	// by the peer.
 	ErrDisconnected = errors.New("verbs: disconnected")
+	// ErrAborted: this side reset the connection: QP.Abort, or a
+	// Disconnect whose ctx ended. It Is ErrDisconnected too (no failure
+	// ended the QP), but the peer saw a reset, not an orderly close.
+	ErrAborted = errors.New("verbs: connection reset by this side")
 )
+
+// abortedError is a reset of our own: ErrAborted, which Is ErrDisconnected.
+type abortedError struct{ err error }
+
+func (e *abortedError) Error() string   { return e.err.Error() }
+func (e *abortedError) Unwrap() []error { return []error{e.err, ErrDisconnected} }
+
+// ErrUnanswered: the peer closed its stream (FIN) while RDMA Reads or
+// atomics of ours awaited their responses, which can then never come: a
+// peer that crashed (the kernel closes a killed process's sockets with a
+// FIN) or closed without waiting for them. No orderly close, then: the
+// QP's error Is ErrConnLost too, and those WRs flush.
+var ErrUnanswered = errors.New("verbs: the peer closed the connection with RDMA Reads or atomics unanswered")
+
+// lostError is a QP's error that has a cause of its own and Is ErrConnLost.
+type lostError struct{ err error }
+
+func (e *lostError) Error() string   { return e.err.Error() }
+func (e *lostError) Unwrap() []error { return []error{e.err, ErrConnLost} }
 
 // TerminateError is a QP's fatal error that went through a Terminate
 // message: one we sent (Remote false) for an error we detected, or one the
@@ -33,7 +56,13 @@ type TerminateError struct {
 
 func (e *TerminateError) Error() string {
 	if e.Remote {
-		return "verbs: peer sent Terminate: " + e.Terminate.Cause().String()
+		c := e.Terminate.Cause()
+		s := "verbs: peer sent Terminate: " + c.String()
+		if c == (rdmap.Cause{Layer: rdmap.LayerDDP, EType: uint8(ddp.ETypeTagged), Code: ddp.CodeInvalidSTag}) {
+			s += " (a wrong STag, or a region registered without the access the operation needs: " +
+				"RFC 5041 has one code for both)"
+		}
+		return s
 	}
 	return fmt.Sprintf("verbs: sent Terminate (%s): %v", e.Terminate.Cause().String(), e.Err)
 }
@@ -99,6 +128,26 @@ func (qp *QP) disconnected() {
 	qp.setError(ErrDisconnected)
 }
 
+// peerEnded records the end of a connection the peer closed, once what
+// it asked for before its FIN is written: an orderly close, unless Reads or
+// atomics of ours are left that no response can now answer (a crashed
+// peer's kernel sends the same FIN), or the start-up's Read RTR, which a
+// peer that runs always answers. A FIN that answers Disconnect's is
+// orderly: Disconnect waited for our Reads, and an RTR still unanswered
+// then is no loss. Called with txMu held.
+func (qp *QP) peerEnded() {
+	if n := qp.ordq.len(); n > 0 && !qp.tx.finSent {
+		ops := qp.ordq.ops()
+		detail := fmt.Sprintf("%d outstanding", ops)
+		if ops < n {
+			detail = fmt.Sprintf("the start-up's Read RTR and %d more outstanding", ops)
+		}
+		qp.setError(&lostError{fmt.Errorf("%w (%s)", ErrUnanswered, detail)})
+		return
+	}
+	qp.disconnected()
+}
+
 // peerClosed handles the peer's orderly close (FIN between FPDUs, seen by
 // the receive loop). A half-closed TCP connection still carries data the
 // other way (RFC 9293 section 3.6), so the work the peer asked for before
@@ -144,6 +193,7 @@ func (qp *QP) loopDone() {
 	qp.setError(ErrDisconnected) // no-op when a cause is recorded
 	qp.state.Store(int32(StateError))
 	qp.stopHold()
+	qp.stopRespWatch()
 	qp.conn.Close()
 	// A send in progress on another goroutine (PostSend's txInline, the
 	// receive loop's rxAnswer) holds txMu and reads its WR's gather list,
@@ -208,8 +258,11 @@ func (qp *QP) flushAll() {
 // (no IRD left, a bad MSN) and RemOpErr otherwise. Anything else blames
 // none: a Write or Send completed when it was handed to TCP, as in siw.
 func (qp *QP) blamedWR() (uint64, WCStatus) {
-	te, ok := qp.err.(*TerminateError)
 	j := qp.ordq.front()
+	if errors.Is(qp.err, ErrResponseTimeout) && j != nil && !j.rtr {
+		return j.sqIdx, RetryExcErr // the one the peer left unanswered longest
+	}
+	te, ok := qp.err.(*TerminateError)
 	if !ok || !te.Remote || j == nil || j.rtr {
 		return 0, Success
 	}
@@ -290,13 +343,17 @@ func (qp *QP) sqeDone(idx uint64, e *sqe) bool {
 // queue to drain. A QP that never connected goes to ERROR the same way:
 // its receives flush, Err wraps ErrClosed and Done closes. Safe to call
 // more than once.
-func (qp *QP) Close() error { return qp.close(false) }
+func (qp *QP) Close() error { return qp.close(nil) }
 
 // Abort is Close with a reset (RST) instead of a FIN, as ibverbs users
 // know from destroying a QP in RTS: octets still queued in TCP are lost.
-func (qp *QP) Abort() error { return qp.close(true) }
+// Err then Is ErrAborted (and ErrDisconnected), unless the QP had ended
+// before.
+func (qp *QP) Abort() error { return qp.close(&abortedError{ErrAborted}) }
 
-func (qp *QP) close(reset bool) error {
+// close ends the QP with a FIN, or with a reset if aborted is the error to
+// record.
+func (qp *QP) close(aborted error) error {
 	qp.startMu.Lock()
 	conn := qp.conn
 	if conn == nil {
@@ -311,8 +368,12 @@ func (qp *QP) close(reset bool) error {
 		qp.closeResources()
 		return nil
 	}
-	if qp.setError(ErrDisconnected) {
-		if reset {
+	why := ErrDisconnected
+	if aborted != nil {
+		why = aborted
+	}
+	if qp.setError(why) {
+		if aborted != nil {
 			abort(conn)
 		} else {
 			// The transmit loop writes what it holds first: WRs that
@@ -367,8 +428,9 @@ func (qp *QP) closeResources() {
 // every posted send WR has completed it sends FIN, the peer (which sends
 // what it owes us first) closes its side, and both QPs reach ERROR,
 // flushing the receives still posted; then it releases the QP as Close. If
-// ctx ends first, the connection is reset (Abort) and the error wraps
-// ctx.Err().
+// ctx ends first, the connection is reset (Abort), the error wraps
+// ctx.Err(), and Err Is ErrAborted. If the QP has failed, before or
+// during Disconnect, it returns Err: nil means the orderly close happened.
 func (qp *QP) Disconnect(ctx context.Context) error {
 	conn := qp.connOf()
 	if conn == nil {
@@ -399,7 +461,11 @@ func (qp *QP) Disconnect(ctx context.Context) error {
 	if err := qp.disconnectWait(ctx, qp.done, "waiting for the peer to close"); err != nil {
 		return err
 	}
-	return qp.Close()
+	qp.Close()
+	if err := qp.Err(); !errors.Is(err, ErrDisconnected) || errors.Is(err, ErrAborted) {
+		return err // failed, or reset, before the orderly close could finish
+	}
+	return nil
 }
 
 // disconnectWait waits for ch or the QP's end; if ctx ends first it resets
@@ -409,7 +475,9 @@ func (qp *QP) disconnectWait(ctx context.Context, ch <-chan struct{}, what strin
 	case <-ch:
 	case <-qp.done:
 	case <-ctx.Done():
-		qp.Abort()
+		// The QP's error names the cause but does not wrap ctx.Err(): other
+		// goroutines that ask Err must not take the deadline for theirs.
+		qp.close(&abortedError{fmt.Errorf("%w: Disconnect %s: %v", ErrAborted, what, ctx.Err())})
 		return fmt.Errorf("verbs: disconnect: %s: %w; connection reset", what, ctx.Err())
 	}
 	return nil

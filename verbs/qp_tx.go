@@ -101,7 +101,7 @@ func (qp *QP) txLoop() {
 		}
 		if qp.peerFIN.Load() && !qp.txOwed() {
 			// Everything the peer asked for before its FIN is written.
-			qp.disconnected()
+			qp.peerEnded()
 			qp.txMu.Unlock()
 			return
 		}

@@ -1,6 +1,8 @@
 package verbs
 
 import (
+	"fmt"
+
 	"github.com/goiwarp/iwarp/ddp"
 	"github.com/goiwarp/iwarp/rdmap"
 )
@@ -10,8 +12,9 @@ import (
 
 // taggedErr maps a failed memory check on a tagged segment to its DDP error
 // (RFC 5041 section 7.2, in siw's mapping: RFC 5041 has no code for missing
-// access rights, so that is "invalid STag").
-func taggedErr(e accessErr, stag uint32, to uint64, n int) error {
+// access rights, so that is "invalid STag" on the wire, and a rightsError
+// here says what was wrong).
+func taggedErr(e accessErr, stag uint32, to uint64, n int) *ddp.Error {
 	code := ddp.CodeInvalidSTag
 	switch e {
 	case accessPD:
@@ -23,6 +26,22 @@ func taggedErr(e accessErr, stag uint32, to uint64, n int) error {
 	}
 	return ddp.Errorf(ddp.ETypeTagged, code, "STag %#x TO %#x len %d", stag, to, n)
 }
+
+// rightsError is an RDMA Write into a region registered without
+// RemoteWrite. The Terminate says "invalid STag" (its Unwrap), as Linux
+// siw's does; the error says that the STag was right and the rights wrong.
+type rightsError struct {
+	wire *ddp.Error
+	stag uint32
+	have Access
+}
+
+func (e *rightsError) Error() string {
+	return fmt.Sprintf("access rights violation: RDMA Write to STag %#x, a region registered %v, without RemoteWrite "+
+		"(RFC 5041 has no code for access rights: the Terminate says invalid STag, as Linux siw's)", e.stag, e.have)
+}
+
+func (e *rightsError) Unwrap() error { return e.wire }
 
 // rxWrite places an RDMA Write segment straight into the registered region.
 // The checks of RFC 5041 section 7.1 on a tagged segment all concern memory:
@@ -44,6 +63,9 @@ func (qp *QP) rxWrite(h ddp.Tagged, n int) error {
 	}
 	dst, mr, e := qp.rx.stags.check(qp.dev, h.STag(), qp.pd, RemoteWrite, h.TO(), n)
 	if e != accessOK {
+		if e == accessRights {
+			return &rightsError{wire: taggedErr(e, h.STag(), h.TO(), n), stag: h.STag(), have: mr.Access()}
+		}
 		return taggedErr(e, h.STag(), h.TO(), n)
 	}
 	mr.placed.Load() // acquires what a poller did before (MR.Placed)

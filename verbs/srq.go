@@ -8,6 +8,8 @@ import "fmt"
 // ready retry), so a server that shares one among many QPs keeps it
 // stocked, and arms its low-watermark event (ArmLimit) to learn when to
 // post more.
+//
+// Its methods are safe for concurrent use, PostRecv from several goroutines.
 type SRQ struct {
 	pd    *PD
 	q     recvQueue

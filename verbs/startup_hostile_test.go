@@ -910,13 +910,13 @@ func TestHostileDial(t *testing.T) {
 		// absolute: a Reply trickled at one octet per 100 ms (2.4 s for 24
 		// octets) fails at ReplyTimeout.
 		{name: "no Reply", cfg: ConnConfig{ReplyTimeout: hostileTimeout},
-			is: []error{mpa.ErrStreamLost, os.ErrDeadlineExceeded}, stalls: hostileTimeout},
+			is: []error{ErrReplyTimeout, os.ErrDeadlineExceeded}, stalls: hostileTimeout},
 		{name: "private data never completes", cfg: ConnConfig{ReplyTimeout: hostileTimeout},
 			reply: mpaFrame(repKey, flagC|flagH, 2, 100, irdord(8, 8)),
-			is:    []error{mpa.ErrStreamLost, os.ErrDeadlineExceeded}, stalls: hostileTimeout},
+			is:    []error{ErrReplyTimeout, os.ErrDeadlineExceeded}, stalls: hostileTimeout},
 		{name: "one octet per 100 ms", cfg: ConnConfig{ReplyTimeout: hostileTimeout},
 			reply: mpaFrame(repKey, flagC|flagH, 2, 4, irdord(8, 8)), trickle: true, resetOK: true,
-			is: []error{mpa.ErrStreamLost, os.ErrDeadlineExceeded}, stalls: hostileTimeout},
+			is: []error{ErrReplyTimeout, os.ErrDeadlineExceeded}, stalls: hostileTimeout},
 		{name: "context deadline before ReplyTimeout", ctxTimeout: hostileTimeout,
 			is: []error{context.DeadlineExceeded}, stalls: hostileTimeout, bug: bugDialCtx},
 		{name: "context cancelled", ctxCancel: hostileTimeout,

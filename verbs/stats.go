@@ -31,8 +31,10 @@ type QPStats struct {
 	Terminate                                     *TerminateError
 
 	// TCP is what the kernel says of the socket (TCP_INFO: RTT, window,
-	// retransmits, octets received in order); zero before the QP connects
-	// and where the platform has no TCP_INFO. TCPErr says why it is zero.
+	// retransmits, octets received in order); zero before the QP connects,
+	// once its connection has ended (the socket is closed), and where the
+	// platform has no TCP_INFO. TCPErr says why it is zero: ErrQPState
+	// before, ErrClosed after.
 	TCP    tcpx.Stats
 	TCPErr error
 }
@@ -64,11 +66,20 @@ func (qp *QP) Stats() QPStats {
 
 // TCPInfo returns what the kernel says of the QP's socket (TCP_INFO), the
 // narrow view of its connection that monitoring needs: the socket itself
-// stays the QP's, since a write to it would corrupt the MPA stream.
+// stays the QP's, since a write to it would corrupt the MPA stream. Before
+// the QP connects the error Is ErrQPState; once its connection has ended,
+// ErrClosed.
 func (qp *QP) TCPInfo() (tcpx.Stats, error) {
 	tc, ok := qp.connOf().(*net.TCPConn)
 	if !ok {
 		return tcpx.Stats{}, fmt.Errorf("%w: not connected", ErrQPState)
 	}
-	return tcpx.Info(tc)
+	s, err := tcpx.Info(tc)
+	if err != nil && qp.State() == StateError {
+		// The socket went with the connection.
+		return tcpx.Stats{}, errConnEnded
+	}
+	return s, err
 }
+
+var errConnEnded = fmt.Errorf("%w: the QP's connection has ended, and its socket with it", ErrClosed)

@@ -154,12 +154,15 @@ const (
 	RemInvReqErr
 	FatalErr
 	GeneralErr
+	// RetryExcErr (IBV_WC_RETRY_EXC_ERR): a Read or atomic got no
+	// response within ConnConfig.ResponseTimeout.
+	RetryExcErr
 )
 
 var wcStatusNames = [...]string{
 	"success", "local length error", "local QP operation error", "local protection error",
 	"work request flushed error", "remote access error", "remote operation error",
-	"remote invalid request error", "fatal error", "general error",
+	"remote invalid request error", "fatal error", "general error", "transport retry counter exceeded",
 }
 
 func (s WCStatus) String() string {
