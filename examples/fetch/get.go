@@ -124,10 +124,12 @@ func get(ctx context.Context, host string, port int, out string, chunk, depth in
 // its own registered memory and copies them out. Windows of about half the
 // depth, each read by one ReadAt, are read three at a time: while one is
 // written out, the Reads of the next two keep depth in flight (the Buffer
-// keeps to depth, first come first served, so the windows fill in order). A Buffer reaches at most 4 GiB (a
-// RemoteBuffer's length is 32 bits), so a larger file is read in spans, a
-// Buffer each.
+// keeps to depth, first come first served, so the windows fill in order).
 func readAll(ctx context.Context, qp *verbs.QP, o offer, chunk, depth int, w io.Writer) ([]byte, error) {
+	b, err := rmem.New(qp, verbs.RemoteBuffer{Addr: o.Addr, RKey: o.RKey, Len: o.Len}, rmem.Config{Depth: depth, PieceSize: chunk})
+	if err != nil {
+		return nil, err
+	}
 	h := sha256.New()
 	pr := newProgress(os.Stderr, o.Len)
 	defer pr.end()
@@ -136,46 +138,33 @@ func readAll(ctx context.Context, qp *verbs.QP, o offer, chunk, depth int, w io.
 	for i := range bufs {
 		bufs[i] = make([]byte, win)
 	}
-	for span := uint64(0); span < o.Len; span += maxSpan {
-		size := min(o.Len-span, maxSpan)
-		b, err := rmem.New(qp, verbs.RemoteBuffer{Addr: o.Addr + span, RKey: o.RKey, Len: uint32(size)},
-			rmem.Config{Depth: depth, PieceSize: chunk})
-		if err != nil {
-			return nil, err
+	err = readWindows(ctx, b, bufs, func(off uint64, data []byte) error {
+		h.Write(data)
+		if _, err := w.Write(data); err != nil {
+			return err
 		}
-		err = readSpan(ctx, b, span, size, bufs, func(off uint64, data []byte) error {
-			h.Write(data)
-			if _, err := w.Write(data); err != nil {
-				return err
-			}
-			pr.update(span + off + uint64(len(data)))
-			return nil
-		})
-		if err != nil {
-			qp.Close() // so that Close need not wait for Reads a stalled server never answers
-		}
-		b.Close()
-		if err != nil {
-			return nil, err
-		}
+		pr.update(off + uint64(len(data)))
+		return nil
+	})
+	if err != nil {
+		qp.Close() // so that Close need not wait for Reads a stalled server never answers
+	}
+	b.Close()
+	if err != nil {
+		return nil, err
 	}
 	return h.Sum(nil), nil
 }
 
-// maxSpan is the most one rmem.Buffer reaches; windows are the ReadAt
-// calls in flight.
-const (
-	maxSpan = 1<<32 - 1
-	windows = 3
-)
+// windows is how many ReadAt calls readAll keeps in flight.
+const windows = 3
 
-// readSpan reads the size octets of b, which starts at octet base of the
-// file, in windows of len(bufs[0]) octets, one into each buffer at a time,
-// and hands each to out in order.
-func readSpan(ctx context.Context, b *rmem.Buffer, base, size uint64, bufs [windows][]byte, out func(off uint64, data []byte) error) error {
+// readWindows reads b in windows of len(bufs[0]) octets, one into each
+// buffer at a time, and hands each to out in order.
+func readWindows(ctx context.Context, b *rmem.Buffer, bufs [windows][]byte, out func(off uint64, data []byte) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	win := uint64(len(bufs[0]))
+	size, win := uint64(b.Size()), uint64(len(bufs[0]))
 	n := (size + win - 1) / win
 	var done [windows]chan error
 	for i := range done {
@@ -191,7 +180,7 @@ func readSpan(ctx context.Context, b *rmem.Buffer, base, size uint64, bufs [wind
 		go func() {
 			_, err := b.ReadAt(ctx, p, int64(off))
 			if err != nil {
-				err = fmt.Errorf("RDMA Read of octets %d to %d: %w", base+off, base+off+uint64(len(p)), err)
+				err = fmt.Errorf("RDMA Read of octets %d to %d: %w", off, off+uint64(len(p)), err)
 			}
 			done[i%windows] <- err
 		}()

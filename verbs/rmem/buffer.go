@@ -3,6 +3,7 @@ package rmem
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/goiwarp/iwarp/verbs"
@@ -92,6 +93,9 @@ func New(qp *verbs.QP, remote verbs.RemoteBuffer, cfg Config) (*Buffer, error) {
 	if depth < 1 || depth > maxDepth {
 		return nil, fmt.Errorf("rmem: %w: Depth %d (the QP's send queue takes %d, its send CQ %d)",
 			verbs.ErrInvalidArg, cfg.Depth, qc.Cap.MaxSendWR, cq.Cap())
+	}
+	if remote.Len > math.MaxInt64 {
+		return nil, fmt.Errorf("rmem: %w: a remote buffer of %d octets", verbs.ErrInvalidArg, remote.Len)
 	}
 	piece := cfg.PieceSize
 	if piece == 0 {

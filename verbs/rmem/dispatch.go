@@ -35,7 +35,7 @@ func (b *Buffer) dispatch(ctx context.Context) {
 	}
 	b.mu.Lock()
 	busy := b.busy
-	if cqErr != nil {
+	if cqErr != nil && !isDone(b.qp) {
 		b.dieLocked(fmt.Errorf("rmem: the QP's send CQ failed: %w", cqErr))
 	}
 	b.mu.Unlock()
@@ -49,10 +49,8 @@ func (b *Buffer) dispatch(ctx context.Context) {
 		}
 	}
 	b.mu.Lock()
-	select {
-	case <-b.qp.Done():
+	if isDone(b.qp) {
 		b.dieLocked(&QPError{Status: verbs.WRFlushErr, Err: b.qp.Err()})
-	default:
 	}
 	for i := range b.slots {
 		if b.slots[i].busy {
@@ -60,6 +58,16 @@ func (b *Buffer) dispatch(ctx context.Context) {
 		}
 	}
 	b.mu.Unlock()
+}
+
+// isDone reports whether qp has ended and flushed its WRs.
+func isDone(qp *verbs.QP) bool {
+	select {
+	case <-qp.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // complete takes one completion.

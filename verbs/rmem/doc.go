@@ -58,6 +58,7 @@
 // Close ends the calls in progress (they return ErrClosed), waits until
 // every WR the Buffer posted has completed or the QP has ended, stops the
 // Buffer's goroutines and deregisters its staging memory. It leaves the QP
-// open. To bound the wait for a peer that stopped answering Reads, close
-// the QP (its WRs then complete flushed).
+// open. A peer that stops answering Reads holds calls and Close until the
+// QP's ConnConfig.ResponseTimeout ends it; closing the QP ends them at
+// once (its WRs complete flushed).
 package rmem

@@ -41,6 +41,10 @@ func TestNewRefuses(t *testing.T) {
 		_, err := New(p.client, p.remote, cfg)
 		require.ErrorIs(t, err, verbs.ErrInvalidArg, "%+v", cfg)
 	}
+	huge := p.remote
+	huge.Len = 1 << 63
+	_, err := New(p.client, huge, Config{})
+	require.ErrorIs(t, err, verbs.ErrInvalidArg, "a remote buffer past int64")
 	idle, err := p.client.PD().CreateQP(verbs.QPConfig{SendCQ: p.client.Config().SendCQ, RecvCQ: p.client.Config().RecvCQ})
 	require.NoError(t, err)
 	defer idle.Close()
@@ -162,4 +166,34 @@ func TestCloseWithCallsInProgress(t *testing.T) {
 	defer b2.Close()
 	_, err = b2.ReadAt(context.Background(), make([]byte, 8), 0)
 	require.NoError(t, err)
+}
+
+// The client's Device closes under calls in flight: each returns a
+// *QPError, Close returns, and no goroutine is left.
+func TestDeviceCloseWithCallsInFlight(t *testing.T) {
+	checkRoutines(t)
+	p := newPair(t, pairOpts{size: 16 << 20, cfg: Config{PieceSize: 4096}})
+	var wg sync.WaitGroup
+	errc := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			buf := make([]byte, 4<<20)
+			for {
+				if _, err := p.b.ReadAt(context.Background(), buf, 0); err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	require.Eventually(t, func() bool { return p.b.Stats().InFlight > 0 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, p.cdev.Close())
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		var qe *QPError
+		require.ErrorAs(t, err, &qe)
+	}
+	require.NoError(t, p.b.Close())
+	require.Zero(t, p.b.Stats().InFlight)
 }
