@@ -19,7 +19,9 @@
 // and the limits: at most Config.Depth WRs outstanding (the send queue), of
 // which at most the negotiated ORD are Reads. A call that finds them full
 // waits its turn in first-come, first-served order, one WR at a time, so
-// that a large transfer and small ones share the queue fairly.
+// that a large transfer and small ones share the queue fairly (strictly: a
+// Read at the head of the queue that waits for the ORD holds the Writes
+// behind it).
 //
 // # Ownership and cancellation: the contract
 //
@@ -58,7 +60,9 @@
 // Close ends the calls in progress (they return ErrClosed), waits until
 // every WR the Buffer posted has completed or the QP has ended, stops the
 // Buffer's goroutines and deregisters its staging memory. It leaves the QP
-// open. A peer that stops answering Reads holds calls and Close until the
-// QP's ConnConfig.ResponseTimeout ends it; closing the QP ends them at
-// once (its WRs complete flushed).
+// open. A peer that stops answering Reads holds the calls without a
+// deadline, and Close, until the QP's ConnConfig.ResponseTimeout ends it;
+// closing the QP ends them at once (its WRs complete flushed). When the QP
+// ends, the Buffer's goroutines end with it; Close still frees the staging
+// memory.
 package rmem

@@ -101,8 +101,8 @@ func TestQPEndsOnRemoteError(t *testing.T) {
 }
 
 // The peer ends the connection while Reads are in flight from many
-// goroutines: each returns a *QPError that wraps the QP's error, and Close
-// returns with nothing left in flight.
+// goroutines: each returns a *QPError that wraps the QP's error, the
+// dispatcher ends, and Close returns with nothing left in flight.
 func TestQPEndsWithCallsInFlight(t *testing.T) {
 	checkRoutines(t)
 	p := newPair(t, pairOpts{size: 16 << 20, cfg: Config{PieceSize: 4096}})
@@ -127,6 +127,11 @@ func TestQPEndsWithCallsInFlight(t *testing.T) {
 		var qe *QPError
 		require.ErrorAs(t, err, &qe)
 		require.ErrorIs(t, err, verbs.ErrConnLost)
+	}
+	select { // the dispatcher ends with the QP, before Close
+	case <-p.b.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dispatcher outlived the QP")
 	}
 	require.NoError(t, p.b.Close())
 	require.Zero(t, p.b.Stats().InFlight)
