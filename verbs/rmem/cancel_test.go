@@ -58,9 +58,9 @@ func TestCancelMidFlight(t *testing.T) {
 			}
 		})
 	}
-	var large_ sync.WaitGroup
+	var bigCalls sync.WaitGroup
 	for w := range 2 {
-		large_.Go(func() {
+		bigCalls.Go(func() {
 			for i := range 30 {
 				read := (i+w)%2 == 0
 				buf := make([]byte, large)
@@ -96,7 +96,7 @@ func TestCancelMidFlight(t *testing.T) {
 			}
 		})
 	}
-	large_.Wait()
+	bigCalls.Wait()
 	close(stop)
 	wg.Wait()
 	close(errc)
