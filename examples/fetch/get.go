@@ -16,6 +16,7 @@ import (
 
 	"github.com/goiwarp/iwarp/tcpx"
 	"github.com/goiwarp/iwarp/verbs"
+	"github.com/goiwarp/iwarp/verbs/rmem"
 )
 
 // maxChunk bounds -chunk: one RDMA Read moves at most 2 GiB - 1.
@@ -83,7 +84,7 @@ func get(ctx context.Context, host string, port int, out string, chunk, depth in
 	defer f.Close()
 
 	start := time.Now()
-	sum, err := readAll(ctx, qp, cq, o, chunk, depth, f)
+	sum, err := readAll(ctx, qp, o, chunk, depth, f)
 	if err != nil {
 		return err
 	}
@@ -116,70 +117,97 @@ func get(ctx context.Context, host string, port int, out string, chunk, depth in
 	return nil
 }
 
-// readAll reads the offered region with depth Reads of chunk octets in
-// flight, writes it to w in order and returns its SHA-256.
+// readAll reads the offered region with up to depth Reads of chunk octets
+// in flight, writes it to w in order and returns its SHA-256.
 //
-// The Reads land in a ring of depth slots of one registered buffer. Read
-// i goes to slot i mod depth; completions come in posting order, so the
-// next one is always for the oldest Read, and once it is written out its
-// slot takes the next Read. A slot is never reused before its completion:
-// until then the buffer is the stack's.
-func readAll(ctx context.Context, qp *verbs.QP, cq *verbs.CQ, o offer, chunk, depth int, w io.Writer) (_ []byte, err error) {
-	size, n := o.Len, reads(o.Len, chunk)
-	ring, err := qp.PD().RegMR(make([]byte, depth*chunk), verbs.LocalWrite)
+// An rmem.Buffer does the Reads: it splits each ReadAt into Reads of at
+// most chunk octets, keeps up to depth of them in flight, lands them in
+// its own registered memory and copies them out. Windows of about half the
+// depth, each read by one ReadAt, are read three at a time: while one is
+// written out, the Reads of the next two keep depth in flight (the Buffer
+// keeps to depth, first come first served, so the windows fill in order).
+func readAll(ctx context.Context, qp *verbs.QP, o offer, chunk, depth int, w io.Writer) ([]byte, error) {
+	b, err := rmem.New(qp, verbs.RemoteBuffer{Addr: o.Addr, RKey: o.RKey, Len: o.Len}, rmem.Config{Depth: depth, PieceSize: chunk})
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			qp.Close() // Reads may be in flight: ended (flushed) before their buffer goes
-		}
-		ring.Dereg()
-	}()
-	// extent returns where Read i reads, and where it lands in the ring.
-	extent := func(i uint64) (off uint64, slot, length int) {
-		off = i * uint64(chunk)
-		return off, int(i%uint64(depth)) * chunk, int(min(uint64(chunk), size-off))
-	}
-
 	h := sha256.New()
-	pr := newProgress(os.Stderr, size)
+	pr := newProgress(os.Stderr, o.Len)
 	defer pr.end()
-	var posted, done uint64
-	wcs := make([]verbs.WC, depth)
-	for done < n {
-		for ; posted < n && posted-done < uint64(depth); posted++ {
-			off, slot, length := extent(posted)
-			_, err := qp.PostSend(verbs.SendWR{ID: posted, Opcode: verbs.OpRDMARead, Flags: verbs.Signaled,
-				SGL: []verbs.SGE{ring.SGE(slot, length)}, RemoteAddr: o.Addr + off, RKey: o.RKey})
-			if err != nil {
-				return nil, err
-			}
+	win := (depth + 1) / 2 * chunk
+	var bufs [windows][]byte
+	for i := range bufs {
+		bufs[i] = make([]byte, win)
+	}
+	err = readWindows(ctx, b, bufs, func(off uint64, data []byte) error {
+		h.Write(data)
+		if _, err := w.Write(data); err != nil {
+			return err
 		}
-		k, err := cq.PollWait(ctx, wcs) // ctx.Err() once ctx has ended
-		if err != nil {
-			return nil, err
-		}
-		for _, wc := range wcs[:k] {
-			off, slot, length := extent(done)
-			switch {
-			case wc.Status != verbs.Success:
-				// The first failure ends the QP; QP.Err says why, and the
-				// Reads after it complete flushed.
-				return nil, fmt.Errorf("RDMA Read of octets %d to %d: %v (%v)", off, off+uint64(length), wc.Status, qp.Err())
-			case wc.ID != done || int(wc.ByteLen) != length:
-				return nil, fmt.Errorf("completion %v: want Read %d of %d octets", wc, done, length)
-			}
-			data := ring.Buf()[slot : slot+length]
-			h.Write(data)
-			if _, err := w.Write(data); err != nil {
-				return nil, err
-			}
-			done++
-			pr.update(off + uint64(length))
-		}
+		pr.update(off + uint64(len(data)))
+		return nil
+	})
+	if err != nil {
+		qp.Close() // so that Close need not wait for Reads a stalled server never answers
+	}
+	b.Close()
+	if err != nil {
+		return nil, err
 	}
 	return h.Sum(nil), nil
+}
+
+// windows is how many ReadAt calls readAll keeps in flight.
+const windows = 3
+
+// readWindows reads b in windows of len(bufs[0]) octets, one into each
+// buffer at a time, and hands each to out in order.
+func readWindows(ctx context.Context, b *rmem.Buffer, bufs [windows][]byte, out func(off uint64, data []byte) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	size, win := uint64(b.Size()), uint64(len(bufs[0]))
+	n := (size + win - 1) / win
+	var done [windows]chan error
+	for i := range done {
+		done[i] = make(chan error, 1)
+	}
+	// window returns where window i reads, and into which buffer.
+	window := func(i uint64) (off uint64, p []byte) {
+		off = i * win
+		return off, bufs[i%windows][:min(win, size-off)]
+	}
+	start := func(i uint64) {
+		off, p := window(i)
+		go func() {
+			_, err := b.ReadAt(ctx, p, int64(off))
+			if err != nil {
+				err = fmt.Errorf("RDMA Read of octets %d to %d: %w", off, off+uint64(len(p)), err)
+			}
+			done[i%windows] <- err
+		}()
+	}
+	started := min(n, windows)
+	for i := range started {
+		start(i)
+	}
+	var err error
+	for i := uint64(0); i < n; i++ {
+		if err = <-done[i%windows]; err == nil {
+			err = out(window(i))
+		}
+		if err != nil {
+			cancel() // the other windows' ReadAt calls return at once
+			for j := i + 1; j < started; j++ {
+				<-done[j%windows]
+			}
+			break
+		}
+		if started < n {
+			start(started)
+			started++
+		}
+	}
+	return err
 }
 
 // reads is the number of Reads of chunk octets that size takes.
