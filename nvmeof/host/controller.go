@@ -31,6 +31,15 @@ type Config struct {
 	// for discovery; negative: none). The host sends Keep Alive every KATO/2
 	// and ends the controller when one is not answered within KATO.
 	KATO time.Duration
+	// IOTimeout bounds how long a command may go unanswered (default 30 s,
+	// Linux's io_timeout; negative: for ever). A target that answers Keep
+	// Alive but never completes a command is thus found: the controller
+	// then ends all its queues, and its commands and Err return an error
+	// matching ErrCommandTimeout and ErrQueueDead (Multipath connects the
+	// path again). An Asynchronous Event Request, outstanding until the
+	// controller has news, is exempt. A call's own context bounds only
+	// that call: the command is abandoned, and its queue goes on.
+	IOTimeout time.Duration
 	// MaxInCapsule bounds the write data sent in the command capsule
 	// instead of by the target's RDMA Read (default 4096; the controller's
 	// IOCCSZ bounds it too; negative: never).
@@ -102,6 +111,7 @@ type Controller struct {
 	CAP  uint64
 
 	admin   *queue
+	qmu     sync.Mutex // io while connect appends to it, for reset
 	io      []*queue
 	rr      atomic.Uint32
 	maxData int
@@ -121,6 +131,7 @@ const (
 	maxIOQueues       = 65535 // Number of Queues counts them in 16 bits, less one
 	hostAdminDepth    = 32
 	defaultHostInCap  = 4096
+	defaultIOTimeout  = 30 * time.Second
 )
 
 // NewNQN returns a UUID-based host NQN (NVMe base 2.0 section 4.7).
@@ -161,6 +172,12 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg Config) (*Co
 	if cfg.KATO < 0 {
 		cfg.KATO = 0
 	}
+	if cfg.IOTimeout == 0 {
+		cfg.IOTimeout = defaultIOTimeout
+	}
+	if cfg.IOTimeout < 0 {
+		cfg.IOTimeout = 0
+	}
 	if cfg.MaxTransfer == 0 {
 		cfg.MaxTransfer = transport.DefaultMaxTransfer
 	}
@@ -194,12 +211,14 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg Config) (*Co
 }
 
 func (c *Controller) connect(ctx context.Context, disc bool) error {
-	var err error
-	c.admin, err = dialQueue(ctx, c.dev, queueConfig{qid: 0, depth: hostAdminDepth, maxData: transport.DefaultMaxTransfer,
-		conn: c.cfg.ConnConfig, network: c.network, addr: c.addr})
+	admin, err := dialQueue(ctx, c.dev, queueConfig{qid: 0, depth: hostAdminDepth, maxData: transport.DefaultMaxTransfer,
+		conn: c.cfg.ConnConfig, network: c.network, addr: c.addr, timeout: c.cfg.IOTimeout, onTimeout: c.reset})
 	if err != nil {
 		return err
 	}
+	c.qmu.Lock()
+	c.admin = admin
+	c.qmu.Unlock()
 	kato := uint32(c.cfg.KATO / time.Millisecond)
 	id, err := c.fabricsConnect(ctx, c.admin, nvme.DynamicCntlID, kato)
 	if err != nil {
@@ -250,11 +269,13 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 	}
 	for qid := 1; qid <= n; qid++ {
 		q, err := dialQueue(ctx, c.dev, queueConfig{qid: uint16(qid), depth: depth, inCap: inCap, maxData: c.maxData,
-			conn: c.cfg.ConnConfig, network: c.network, addr: c.addr})
+			conn: c.cfg.ConnConfig, network: c.network, addr: c.addr, timeout: c.cfg.IOTimeout, onTimeout: c.reset})
 		if err != nil {
 			return err
 		}
+		c.qmu.Lock()
 		c.io = append(c.io, q)
+		c.qmu.Unlock()
 		if _, err := c.fabricsConnect(ctx, q, c.ID, 0); err != nil {
 			return err
 		}
@@ -368,6 +389,9 @@ func (c *Controller) keepAlive(kato time.Duration) {
 		_, err := c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminKeepAlive, 0, 0, 0, 0) }, 0, "Keep Alive", nil)
 		cancel()
 		if err != nil && !isStatus(err) {
+			if errors.Is(err, context.DeadlineExceeded) {
+				c.reset(&endedError{cause: ErrKeepAliveExpired, msg: fmt.Sprintf("Keep Alive unanswered for %v (KATO); the controller's queues end", kato)})
+			}
 			c.shutdownQueues(context.Background(), false)
 			return
 		}
@@ -609,6 +633,20 @@ func (c *Controller) shutdownQueues(ctx context.Context, orderly bool) {
 	}
 	if c.admin != nil {
 		c.admin.close(ctx, orderly)
+	}
+}
+
+// reset ends every queue of the controller with err, which their commands
+// and Err return (a queue's watcher calls it, and the Keep Alive loop).
+// Each queue's watcher then closes its connection.
+func (c *Controller) reset(err error) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.admin != nil {
+		c.admin.fail(err)
+	}
+	for _, q := range c.io {
+		q.fail(err)
 	}
 }
 

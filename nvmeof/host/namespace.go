@@ -80,8 +80,10 @@ func (n *Namespace) WriteAt(p []byte, off int64) (int, error) {
 	return n.WriteAtContext(context.Background(), p, off)
 }
 
-// ReadAtContext is ReadAt bounded by ctx; a command that ctx cuts short
-// ends its queue, since the target may still write into its buffer.
+// ReadAtContext is ReadAt bounded by ctx. When ctx ends, the call returns
+// its error at once and its commands still outstanding are abandoned: each
+// keeps its slot (whose buffer the target may still write into) until its
+// response comes, and the queue goes on serving other calls.
 func (n *Namespace) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, ErrRange
