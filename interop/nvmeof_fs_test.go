@@ -37,7 +37,7 @@ import (
 // journal's commits arrive as writes with Force Unit Access, which the
 // target makes durable (WriteAtFUA). This test found that the target
 // refused every discard: Linux sends a Dataset Management buffer of 256
-// ranges whatever the number it fills (nvmeof's TestDSMLongerBuffer).
+// ranges whatever the number it fills (nvmeof/host's TestDSMLongerBuffer).
 func TestNVMeKernelHostFilesystem(t *testing.T) {
 	img := ext4Image(t, "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard")
 

@@ -48,7 +48,7 @@ import (
 // every connection is walked and its CRC taken again (judgeOurStreams).
 // About one run in five, the guest's siw reports a CRC error on one of
 // them all the same: siw 6.1's siw_get_trailer mis-reads a trailer that
-// QEMU's user network delivered in two pieces (the transport's 1440-octet cap (docs/nvmeof-crc.md),
+// QEMU's user network delivered in two pieces (docs/nvmeof-crc.md,
 // interop/README.md). Such a run passes only if the capture shows every
 // FPDU of ours right and each error siw logged is that misreading of one
 // of them; the recovery and the queue it ended are then siw's, and every
@@ -74,7 +74,7 @@ const (
 	// meanwhile. Linux's reset tears the I/O queues down, sets CC.EN to 0
 	// and waits for CSTS.RDY, which clears once the write has left the
 	// Backend or after 5 s; it then connects a new controller, whose
-	// Connect waits for the rest, up to 5 s (nvmeof's quiesce.go), or gets
+	// Connect waits for the rest, up to 5 s (nvmeof/target's quiesce.go), or gets
 	// Controller Busy and is tried again a second later.
 	stressSlow
 )

@@ -193,14 +193,14 @@ func (l *logLines) count(re string) int {
 func TestNVMeKernelHost(t *testing.T) { nvmeKernelHost(t, false) }
 
 // The same with MPA CRCs on (target.Config.AskCRC: FPDUs of at most
-// the transport's 1440-octet cap (docs/nvmeof-crc.md) octets, one per TCP segment), checked on both sides:
+// 1440 octets (docs/nvmeof-crc.md), one per TCP segment), checked on both sides:
 // Wireshark finds every FPDU's CRC present and good, siw reports no CRC
 // error, the host starts no error recovery and no queue ends early. With
 // AskCRC's old framing (32 KiB FPDUs from loopback's EMSS) siw 6.1 failed
 // a queue with "siw: crc error" in every run (6 of 6 connections that
 // carried the 16 MiB), all of them on FPDUs whose trailer QEMU's user
 // network split across two of the guest's receive buffers: siw's
-// siw_get_trailer assembles a split trailer wrongly (the transport's 1440-octet cap (docs/nvmeof-crc.md)).
+// siw_get_trailer assembles a split trailer wrongly (docs/nvmeof-crc.md).
 // It still can with the cap, rarely: a CRC error siw logs passes only if
 // our side's capture shows it to be that misreading of a right FPDU of
 // ours (judgeOurStreams).
@@ -579,7 +579,7 @@ dmesg | grep -iE 'nvme' | tail -25`, hp, nvmeNQN, nvmeNQN)
 // siw failed a queue ("siw: crc error", op 2, a CRC good on the wire, its
 // trailer split across two receive buffers) in every run with 32 KiB
 // FPDUs, and still in 2 of 6 runs with FPDUs of 1440 octets (1 of 4 with
-// the transport's 1440-octet cap (docs/nvmeof-crc.md)'s framing, one FPDU per TCP segment).
+// the 1440-octet framing of docs/nvmeof-crc.md, one FPDU per TCP segment).
 func TestNVMeGoHostKernelTarget(t *testing.T) {
 	hp := freePort(t)
 	const gp = 4420

@@ -1,128 +1,69 @@
 // Package nvmeof is NVMe over Fabrics on this repository's iWARP stack: a
-// target and a host of the NVMe/RDMA transport (NVMe-oF 1.1 with the
-// NVMe/RDMA transport binding 1.0, NVMe base 1.3 as VS says) over verbs
-// queue pairs, which the Linux kernel's nvme-rdma host and nvmet-rdma
-// target (over siw or an iWARP NIC) interoperate with.
+// target and a host of the NVMe/RDMA transport (NVMe-oF 1.1, the NVMe/RDMA
+// transport binding 1.0, NVMe base 1.3 as VS says) over verbs queue pairs,
+// which the Linux kernel's nvme-rdma host and nvmet-rdma target (over siw
+// or an iWARP NIC) interoperate with. This package holds no code; it says
+// how the pieces fit, and its three packages hold them:
 //
-// # Target
+//   - nvmeof/nvme is the wire format both sides share, as Linux's
+//     include/linux/nvme.h: commands, completions, statuses, SGLs, the
+//     Fabrics commands, Identify structures, log pages, features and the
+//     RDMA CM private data. It does no I/O and imports no verbs.
+//   - nvmeof/target serves subsystems to hosts, as Linux's
+//     drivers/nvme/target (nvmet).
+//   - nvmeof/host connects to subsystems and reads and writes their
+//     namespaces, as Linux's drivers/nvme/host.
 //
-// NewTarget serves Subsystems, each with Namespaces over a Backend
-// (MemBackend, FileBackend: pread and pwrite at the block's offset) and a
-// host access list, plus the discovery controller
-// (nqn.2014-08.org.nvmexpress.discovery) on every listener. Each RDMA
-// connection is one queue: its CM private data (CMRequest: RECFMT, QID,
-// HRQSIZE, HSQSIZE) is checked before the accept (CMReject statuses), and
-// one goroutine owned by the Target serves it. The admin queue's Connect
-// creates a controller with a dynamic ID; I/O queues join it by that ID.
-// Commands arrive as Sends of 64-octet SQEs with in-capsule data (up to
-// TargetConfig.InCapsuleData, IOCCSZ) or a keyed SGL: the target
-// RDMA-Reads the host's data for writes and the admin Connect, RDMA-Writes
-// read data, and answers with a 16-octet CQE by Send, or Send with
-// Invalidate when the keyed SGL asked for it (as Linux's host does).
+// The target and the host meet only in nvmeof/nvme (and share the few
+// verbs settings of nvmeof/internal/transport): either one works with
+// Linux's other half.
 //
-// Controllers implement Property Get/Set of CAP, VS, CC and CSTS with the
-// enable and shutdown handshakes (a shutdown flushes every namespace, and
-// sets CSTS.CFS if one cannot be flushed); Identify CNS 0 (namespace), 1
-// (controller), 2 (active namespaces), 3 (NGUID and UUID descriptors) and
-// 6 for the NVM command set (zeros, as nvmet);
-// Get Log Page for error information, SMART / health, firmware slots, the
-// Changed Namespace List, ANA and, on the discovery controller, the
-// discovery log; Set/Get Features Number of Queues, Keep Alive Timer (traffic based,
-// CTRATT.TBKAS: a controller that hears nothing for KATO is torn down),
-// Async Event Configuration (the SMART warnings NVMe makes mandatory, never
-// raised, and Namespace Attribute Notices, as Linux's nvmet; on the
-// discovery controller Discovery Log Page Change Notices), Volatile
-// Write Cache (on; a host that turns it off gets every write durable),
-// Host Identifier (read only: the Connect's) and Namespace Write
-// Protection (writeprotect.go: a host makes a namespace read-only for
-// every host, and Linux's host turns its block device read-only);
-// Asynchronous Event Requests, held until an event: a
-// namespace added or removed while hosts are connected
-// (Subsystem.AddNamespace, AddNamespaceConfig, RemoveNamespace) raises a
-// Namespace Attribute Changed notice and is listed in the Changed
-// Namespace List (log page 04h), upon which Linux's host rescans; a
-// subsystem added or removed (Target.AddSubsystem, RemoveSubsystem) or an
-// access list changed (Subsystem.AllowHost, SetAllowedHosts) raises a
-// Discovery Log Page Change notice on discovery controllers, which Linux's
-// host passes to udev for "nvme connect-all"; an ANA state changed
-// (Port.SetANAState, Subsystem.SetANAGroup) raises an ANA Change notice
-// on the controllers through that port, upon which Linux's multipath host
-// moves its I/O; Keep Alive; Abort (never aborts).
-// I/O queues implement Read, Write (with Force Unit Access: durable when
-// it completes, FUAWriter; Linux's file systems send their journal
-// commits so), Flush, Write Zeroes, the reservation
-// commands (Register, Acquire, Release, Report: resv.go, on namespaces
-// with NamespaceConfig.Reservations, as nvmet's resv_enable) and Dataset
-// Management (Deallocate, with the 4 KiB range buffer Linux's host sends
-// whatever the count: the range reads as zeros; a Backend may zero
-// itself, Zeroer: memory is cleared, a file gets fallocate as in Linux's
-// nvmet, zeroed in place or a hole punched). Bad input gets the status the
-// specifications prescribe, with DNR: invalid opcodes, namespaces, fields,
-// SGL types, offsets and lengths, LBAs out of range, transfers beyond MDTS,
-// commands before Connect or before CC.EN (Command Sequence Error), Connect
-// errors with the Invalid Parameter offset, and a host that overruns its
-// SQ. A broken connection ends its queue, and an admin queue's its
-// controller. A host's new controller on a subsystem waits, in its
-// Connect, until the host's ended controllers there have no command but
-// Reads left in their Backends (quiesce.go), so that a write the host
-// sends again after a reset cannot be overtaken by its old copy; a write
-// on another path of the host's waits for them as well.
+// # The model
 //
-// # Host
+// A subsystem (target.Subsystem), named by an NQN, holds namespaces: a
+// namespace (target.Namespace) is a backend (memory, a file or a block
+// device) cut into logical blocks and numbered by an NSID. A port
+// (target.Port) is a TCP address the target listens on and the subsystems
+// it exposes; every port also serves the discovery controller, whose log
+// lists what a host may connect to.
 //
-// Connect opens a controller of a subsystem (the admin queue, Connect,
-// CC.EN, Identify, Number of Queues, then the I/O queues), Discover reads
-// a discovery log, and Controller.Namespace is an io.ReaderAt and
-// io.WriterAt view of a namespace that spreads commands over the I/O
-// queues. The host's data buffers are registered once per command slot
-// (keyed SGL, address subtype: no invalidation) and small writes go in the
-// capsule. With HostConfig.WatchNamespaces the host keeps an Asynchronous
-// Event Request outstanding and Controller.WaitNamespaceChange returns
-// the namespaces the controller reports added; on a discovery controller
-// (Connect to DiscoveryNQN) HostConfig.WatchDiscovery and
-// Controller.WaitDiscoveryChange return the log as each change leaves it.
-// Controller.Close shuts down
-// as NVMe asks and Linux's host does: new commands fail with ErrClosed,
-// those in flight finish (not the standing AER), the I/O queues
-// disconnect, then CC.SHN and the admin queue's disconnect.
+// A host reaches a subsystem through a controller: one per host and path,
+// created by the host's first Connect. A controller is a set of queues,
+// each one RDMA connection (one verbs QP): the admin queue (QID 0) for
+// Identify, Get Log Page, features and events, and I/O queues for Read,
+// Write and the rest. The host side of a controller is host.Controller;
+// host.Namespace is its io.ReaderAt and io.WriterAt over one namespace;
+// host.Multipath is one subsystem through several ports, with the I/O going
+// down the paths that Asymmetric Namespace Access calls optimized.
 //
-// A port (Target.Listen, or ListenPort as a port of nvmet with the
-// subsystems linked to it and the referrals its discovery log lists,
-// which DiscoverAll follows; Port.Close removes it) is a listener; a
-// subsystem has a controller for each admin Connect, through any port
-// that exposes it, and says so (CMIC multi-port and multi-controller,
-// namespaces shared: NMIC), so that a host may reach it by several paths.
-// Asymmetric Namespace Access says which paths to use, as in nvmet: each
-// namespace is in an ANA group (NamespaceConfig.ANAGroup), and each port
-// gives each group a state (PortConfig.ANA, Port.SetANAState): optimized,
-// non-optimized, inaccessible, persistent loss or change. The ANA log
-// page gives a controller its port's states; I/O through a port where its
-// namespace's group is not accessible fails with the path status, which
-// hosts retry down another path.
+// # What runs where
 //
-// The Go host's ConnectMultipath is Linux's native multipath: one host
-// through several ports, I/O down an optimized path (else a non-optimized
-// one; round-robin, or where the fewest commands wait:
-// MultipathConfig.Policy), moved by ANA Change notices (HostConfig.WatchANA,
-// Controller.WaitANAChange), sent again down another path on a path
-// status or a broken path, held while no path is usable; a lost path is
-// connected again (MultipathConfig.ReconnectDelay, LossTimeout). Any
-// host sends an I/O command again, up to 5 times, when the target answers
-// it with a status that allows it (no DNR), as Linux's host does.
+// A command is a 64-octet SQE that the host sends in a Send, with its data
+// either in the same capsule (small writes) or in a buffer of the host's
+// named by a keyed SGL (address, length, STag). The target parses the
+// command once (which checks it and chooses what executes it), fetches the
+// host's data by RDMA Read, executes it against the namespace's backend,
+// RDMA-Writes any data for the host, and answers with a 16-octet
+// completion in a Send (Send with Invalidate when the host asked). The host
+// never sees an RDMA operation of its own: it posts Sends and receive
+// buffers, and its memory is written and read by the target.
 //
-// Reservations (resv.go) are nvmet's: register, acquire, preempt, release,
-// report and the six types' access rules, per namespace
-// (NamespaceConfig.Reservations); the hosts a change takes something from
-// are told by the Reservation Notification log and its notice
-// (resvlog.go; HostConfig.WatchReservations, Controller.WaitReservationNotice,
-// and Multipath.WaitReservationNotice from every path); with a reservation
-// file (NamespaceConfig.ReservationFile) they persist through power loss
-// while a host asks for it (resvptpl.go; HostNamespace.SetPersistence).
+// On the target, one goroutine owned by the target serves each queue; an
+// I/O queue serves the commands where they arrive, on its QP's receive
+// goroutine, and a command whose backend call blocks holds its queue, not
+// the others. On the host, each queue has a fixed set of command slots,
+// each with its registered buffer: a call takes a slot, sends, and waits
+// for its completion, so that several goroutines share the queues and a
+// Namespace keeps several commands in flight.
 //
-// Not implemented: in-band authentication, fused commands (refused),
-// namespace management, metadata and protection information, SGL
-// segments (MSDBD 1), asynchronous events but the notices above and the
-// SMART warnings never raised, and MPA CRCs are not asked for by default
-// (TargetConfig.AskCRC, HostConfig.AskCRC: Linux siw 6.1 mis-checks CRCs
-// whose trailer arrives split across two receive buffers, see transport.CRCMaxFPDU).
+// # Interoperability and limits
+//
+// Linux's host attaches to the target (nvme discover, nvme connect,
+// multipath, reservations with nvme-cli, a file system on top), and the
+// host attaches to Linux's target: interop/ has the tests, run against a
+// real kernel. Not implemented: in-band authentication, fused commands
+// (refused), namespace management, metadata and protection information,
+// SGL segments (MSDBD 1), asynchronous events but namespace, discovery,
+// ANA and reservation notices; MPA CRCs are not asked for by default
+// (docs/nvmeof-crc.md says why).
 package nvmeof

@@ -8,7 +8,7 @@
 // stripe is read back and checked. Run fails on the first sector that is
 // not what was last written there. The blkstress command runs it on a
 // Linux block device with O_DIRECT; the interop tests also run it on
-// nvmeof's Go host.
+// namespaces of nvmeof/host.
 package blkstress
 
 import (

@@ -103,7 +103,7 @@ func TestHostReadCount(t *testing.T) {
 		b.from.Store(bad * chunk)
 		b.to.Store(bad*chunk + 512)
 		n, err := ns.ReadAt(make([]byte, 4*chunk), 0)
-		requireStatus(t, err, 0x281|nvme.DNR) // Unrecovered Read Error
+		requireStatus(t, err, nvme.StatusUnrecoveredRead|nvme.DNR)
 		require.EqualValues(t, bad*chunk, n, "command %d of 4 failed", bad)
 	}
 }
@@ -298,4 +298,27 @@ func TestHostSourceAddress(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string]bool{"q0": true, "q1": true, "q2": true}, queues, "queues connected")
+}
+
+// AdminCommand sends the caller's command: Identify Controller by hand
+// reads what Connect read, a status comes back as a *nvme.StatusError, and
+// data beyond the admin queue's transfer size is refused before sending.
+func TestAdminCommand(t *testing.T) {
+	checkRoutines(t)
+	_, _, addr := newTestTarget(t, 1<<20, target.Config{})
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 1})
+	ctx := testCtx(t)
+	id := make([]byte, nvme.IdentifySize)
+	_, err := c.AdminCommand(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminIdentify, 0, 0, nvme.CNSController, 0) }, id)
+	require.NoError(t, err)
+	info, err := nvme.ParseControllerInfo(id)
+	require.NoError(t, err)
+	require.Equal(t, c.Info, info)
+	_, err = c.AdminCommand(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, 0x7e, 0, 0, 0, 0) }, nil)
+	var se *nvme.StatusError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, nvme.StatusInvalidOpcode|nvme.DNR, se.Status)
+	_, err = c.AdminCommand(ctx, func(cmd nvme.Command) {}, make([]byte, 1<<20))
+	require.Error(t, err)
+	require.NoError(t, c.Err(), "the controller goes on")
 }

@@ -83,14 +83,12 @@ type Config struct {
 	// learns it was fenced before its next write fails.
 	WatchReservations bool
 	// AskCRC asks the target for MPA CRCs and, unless ConnConfig.MaxFPDU
-	// is set, sends FPDUs of at most transport.CRCMaxFPDU octets, each in a TCP
-	// segment of its own. Off by default, as Linux's nvme-rdma. Linux siw
-	// 6.1 as the target mis-checks the CRC of an FPDU whose trailer
-	// arrives split across two receive buffers ("siw: crc error", op 2 on
-	// our Read Responses, good on the wire; see transport.CRCMaxFPDU): through
-	// QEMU's user network it failed a queue in every run with 32 KiB
-	// FPDUs, and still in 1 of 4 with transport.CRCMaxFPDU's framing
-	// (interop/nvmeof_test.go, TestNVMeGoHostKernelTarget).
+	// is set, sends FPDUs of at most 1440 octets, each in a TCP segment of
+	// its own. Off by default, as Linux's nvme-rdma. Linux siw 6.1 as the
+	// target mis-checks the CRC of an FPDU whose trailer arrives split
+	// across two receive buffers, which small FPDUs make rarer but do not
+	// end (docs/nvmeof-crc.md; interop/nvmeof_test.go,
+	// TestNVMeGoHostKernelTarget).
 	AskCRC bool
 }
 

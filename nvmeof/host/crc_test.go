@@ -12,7 +12,7 @@ import (
 )
 
 // AskCRC on either side turns CRCs on for every queue; the side that asked
-// sends FPDUs of at most transport.CRCMaxFPDU octets. Data crosses intact at sizes
+// sends FPDUs of at most transport.CRCMaxFPDU (1440) octets. Data crosses intact at sizes
 // that take one FPDU and many (reads are the target's RDMA Writes, writes
 // above the capsule its RDMA Reads of the host's memory).
 func TestAskCRC(t *testing.T) {

@@ -57,7 +57,7 @@ func TestWriteFUA(t *testing.T) {
 	// leaves it on.
 	be.failFlush.Store(true)
 	_, err = c.SetFeatures(ctx, nvme.FeatVWC, 0)
-	requireStatus(t, err, 0x280|nvme.DNR)
+	requireStatus(t, err, nvme.StatusWriteFault|nvme.DNR)
 	be.failFlush.Store(false)
 	vwc, err = c.GetFeatures(ctx, nvme.FeatVWC)
 	require.NoError(t, err)

@@ -237,9 +237,6 @@ func (q *queue) startRW(i int, op uint8, fua bool, nsid uint32, slba uint64, nlb
 	return nil
 }
 
-var opNames = map[uint8]string{nvme.IORead: "Read", nvme.IOWrite: "Write", nvme.IOFlush: "Flush", nvme.IOWriteZeroes: "Write Zeroes", nvme.IODSM: "Dataset Management",
-	nvme.IOResvRegister: "Reservation Register", nvme.IOResvAcquire: "Reservation Acquire", nvme.IOResvRelease: "Reservation Release"}
-
 // maxRetries is how often an I/O command answered with a status that
 // allows it is sent again: Linux's nvme_max_retries.
 const maxRetries = 5
@@ -276,7 +273,7 @@ func (q *queue) finish(ctx context.Context, i int, op uint8, p []byte, mpath boo
 	}
 	if !s.st.OK() {
 		q.releaseSlot(i)
-		return &nvme.StatusError{Op: opNames[op], Status: s.st, Result: s.res}
+		return &nvme.StatusError{Op: nvme.IOCommandName(op), Status: s.st, Result: s.res}
 	}
 	if op == nvme.IORead {
 		copy(p, s.buf[:len(p)])

@@ -10,8 +10,8 @@ import (
 // AdminCommand sends an admin command of the caller's, as nvme-cli's
 // admin-passthru: build fills in the SQE (its CID and SGL are the host's
 // to set), and data, if not empty, receives up to len(data) octets that
-// the controller sends (at most the admin queue's transfer size,
-// transport.DefaultMaxTransfer). It returns the completion's result, and
+// the controller sends (at most 128 KiB, the admin queue's transfer size).
+// It returns the completion's result, and
 // a *nvme.StatusError for a status other than Success. A command the host
 // runs itself (Connect, Property Set of CC) may leave the host and the
 // controller at odds; an Asynchronous Event Request waits until the

@@ -47,7 +47,7 @@ func TestHostRetries(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
 	_, n := hostNS(t, 1<<20, Config{IOQueues: 1})
-	const interrupted = nvme.Status(0x21) // Command Interrupted: the host may retry
+	const interrupted = nvme.StatusCommandInterrupted // the host may retry
 	small, big := bytes.Repeat([]byte{7}, 512), bytes.Repeat([]byte{9}, 64<<10)
 
 	seen := failIO(t, nvme.IOWrite, 3, interrupted)
@@ -91,8 +91,8 @@ func TestHostRetries(t *testing.T) {
 		default:
 			err = n.Deallocate(ctx, 0, 4096)
 		}
-		require.NoError(t, err, "%s", opNames[op])
-		require.EqualValues(t, 3, seen.Load(), "%s", opNames[op])
+		require.NoError(t, err, "%s", nvme.IOCommandName(op))
+		require.EqualValues(t, 3, seen.Load(), "%s", nvme.IOCommandName(op))
 	}
 }
 
@@ -100,8 +100,8 @@ func TestHostRetries(t *testing.T) {
 // which fails fast).
 func TestHostNoResvRetry(t *testing.T) {
 	ctx, a, _, _, _, _ := resvHosts(t)
-	seen := failIO(t, nvme.IOResvRegister, 1, nvme.Status(0x21))
-	requireStatus(t, a.RegisterKey(ctx, 1), nvme.Status(0x21))
+	seen := failIO(t, nvme.IOResvRegister, 1, nvme.StatusCommandInterrupted)
+	requireStatus(t, a.RegisterKey(ctx, 1), nvme.StatusCommandInterrupted)
 	require.EqualValues(t, 1, seen.Load())
 	require.NoError(t, a.RegisterKey(ctx, 1))
 }

@@ -208,3 +208,11 @@ func (c Command) LogLen() uint64 {
 
 // DSMRangeSize is the size of a Dataset Management range.
 const DSMRangeSize = 16
+
+var ioNames = map[uint8]string{IORead: "Read", IOWrite: "Write", IOFlush: "Flush", IOWriteZeroes: "Write Zeroes",
+	IODSM: "Dataset Management", IOResvRegister: "Reservation Register", IOResvAcquire: "Reservation Acquire",
+	IOResvRelease: "Reservation Release", IOResvReport: "Reservation Report"}
+
+// IOCommandName returns the name of NVM command set opcode op, or "" for
+// one not known here.
+func IOCommandName(op uint8) string { return ioNames[op] }

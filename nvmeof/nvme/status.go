@@ -108,6 +108,8 @@ var statusNames = map[Status]string{
 	StatusConnectInvalidParm:   "Connect Invalid Parameters",
 	StatusConnectInvalidHost:   "Connect Invalid Host",
 	StatusReservationConflict:  "Reservation Conflict",
+	StatusWriteFault:           "Write Fault",
+	StatusUnrecoveredRead:      "Unrecovered Read Error",
 	StatusHostIDInconsistent:   "Host Identifier Inconsistent Format",
 	StatusANAPersistentLoss:    "Asymmetric Access Persistent Loss",
 	StatusANAInaccessible:      "Asymmetric Access Inaccessible",

@@ -241,6 +241,10 @@ func TestStatusNames(t *testing.T) {
 	require.Equal(t, "Connect Invalid Host (DNR)", (nvme.StatusConnectInvalidHost | nvme.DNR).String())
 	require.EqualValues(t, nvme.SCTCommandSpecific, nvme.StatusConnectInvalidHost.SCT())
 	require.True(t, strings.HasPrefix(nvme.Status(0x2ff).String(), "SCT 2"))
+	require.Equal(t, "Write Fault (DNR)", (nvme.StatusWriteFault | nvme.DNR).String())
+	require.EqualValues(t, nvme.SCTMediaError, nvme.StatusUnrecoveredRead.SCT())
+	require.EqualValues(t, nvme.SCTPath, nvme.StatusANAInaccessible.SCT())
+	require.Equal(t, "Reservation Report", nvme.IOCommandName(nvme.IOResvReport))
 	e := &nvme.StatusError{Op: "Read", Status: nvme.StatusLBARange | nvme.DNR}
 	require.Contains(t, e.Error(), "LBA Out of Range")
 }

@@ -17,64 +17,75 @@ const (
 	ctrattr = 1<<0 | 1<<6
 )
 
-// planAdmin checks an admin command.
-func (c *controller) planAdmin(cmd nvme.Command) (dir, need int, st nvme.Status) {
-	switch cmd.Opcode() {
-	case nvme.AdminIdentify:
-		return dirOut, nvme.IdentifySize, nvme.StatusSuccess
-	case nvme.AdminGetLogPage:
-		n := cmd.LogLen()
-		if n > uint64(c.t.cfg.MaxTransfer) {
-			return 0, 0, nvme.StatusInvalidField | nvme.DNR
-		}
-		return dirOut, int(n), nvme.StatusSuccess
-	case nvme.AdminGetFeatures:
-		if uint8(cmd.CDW(10)) == nvme.FeatHostID && !c.discovery() {
-			return dirOut, len(c.hostID), nvme.StatusSuccess
-		}
-		return dirNone, 0, nvme.StatusSuccess
-	case nvme.AdminSetFeatures, nvme.AdminAER, nvme.AdminKeepAlive:
-		return dirNone, 0, nvme.StatusSuccess
-	case nvme.AdminAbort:
-		if !c.discovery() {
-			return dirNone, 0, nvme.StatusSuccess
-		}
-	}
-	return 0, 0, nvme.StatusInvalidOpcode | nvme.DNR
-}
-
-// execAdmin runs an admin command.
-func (c *controller) execAdmin(r *request) (res uint64, st nvme.Status, out []byte, held bool) {
+// parseAdmin checks an admin command and chooses its executor.
+func (c *controller) parseAdmin(r *request) nvme.Status {
 	cmd := r.cmd
 	switch cmd.Opcode() {
 	case nvme.AdminIdentify:
-		out, st = c.identify(r)
+		r.execute, r.dir, r.need = execIdentify, dirOut, nvme.IdentifySize
 	case nvme.AdminGetLogPage:
-		out, st = c.getLogPage(r)
-	case nvme.AdminSetFeatures:
-		res, st = c.setFeatures(cmd)
+		n := cmd.LogLen()
+		if n > uint64(c.t.cfg.MaxTransfer) {
+			return nvme.StatusInvalidField | nvme.DNR
+		}
+		r.execute, r.dir, r.need = execGetLogPage, dirOut, int(n)
 	case nvme.AdminGetFeatures:
+		r.execute = execGetFeatures
 		if uint8(cmd.CDW(10)) == nvme.FeatHostID && !c.discovery() {
-			out, st = c.getHostID(r)
-		} else {
-			res, st = c.getFeatures(cmd)
+			r.execute, r.dir, r.need = execGetHostID, dirOut, len(c.hostID)
 		}
-	case nvme.AdminKeepAlive:
-		c.touch()
-	case nvme.AdminAbort:
-		res = 1 // not aborted: commands here finish without waiting on anything abortable
+	case nvme.AdminSetFeatures:
+		r.execute = execSetFeatures
 	case nvme.AdminAER:
-		if len(c.heldAER) > aerl {
-			return 0, nvme.StatusAERLimitExceeded | nvme.DNR, nil, false // as nvmet: retrying cannot help
+		r.execute = execAER
+	case nvme.AdminKeepAlive:
+		r.execute = execKeepAlive
+	case nvme.AdminAbort:
+		if c.discovery() {
+			return nvme.StatusInvalidOpcode | nvme.DNR
 		}
-		if ev, ok := c.takeEvent(); ok {
-			return ev, nvme.StatusSuccess, nil, false
-		}
-		// Held until an event (events.go) or the controller's end.
-		c.heldAER = append(c.heldAER, r.idx)
-		return 0, nvme.StatusSuccess, nil, true
+		r.execute = execAbort
+	default:
+		return nvme.StatusInvalidOpcode | nvme.DNR
 	}
-	return res, st, out, false
+	return nvme.StatusSuccess
+}
+
+// The admin commands' executors.
+
+func execIdentify(q *queue, r *request) (uint64, nvme.Status) { return 0, q.ctrl.identify(r) }
+
+func execGetLogPage(q *queue, r *request) (uint64, nvme.Status) { return 0, q.ctrl.getLogPage(r) }
+
+func execSetFeatures(q *queue, r *request) (uint64, nvme.Status) { return q.ctrl.setFeatures(r.cmd) }
+
+func execGetFeatures(q *queue, r *request) (uint64, nvme.Status) { return q.ctrl.getFeatures(r.cmd) }
+
+func execGetHostID(q *queue, r *request) (uint64, nvme.Status) { return 0, q.ctrl.getHostID(r) }
+
+func execKeepAlive(q *queue, _ *request) (uint64, nvme.Status) {
+	q.ctrl.touch()
+	return 0, nvme.StatusSuccess
+}
+
+// execAbort aborts nothing (result 1): commands here finish without
+// waiting on anything abortable.
+func execAbort(*queue, *request) (uint64, nvme.Status) { return 1, nvme.StatusSuccess }
+
+// execAER completes an Asynchronous Event Request with a waiting event,
+// or holds it (r.held) until an event (events.go) or the controller's
+// end.
+func execAER(q *queue, r *request) (uint64, nvme.Status) {
+	c := q.ctrl
+	if len(c.heldAER) > aerl {
+		return 0, nvme.StatusAERLimitExceeded | nvme.DNR // as nvmet: retrying cannot help
+	}
+	if ev, ok := c.takeEvent(); ok {
+		return ev, nvme.StatusSuccess
+	}
+	c.heldAER = append(c.heldAER, r.idx)
+	r.held = true
+	return 0, nvme.StatusSuccess
 }
 
 // controllerInfo is the Identify Controller data of c.
@@ -116,15 +127,15 @@ func (c *controller) controllerInfo() nvme.ControllerInfo {
 
 // identify serves Identify: CNS 1 everywhere, CNS 0, 2 and 3 on NVM
 // controllers.
-func (c *controller) identify(r *request) ([]byte, nvme.Status) {
+func (c *controller) identify(r *request) nvme.Status {
 	cmd := r.cmd
 	cns, nsid := uint8(cmd.CDW(10)), cmd.NSID()
 	if c.discovery() && cns != nvme.CNSController {
-		return nil, nvme.StatusInvalidField | nvme.DNR
+		return nvme.StatusInvalidField | nvme.DNR
 	}
-	out := r.out(nvme.IdentifySize)
+	out := r.out
 	if out == nil {
-		return nil, nvme.StatusInternalError
+		return nvme.StatusInternalError
 	}
 	switch cns {
 	case nvme.CNSController:
@@ -132,7 +143,7 @@ func (c *controller) identify(r *request) ([]byte, nvme.Status) {
 		ci.Append(out[:0])
 	case nvme.CNSNamespace:
 		if nsid == 0 || nsid > maxNSID {
-			return nil, nvme.StatusInvalidNamespace | nvme.DNR
+			return nvme.StatusInvalidNamespace | nvme.DNR
 		}
 		clear(out)
 		if ns := c.sub.Namespace(nsid); ns != nil {
@@ -157,7 +168,7 @@ func (c *controller) identify(r *request) ([]byte, nvme.Status) {
 		} // an inactive NSID reads as zeros
 	case nvme.CNSActiveNSList:
 		if nsid >= 0xfffffffe {
-			return nil, nvme.StatusInvalidNamespace | nvme.DNR
+			return nvme.StatusInvalidNamespace | nvme.DNR
 		}
 		clear(out)
 		i := 0
@@ -172,24 +183,24 @@ func (c *controller) identify(r *request) ([]byte, nvme.Status) {
 		// beyond MDTS to report, so zeros, as nvmet answers. Linux's host
 		// asks for it at every connect.
 		if cmd.CDW(11)>>24 != nvme.CSINVM {
-			return nil, nvme.StatusInvalidField | nvme.DNR
+			return nvme.StatusInvalidField | nvme.DNR
 		}
 		clear(out)
 	case nvme.CNSNSDescriptors:
 		ns := c.sub.Namespace(nsid)
 		if ns == nil {
-			return nil, noNamespace(nsid)
+			return noNamespace(nsid)
 		}
 		nvme.AppendNSDescriptors(out[:0], ns.NGUID, ns.UUID)
 	default:
-		return nil, nvme.StatusInvalidField | nvme.DNR
+		return nvme.StatusInvalidField | nvme.DNR
 	}
-	return out, nvme.StatusSuccess
+	return nvme.StatusSuccess
 }
 
 // getLogPage serves Get Log Page: error information, SMART / health and
 // firmware slots on NVM controllers, the discovery log on discovery ones.
-func (c *controller) getLogPage(r *request) ([]byte, nvme.Status) {
+func (c *controller) getLogPage(r *request) nvme.Status {
 	cmd := r.cmd
 	lid := uint8(cmd.CDW(10))
 	off := uint64(cmd.CDW(12)) | uint64(cmd.CDW(13))<<32
@@ -210,7 +221,7 @@ func (c *controller) getLogPage(r *request) ([]byte, nvme.Status) {
 		log = make([]byte, nvme.ErrorLogEntrySize*(1)) // no errors recorded
 	case lid == nvme.LogSMART && !c.discovery():
 		if id := cmd.NSID(); id != 0 && id != 0xffffffff {
-			return nil, nvme.StatusInvalidField | nvme.DNR // the log is the controller's: LPA bit 0 is clear
+			return nvme.StatusInvalidField | nvme.DNR // the log is the controller's: LPA bit 0 is clear
 		}
 		c.sub.countMu.Lock()
 		cnt := c.sub.counters
@@ -220,14 +231,14 @@ func (c *controller) getLogPage(r *request) ([]byte, nvme.Status) {
 		// Reading the list empties it, so it is read whole or not at
 		// all (nvmet refuses any other length too).
 		if n != 4*nvme.MaxChangedNS || off != 0 {
-			return nil, nvme.StatusInvalidField | nvme.DNR
+			return nvme.StatusInvalidField | nvme.DNR
 		}
-		out := r.out(n)
+		out := r.out
 		if out == nil {
-			return nil, nvme.StatusInternalError
+			return nvme.StatusInternalError
 		}
 		c.changedNSLog(out, cmd.CDW(10)&(1<<15) != 0)
-		return out, nvme.StatusSuccess
+		return nvme.StatusSuccess
 	case lid == nvme.LogANA && c.ana():
 		// LSP bit 0 (CDW10 bit 8): Return Groups Only. The page is as long
 		// as Identify makes it (NANAGRPID descriptors, MNAN NSIDs), zeros
@@ -239,7 +250,7 @@ func (c *controller) getLogPage(r *request) ([]byte, nvme.Status) {
 		// One page a read, which takes it: read from its start, or not
 		// at all (a refused read must not lose it).
 		if off != 0 {
-			return nil, nvme.StatusInvalidField | nvme.DNR
+			return nvme.StatusInvalidField | nvme.DNR
 		}
 		log = c.resvLogRead(cmd.CDW(10)&(1<<15) != 0)
 	case lid == nvme.LogFirmware && !c.discovery():
@@ -247,17 +258,17 @@ func (c *controller) getLogPage(r *request) ([]byte, nvme.Status) {
 		log[0] = 1 // slot 1 active
 		nvme.PutASCII(log[8:16], "1.0")
 	default:
-		return nil, nvme.StatusInvalidLogPage | nvme.DNR
+		return nvme.StatusInvalidLogPage | nvme.DNR
 	}
 	if off&3 != 0 || off > uint64(len(log)) {
-		return nil, nvme.StatusInvalidField | nvme.DNR
+		return nvme.StatusInvalidField | nvme.DNR
 	}
-	out := r.out(n)
+	out := r.out
 	if out == nil {
-		return nil, nvme.StatusInternalError
+		return nvme.StatusInternalError
 	}
 	clear(out[copy(out, log[off:]):])
-	return out, nvme.StatusSuccess
+	return nvme.StatusSuccess
 }
 
 // setFeatures serves Set Features.
@@ -336,16 +347,16 @@ func (c *controller) setFeatures(cmd nvme.Command) (uint64, nvme.Status) {
 // getHostID serves Get Features Host Identifier: the 128-bit host ID
 // the host connected with, which only an extended (EXHID, CDW11 bit 0)
 // request may read, as nvmet.
-func (c *controller) getHostID(r *request) ([]byte, nvme.Status) {
+func (c *controller) getHostID(r *request) nvme.Status {
 	if r.cmd.CDW(11)&1 == 0 {
-		return nil, nvme.StatusInvalidField | nvme.DNR
+		return nvme.StatusInvalidField | nvme.DNR
 	}
-	out := r.out(len(c.hostID))
+	out := r.out
 	if out == nil {
-		return nil, nvme.StatusInternalError
+		return nvme.StatusInternalError
 	}
 	copy(out, c.hostID[:])
-	return out, nvme.StatusSuccess
+	return nvme.StatusSuccess
 }
 
 // getFeatures serves Get Features (current values).

@@ -336,8 +336,8 @@ func (t *Target) capability() uint64 {
 }
 
 // propertyGet serves Property Get.
-func (q *queue) propertyGet(cmd nvme.Command) (uint64, nvme.Status) {
-	c := q.ctrl
+func (q *queue) propertyGet(r *request) (uint64, nvme.Status) {
+	c, cmd := q.ctrl, r.cmd
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch size, off := cmd.PropSize(), cmd.PropOffset(); {
@@ -357,7 +357,8 @@ func (q *queue) propertyGet(cmd nvme.Command) (uint64, nvme.Status) {
 }
 
 // propertySet serves Property Set: CC, whose EN and SHN drive CSTS.
-func (q *queue) propertySet(cmd nvme.Command) (uint64, nvme.Status) {
+func (q *queue) propertySet(r *request) (uint64, nvme.Status) {
+	cmd := r.cmd
 	if cmd.PropSize() != 4 || cmd.PropOffset() != nvme.PropCC {
 		return 0, nvme.StatusInvalidField | nvme.DNR
 	}
@@ -476,54 +477,39 @@ func (c *controller) flushAll() bool {
 	return c.flushEach(" at shutdown").OK()
 }
 
-// plan checks a command before its data moves: whether the queue and
-// controller may run it, and the direction and length of its data.
-func (q *queue) plan(idx int, cmd nvme.Command) (dir, need int, st nvme.Status) {
+// parse checks a command before its data moves, as Linux's
+// nvmet_req_init: whether the queue and controller may run it, the
+// direction and length of its data, and what executes it (r.execute). It
+// is the only place that looks at the opcode.
+func (q *queue) parse(r *request) nvme.Status {
 	c := q.ctrl
-	if cmd.IsFabrics() {
-		switch fc := cmd.FCType(); {
+	if r.cmd.IsFabrics() {
+		switch fc := r.cmd.FCType(); {
 		case fc == nvme.FabricsConnect:
 			if c != nil {
-				return 0, 0, nvme.StatusCommandSequenceError | nvme.DNR
+				return nvme.StatusCommandSequenceError | nvme.DNR
 			}
-			return dirIn, nvme.ConnectDataSize, nvme.StatusSuccess
+			r.execute, r.dir, r.need = (*queue).connect, dirIn, nvme.ConnectDataSize
+			return nvme.StatusSuccess
 		case q.qid != 0:
-			return 0, 0, nvme.StatusInvalidOpcode | nvme.DNR
+			return nvme.StatusInvalidOpcode | nvme.DNR
 		case fc == nvme.FabricsPropertyGet || fc == nvme.FabricsPropertySet:
 			if c == nil {
-				return 0, 0, nvme.StatusCommandSequenceError | nvme.DNR
+				return nvme.StatusCommandSequenceError | nvme.DNR
 			}
-			return dirNone, 0, nvme.StatusSuccess
+			r.execute = (*queue).propertyGet
+			if fc == nvme.FabricsPropertySet {
+				r.execute = (*queue).propertySet
+			}
+			return nvme.StatusSuccess
 		}
-		return 0, 0, nvme.StatusInvalidOpcode | nvme.DNR
+		return nvme.StatusInvalidOpcode | nvme.DNR
 	}
 	if c == nil || !c.ready() {
-		return 0, 0, nvme.StatusCommandSequenceError | nvme.DNR
+		return nvme.StatusCommandSequenceError | nvme.DNR
 	}
 	if q.qid == 0 {
-		return c.planAdmin(cmd)
+		return c.parseAdmin(r)
 	}
-	dir, need, st, q.slots[idx].ns = c.planIO(cmd, q.port)
-	return dir, need, st
-}
-
-// handle executes a planned command whose data is here. held means the
-// command stays outstanding (an Asynchronous Event Request).
-func (q *queue) handle(r *request) (res uint64, st nvme.Status, out []byte, held bool) {
-	if r.cmd.IsFabrics() {
-		switch r.cmd.FCType() {
-		case nvme.FabricsConnect:
-			res, st = q.connect(r)
-		case nvme.FabricsPropertyGet:
-			res, st = q.propertyGet(r.cmd)
-		case nvme.FabricsPropertySet:
-			res, st = q.propertySet(r.cmd)
-		}
-		return res, st, nil, false
-	}
-	if q.qid == 0 {
-		return q.ctrl.execAdmin(r)
-	}
-	res, st, out = q.ctrl.execIO(r)
-	return res, st, out, false
+	return c.parseIO(r, q.port)
 }

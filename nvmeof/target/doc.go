@@ -1,17 +1,16 @@
-// Package nvmeof is NVMe over Fabrics on this repository's iWARP stack: a
-// target and a host of the NVMe/RDMA transport (NVMe-oF 1.1 with the
-// NVMe/RDMA transport binding 1.0, NVMe base 1.3 as VS says) over verbs
-// queue pairs, which the Linux kernel's nvme-rdma host and nvmet-rdma
-// target (over siw or an iWARP NIC) interoperate with.
-//
-// # Target
+// Package target is the NVMe over Fabrics target of nvmeof: it serves
+// subsystems and their namespaces to hosts over the NVMe/RDMA transport
+// (NVMe-oF 1.1, transport binding 1.0) on verbs queue pairs, as Linux's
+// nvmet-rdma does, so that Linux's nvme-rdma host (or nvmeof/host)
+// attaches to it. The package nvmeof says how the pieces fit; nvmeof/nvme
+// has the wire format.
 //
 // New serves Subsystems, each with Namespaces over a Backend
 // (MemBackend, FileBackend: pread and pwrite at the block's offset) and a
 // host access list, plus the discovery controller
 // (nqn.2014-08.org.nvmexpress.discovery) on every listener. Each RDMA
-// connection is one queue: its CM private data (CMRequest: RECFMT, QID,
-// HRQSIZE, HSQSIZE) is checked before the accept (CMReject statuses), and
+// connection is one queue: its CM private data (nvme.CMRequest: RECFMT, QID,
+// HRQSIZE, HSQSIZE) is checked before the accept (nvme.CMReject statuses), and
 // one goroutine owned by the Target serves it. The admin queue's Connect
 // creates a controller with a dynamic ID; I/O queues join it by that ID.
 // Commands arrive as Sends of 64-octet SQEs with in-capsule data (up to
@@ -68,61 +67,44 @@
 // sends again after a reset cannot be overtaken by its old copy; a write
 // on another path of the host's waits for them as well.
 //
-// # Host
-//
-// Connect opens a controller of a subsystem (the admin queue, Connect,
-// CC.EN, Identify, Number of Queues, then the I/O queues), Discover reads
-// a discovery log, and Controller.Namespace is an io.ReaderAt and
-// io.WriterAt view of a namespace that spreads commands over the I/O
-// queues. The host's data buffers are registered once per command slot
-// (keyed SGL, address subtype: no invalidation) and small writes go in the
-// capsule. With host.Config.WatchNamespaces the host keeps an Asynchronous
-// Event Request outstanding and Controller.WaitNamespaceChange returns
-// the namespaces the controller reports added; on a discovery controller
-// (Connect to DiscoveryNQN) host.Config.WatchDiscovery and
-// Controller.WaitDiscoveryChange return the log as each change leaves it.
-// Controller.Close shuts down
-// as NVMe asks and Linux's host does: new commands fail with ErrClosed,
-// those in flight finish (not the standing AER), the I/O queues
-// disconnect, then CC.SHN and the admin queue's disconnect.
-//
 // A port (Target.Listen, or ListenPort as a port of nvmet with the
-// subsystems linked to it and the referrals its discovery log lists,
-// which DiscoverAll follows; Port.Close removes it) is a listener; a
-// subsystem has a controller for each admin Connect, through any port
-// that exposes it, and says so (CMIC multi-port and multi-controller,
-// namespaces shared: NMIC), so that a host may reach it by several paths.
-// Asymmetric Namespace Access says which paths to use, as in nvmet: each
-// namespace is in an ANA group (NamespaceConfig.ANAGroup), and each port
-// gives each group a state (PortConfig.ANA, Port.SetANAState): optimized,
-// non-optimized, inaccessible, persistent loss or change. The ANA log
-// page gives a controller its port's states; I/O through a port where its
-// namespace's group is not accessible fails with the path status, which
+// subsystems linked to it and the referrals its discovery log lists, which
+// host.DiscoverAll and nvme-cli connect-all follow; Port.Close removes it)
+// is a listener; a subsystem has a controller for each admin Connect,
+// through any port that exposes it, and says so (CMIC multi-port and
+// multi-controller, namespaces shared: NMIC), so that a host may reach it by
+// several paths. Asymmetric Namespace Access says which paths to use, as in
+// nvmet: each namespace is in an ANA group (NamespaceConfig.ANAGroup), and
+// each port gives each group a state (PortConfig.ANA, Port.SetANAState):
+// optimized, non-optimized, inaccessible, persistent loss or change. The ANA
+// log page gives a controller its port's states; I/O through a port where
+// its namespace's group is not accessible fails with the path status, which
 // hosts retry down another path.
 //
-// The Go host's ConnectMultipath is Linux's native multipath: one host
-// through several ports, I/O down an optimized path (else a non-optimized
-// one; round-robin, or where the fewest commands wait:
-// MultipathConfig.Policy), moved by ANA Change notices (host.Config.WatchANA,
-// Controller.WaitANAChange), sent again down another path on a path
-// status or a broken path, held while no path is usable; a lost path is
-// connected again (MultipathConfig.ReconnectDelay, LossTimeout). Any
-// host sends an I/O command again, up to 5 times, when the target answers
-// it with a status that allows it (no DNR), as Linux's host does.
+// A host retries down another path, or later, a command answered without
+// DNR; nvmeof/host's Multipath and Linux's native multipath both do.
 //
 // Reservations (resv.go) are nvmet's: register, acquire, preempt, release,
 // report and the six types' access rules, per namespace
 // (NamespaceConfig.Reservations); the hosts a change takes something from
 // are told by the Reservation Notification log and its notice
-// (resvlog.go; host.Config.WatchReservations, Controller.WaitReservationNotice,
-// and Multipath.WaitReservationNotice from every path); with a reservation
+// (resvlog.go); with a reservation
 // file (NamespaceConfig.ReservationFile) they persist through power loss
-// while a host asks for it (resvptpl.go; host.Namespace.SetPersistence).
+// while a host asks for it (resvptpl.go).
 //
 // Not implemented: in-band authentication, fused commands (refused),
 // namespace management, metadata and protection information, SGL
 // segments (MSDBD 1), asynchronous events but the notices above and the
-// SMART warnings never raised, and MPA CRCs are not asked for by default
-// (Config.AskCRC, host.Config.AskCRC: Linux siw 6.1 mis-checks CRCs
-// whose trailer arrives split across two receive buffers, see transport.CRCMaxFPDU).
+// SMART warnings (never raised). MPA CRCs are asked for only with
+// Config.AskCRC (docs/nvmeof-crc.md says why not by default).
+//
+// # Files
+//
+// target.go (Target, Config), port.go and referral.go (ports), subsystem.go
+// and namespace.go, backend.go (MemBackend, FileBackend); queue.go is the
+// RDMA queue (one per connection: capsules in, data by RDMA Read and
+// Write, completions out), controller.go the controller and queue.parse,
+// which chooses each command's executor; admin.go, nvm.go, resv.go are the
+// command sets; events.go, ana.go, writeprotect.go, quiesce.go,
+// resvlog.go and resvptpl.go the features of those names.
 package target

@@ -8,84 +8,93 @@ import (
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
-// planIO checks an NVM command set command that came through port p:
-// namespace, its ANA state through p, LBA range, length. It returns the
-// namespace it checked against, which execIO must find still there: an
-// NSID removed and given to another namespace meanwhile
-// (Subsystem.AddNamespaceConfig) must not take a command planned for the
-// first.
-func (c *controller) planIO(cmd nvme.Command, p *Port) (dir, need int, st nvme.Status, ns *Namespace) {
+// parseIO checks an NVM command set command that came through port p
+// (namespace, its ANA state through p, LBA range, length) and chooses its
+// executor. It keeps the namespace it checked against (r.ns), which
+// execIO must find still there: an NSID removed and given to another
+// namespace meanwhile (Subsystem.AddNamespaceConfig) must not take a
+// command parsed for the first.
+func (c *controller) parseIO(r *request, p *Port) nvme.Status {
+	cmd := r.cmd
+	r.nvm = true
 	switch op := cmd.Opcode(); op {
 	case nvme.IORead, nvme.IOWrite, nvme.IOWriteZeroes:
 		ns := c.sub.Namespace(cmd.NSID())
 		if ns == nil {
-			return 0, 0, noNamespace(cmd.NSID()), nil
+			return noNamespace(cmd.NSID())
 		}
 		if st := c.access(p, ns, op); !st.OK() {
-			return 0, 0, st, nil
+			return st
 		}
 		slba, nlb := cmd.SLBA(), uint64(cmd.NLB())+1
 		if slba+nlb < slba || slba+nlb > ns.Blocks() {
-			return 0, 0, nvme.StatusLBARange | nvme.DNR, nil
+			return nvme.StatusLBARange | nvme.DNR
 		}
 		// The length in 64 bits: 65 536 blocks of 64 KiB is 4 GiB, which
 		// a 32-bit int would wrap to 0. Past MDTS anyway.
 		if n := nlb * uint64(ns.BlockSize); n > uint64(c.t.cfg.MaxTransfer) && op != nvme.IOWriteZeroes {
-			return 0, 0, nvme.StatusInvalidField | nvme.DNR, nil
+			return nvme.StatusInvalidField | nvme.DNR
 		}
+		r.ns = ns
 		switch op {
 		case nvme.IORead:
-			return dirOut, int(nlb) * ns.BlockSize, nvme.StatusSuccess, ns
+			r.execute, r.dir, r.need = execRead, dirOut, int(nlb)*ns.BlockSize
 		case nvme.IOWrite:
-			return dirIn, int(nlb) * ns.BlockSize, nvme.StatusSuccess, ns
+			r.execute, r.dir, r.need = execWrite, dirIn, int(nlb)*ns.BlockSize
+		default:
+			r.execute = execWriteZeroes
 		}
-		return dirNone, 0, nvme.StatusSuccess, ns
+		return nvme.StatusSuccess
 	case nvme.IOFlush:
+		r.execute = execFlush
 		if id := cmd.NSID(); id != 0xffffffff {
-			if ns := c.sub.Namespace(id); ns != nil {
-				if st := c.access(p, ns, nvme.IOFlush); !st.OK() {
-					return 0, 0, st, nil
-				}
-				return dirNone, 0, nvme.StatusSuccess, ns
+			ns := c.sub.Namespace(id)
+			if ns == nil {
+				return noNamespace(id)
 			}
-			return 0, 0, noNamespace(id), nil
+			if st := c.access(p, ns, nvme.IOFlush); !st.OK() {
+				return st
+			}
+			r.ns = ns
 		}
-		return dirNone, 0, nvme.StatusSuccess, nil
+		return nvme.StatusSuccess
 	case nvme.IODSM:
 		ns := c.sub.Namespace(cmd.NSID())
 		if ns == nil {
-			return 0, 0, noNamespace(cmd.NSID()), nil
+			return noNamespace(cmd.NSID())
 		}
 		if st := c.access(p, ns, nvme.IODSM); !st.OK() {
-			return 0, 0, st, nil
+			return st
 		}
-		return dirIn, (int(cmd.CDW(10)&0xff) + 1) * nvme.DSMRangeSize, nvme.StatusSuccess, ns
+		r.execute, r.dir, r.need, r.ns = execDSM, dirIn, (int(cmd.CDW(10)&0xff)+1)*nvme.DSMRangeSize, ns
+		return nvme.StatusSuccess
 	case nvme.IOResvRegister, nvme.IOResvAcquire, nvme.IOResvRelease, nvme.IOResvReport:
-		return c.planResv(cmd, p)
+		return c.parseResv(r, p)
 	}
-	return 0, 0, nvme.StatusInvalidOpcode | nvme.DNR, nil
+	return nvme.StatusInvalidOpcode | nvme.DNR
 }
 
-// execIO runs an NVM command set command. Its namespace was there when
-// planIO looked (r.ns), but may have been removed while its data moved,
-// and its NSID given to another.
-func (c *controller) execIO(r *request) (uint64, nvme.Status, []byte) {
-	cmd := r.cmd
+// execIO runs an NVM command set command: the checks every one passes as
+// it runs, then its executor. Its namespace was there when parseIO looked
+// (r.ns), but may have been removed while its data moved, and its NSID
+// given to another.
+func execIO(q *queue, r *request) (uint64, nvme.Status) {
+	c, cmd := q.ctrl, r.cmd
 	ns := c.sub.use(cmd.NSID())
 	if ns != nil {
 		defer ns.done()
 	}
 	if ns != r.ns && !(cmd.Opcode() == nvme.IOFlush && cmd.NSID() == 0xffffffff) {
 		if ns == nil {
-			return 0, noNamespace(cmd.NSID()), nil // removed meanwhile: inactive now
+			return 0, noNamespace(cmd.NSID()) // removed meanwhile: inactive now
 		}
 		// Given to another namespace meanwhile, perhaps of another
 		// format: not the one the command was checked against.
-		return 0, nvme.StatusInvalidNamespace | nvme.DNR, nil
+		return 0, nvme.StatusInvalidNamespace | nvme.DNR
 	}
 	if h := testhook.IOStatus.Load(); h != nil {
 		if st := (*h)(c.admin.port.ID(), cmd); st != nvme.StatusSuccess {
-			return 0, st, nil
+			return 0, st
 		}
 	}
 	if ns != nil && wpRefuses(cmd.Opcode()) {
@@ -93,7 +102,7 @@ func (c *controller) execIO(r *request) (uint64, nvme.Status, []byte) {
 		// Protecting the namespace waits for a running write to end, so
 		// that none lands after Set Features returns.
 		if st := ns.admitWrite(c.t.done()); !st.OK() {
-			return 0, st, nil // protected while its data moved, or being protected for too long
+			return 0, st // protected while its data moved, or being protected for too long
 		}
 		defer ns.writing.Add(-1)
 	}
@@ -103,95 +112,107 @@ func (c *controller) execIO(r *request) (uint64, nvme.Status, []byte) {
 		// Checked again as it runs, and a reservation change (a fence)
 		// waits until it is done: its data may have moved for long.
 		if !ns.resv.admit(c.hostID, op) {
-			return 0, nvme.StatusReservationConflict | nvme.DNR, nil
+			return 0, nvme.StatusReservationConflict | nvme.DNR
 		}
 		defer ns.resv.done()
 	}
-	switch cmd.Opcode() {
-	case nvme.IORead:
-		off := int64(cmd.SLBA()) * int64(ns.BlockSize)
-		out := r.out(int(r.data.Len))
-		if out == nil {
-			return 0, nvme.StatusInternalError, nil
-		}
-		if _, err := ns.Backend.ReadAt(out, off); err != nil {
-			c.t.logf("nvmeof: namespace %d: read %d at %d: %v", ns.ID, len(out), off, err)
-			return 0, 0x281 | nvme.DNR, nil // media error: Unrecovered Read Error
-		}
-		c.sub.count(false, len(out))
-		return 0, nvme.StatusSuccess, out
-	case nvme.IOWrite:
-		off := int64(cmd.SLBA()) * int64(ns.BlockSize)
-		var err error
-		switch fw, ok := ns.Backend.(FUAWriter); {
-		case !c.durable(cmd):
-			_, err = ns.Backend.WriteAt(r.in, off)
-		case ok:
-			_, err = fw.WriteAtFUA(r.in, off)
-		default:
-			if _, err = ns.Backend.WriteAt(r.in, off); err == nil {
-				err = ns.Backend.Flush()
-			}
-		}
-		if err != nil {
-			c.t.logf("nvmeof: namespace %d: write %d at %d: %v", ns.ID, len(r.in), off, err)
-			return 0, 0x280 | nvme.DNR, nil // media error: Write Fault
-		}
-		c.sub.count(true, len(r.in))
-		return 0, nvme.StatusSuccess, nil
-	case nvme.IOFlush:
-		if ns != nil {
-			return 0, c.flush(ns, ""), nil
-		}
-		return 0, c.flushEach(""), nil
-	case nvme.IOWriteZeroes:
-		st := zero(ns, cmd.SLBA(), uint64(cmd.NLB())+1, false)
-		if st.OK() && c.durable(cmd) {
-			st = c.flush(ns, " after Write Zeroes")
-		}
-		return 0, st, nil
-	case nvme.IOResvRegister:
-		st, err := ns.resv.register(c.hostID, cmd.CDW(10), r.in)
-		return 0, c.resvDone(ns, st, err), nil
-	case nvme.IOResvAcquire:
-		st, err := ns.resv.acquire(c.hostID, cmd.CDW(10), r.in)
-		return 0, c.resvDone(ns, st, err), nil
-	case nvme.IOResvRelease:
-		st, err := ns.resv.release(c.hostID, cmd.CDW(10), r.in)
-		return 0, c.resvDone(ns, st, err), nil
-	case nvme.IOResvReport:
-		out := r.out(int(r.data.Len))
-		if out == nil {
-			return 0, nvme.StatusInternalError, nil
-		}
-		if st := ns.resv.report(cmd.CDW(11), out); !st.OK() {
-			return 0, st, nil
-		}
-		return 0, nvme.StatusSuccess, out
-	case nvme.IODSM:
-		if cmd.CDW(11)&(1<<2) == 0 {
-			return 0, nvme.StatusSuccess, nil // only hints: nothing to do
-		}
-		// Deallocate: the ranges read as zeros afterwards.
-		for i := 0; i+nvme.DSMRangeSize <= len(r.in); i += nvme.DSMRangeSize {
-			n := uint64(binary.LittleEndian.Uint32(r.in[i+4:]))
-			slba := binary.LittleEndian.Uint64(r.in[i+8:])
-			if slba+n < slba || slba+n > ns.Blocks() {
-				return 0, nvme.StatusLBARange | nvme.DNR, nil
-			}
-		}
-		for i := 0; i+nvme.DSMRangeSize <= len(r.in); i += nvme.DSMRangeSize {
-			n := uint64(binary.LittleEndian.Uint32(r.in[i+4:]))
-			if st := zero(ns, binary.LittleEndian.Uint64(r.in[i+8:]), n, true); !st.OK() {
-				return 0, st, nil
-			}
-		}
-		if c.wcOff.Load() {
-			return 0, c.flush(ns, " after Deallocate"), nil
-		}
-		return 0, nvme.StatusSuccess, nil
+	return r.execute(q, r)
+}
+
+// The NVM commands' executors, which execIO runs.
+
+func execRead(q *queue, r *request) (uint64, nvme.Status) {
+	c, ns := q.ctrl, r.ns
+	off := int64(r.cmd.SLBA()) * int64(ns.BlockSize)
+	if _, err := ns.Backend.ReadAt(r.out, off); err != nil {
+		c.t.logf("nvmeof: namespace %d: read %d at %d: %v", ns.ID, len(r.out), off, err)
+		return 0, nvme.StatusUnrecoveredRead | nvme.DNR
 	}
-	return 0, nvme.StatusInvalidOpcode | nvme.DNR, nil
+	c.sub.count(false, len(r.out))
+	return 0, nvme.StatusSuccess
+}
+
+func execWrite(q *queue, r *request) (uint64, nvme.Status) {
+	c, ns := q.ctrl, r.ns
+	off := int64(r.cmd.SLBA()) * int64(ns.BlockSize)
+	var err error
+	switch fw, ok := ns.Backend.(FUAWriter); {
+	case !c.durable(r.cmd):
+		_, err = ns.Backend.WriteAt(r.in, off)
+	case ok:
+		_, err = fw.WriteAtFUA(r.in, off)
+	default:
+		if _, err = ns.Backend.WriteAt(r.in, off); err == nil {
+			err = ns.Backend.Flush()
+		}
+	}
+	if err != nil {
+		c.t.logf("nvmeof: namespace %d: write %d at %d: %v", ns.ID, len(r.in), off, err)
+		return 0, nvme.StatusWriteFault | nvme.DNR
+	}
+	c.sub.count(true, len(r.in))
+	return 0, nvme.StatusSuccess
+}
+
+// execFlush flushes r.ns, or every namespace (NSID FFFFFFFFh).
+func execFlush(q *queue, r *request) (uint64, nvme.Status) {
+	if r.ns != nil {
+		return 0, q.ctrl.flush(r.ns, "")
+	}
+	return 0, q.ctrl.flushEach("")
+}
+
+func execWriteZeroes(q *queue, r *request) (uint64, nvme.Status) {
+	st := zero(r.ns, r.cmd.SLBA(), uint64(r.cmd.NLB())+1, false)
+	if st.OK() && q.ctrl.durable(r.cmd) {
+		st = q.ctrl.flush(r.ns, " after Write Zeroes")
+	}
+	return 0, st
+}
+
+// execDSM serves Dataset Management: Deallocate makes the ranges read as
+// zeros; the other attributes are hints, and need nothing.
+func execDSM(q *queue, r *request) (uint64, nvme.Status) {
+	c, ns := q.ctrl, r.ns
+	if r.cmd.CDW(11)&(1<<2) == 0 {
+		return 0, nvme.StatusSuccess
+	}
+	for i := 0; i+nvme.DSMRangeSize <= len(r.in); i += nvme.DSMRangeSize {
+		n := uint64(binary.LittleEndian.Uint32(r.in[i+4:]))
+		slba := binary.LittleEndian.Uint64(r.in[i+8:])
+		if slba+n < slba || slba+n > ns.Blocks() {
+			return 0, nvme.StatusLBARange | nvme.DNR
+		}
+	}
+	for i := 0; i+nvme.DSMRangeSize <= len(r.in); i += nvme.DSMRangeSize {
+		n := uint64(binary.LittleEndian.Uint32(r.in[i+4:]))
+		if st := zero(ns, binary.LittleEndian.Uint64(r.in[i+8:]), n, true); !st.OK() {
+			return 0, st
+		}
+	}
+	if c.wcOff.Load() {
+		return 0, c.flush(ns, " after Deallocate")
+	}
+	return 0, nvme.StatusSuccess
+}
+
+func execResvRegister(q *queue, r *request) (uint64, nvme.Status) {
+	st, err := r.ns.resv.register(q.ctrl.hostID, r.cmd.CDW(10), r.in)
+	return 0, q.ctrl.resvDone(r.ns, st, err)
+}
+
+func execResvAcquire(q *queue, r *request) (uint64, nvme.Status) {
+	st, err := r.ns.resv.acquire(q.ctrl.hostID, r.cmd.CDW(10), r.in)
+	return 0, q.ctrl.resvDone(r.ns, st, err)
+}
+
+func execResvRelease(q *queue, r *request) (uint64, nvme.Status) {
+	st, err := r.ns.resv.release(q.ctrl.hostID, r.cmd.CDW(10), r.in)
+	return 0, q.ctrl.resvDone(r.ns, st, err)
+}
+
+func execResvReport(_ *queue, r *request) (uint64, nvme.Status) {
+	return 0, r.ns.resv.report(r.cmd.CDW(11), r.out)
 }
 
 // durable reports whether a Write or Write Zeroes must be on stable
@@ -205,7 +226,7 @@ func (c *controller) durable(cmd nvme.Command) bool { return cmd.FUA() || c.wcOf
 func (c *controller) flush(ns *Namespace, when string) nvme.Status {
 	if err := ns.Backend.Flush(); err != nil {
 		c.t.logf("nvmeof: controller %d: namespace %d: flush%s: %v", c.id, ns.ID, when, err)
-		return 0x280 | nvme.DNR
+		return nvme.StatusWriteFault | nvme.DNR
 	}
 	return nvme.StatusSuccess
 }
@@ -237,13 +258,13 @@ func zero(ns *Namespace, slba, nlb uint64, deallocate bool) nvme.Status {
 			return nvme.StatusSuccess
 		}
 		if !errors.Is(err, errors.ErrUnsupported) {
-			return 0x280 | nvme.DNR
+			return nvme.StatusWriteFault | nvme.DNR
 		}
 	}
 	for n > 0 {
 		k := min(n, int64(len(zeros)))
 		if _, err := ns.Backend.WriteAt(zeros[:k], off); err != nil {
-			return 0x280 | nvme.DNR
+			return nvme.StatusWriteFault | nvme.DNR
 		}
 		off += k
 		n -= k

@@ -74,12 +74,11 @@ type queue struct {
 // which may be much later (verbs retires sends when its transmit loop runs
 // dry).
 type slot struct {
-	cmd       [nvme.CommandSize]byte
-	ns        *Namespace // an I/O command's, as planned (planIO)
-	data      nvme.Data
-	buf       int
-	busy      bool
-	dir, need int // of a command waiting for a buffer
+	cmd  [nvme.CommandSize]byte
+	req  request // the command as parsed
+	data nvme.Data
+	buf  int
+	busy bool
 }
 
 // Bounds of the data buffer pools: verbs completes sends in batches of
@@ -487,10 +486,12 @@ func (q *queue) dispatch(idx int, inCap []byte) bool {
 		q.closeErr = errors.New("its controller has ended")
 		return false
 	}
-	dir, need, st := q.plan(idx, cmd)
-	if !st.OK() {
+	r := &s.req
+	*r = request{cmd: cmd, idx: idx}
+	if st := q.parse(r); !st.OK() {
 		return q.respond(idx, 0, st, nil)
 	}
+	dir, need := r.dir, r.need
 	d, st := nvme.ParseData(cmd, len(inCap), q.inCap)
 	if !st.OK() {
 		return q.respond(idx, 0, st, nil)
@@ -512,19 +513,18 @@ func (q *queue) dispatch(idx int, inCap []byte) bool {
 	if dir == dirIn && need > 0 && d.InCap {
 		return q.exec(idx, inCap[d.Addr:d.Addr+uint64(d.Len)])
 	}
-	return q.transfer(idx, dir, need)
+	return q.transfer(idx)
 }
 
 // transfer takes a data buffer for the command in slot idx, fetches the
 // host's data into it by RDMA Read or executes the command; without a
 // buffer to spare the command waits for one (resumed by putBuf).
-func (q *queue) transfer(idx, dir, need int) bool {
+func (q *queue) transfer(idx int) bool {
 	s := &q.slots[idx]
-	d := s.data
+	d, dir, need := s.data, s.req.dir, s.req.need
 	if need > 0 {
 		switch mr, wait := q.slotMR(idx, need); {
 		case wait:
-			s.dir, s.need = dir, need
 			q.waitBuf = append(q.waitBuf, idx)
 			return q.releaseRecv()
 		case mr == nil:
@@ -576,11 +576,11 @@ func (q *queue) putBuf(i int) bool {
 	for len(q.waitBuf) > 0 {
 		idx := q.waitBuf[0]
 		s := &q.slots[idx]
-		if wc, _ := q.class(s.need); len(q.freeBufs[wc]) == 0 {
+		if wc, _ := q.class(s.req.need); len(q.freeBufs[wc]) == 0 {
 			return true // the first in line waits for the other size
 		}
 		q.waitBuf = q.waitBuf[1:]
-		if !q.transfer(idx, s.dir, s.need) {
+		if !q.transfer(idx) {
 			return false
 		}
 	}
@@ -622,20 +622,15 @@ func (q *queue) slotMR(idx, n int) (mr *verbs.MR, wait bool) {
 	return mr, false
 }
 
-// outBuf returns the buffer for n octets of data to the host.
-func (q *queue) outBuf(idx, n int) []byte {
-	mr, _ := q.slotMR(idx, n)
-	if mr == nil {
-		return nil
-	}
-	return mr.Buf()[:n]
-}
-
-// exec runs a command whose data (in) is here.
+// exec runs a command whose data (in) is here: its executor, chosen by
+// parse, with r.out the buffer for its data to the host.
 func (q *queue) exec(idx int, in []byte) bool {
 	s := &q.slots[idx]
-	r := request{q: q, idx: idx, cmd: nvme.Command(s.cmd[:]), data: s.data, in: in, ns: s.ns}
-	s.ns = nil
+	r := &s.req
+	r.in = in
+	if r.dir == dirOut && s.buf >= 0 {
+		r.out = q.bufs[s.buf].Buf()[:r.need]
+	}
 	c := q.ctrl
 	change := changes(r.cmd.Opcode())
 	if q.qid != 0 && c != nil && !c.enter(change) {
@@ -643,10 +638,22 @@ func (q *queue) exec(idx int, in []byte) bool {
 		q.closeErr = errors.New("its controller has ended")
 		return false
 	}
-	res, st, out, held := q.handle(&r)
+	var res uint64
+	var st nvme.Status
+	if r.nvm {
+		res, st = execIO(q, r)
+	} else {
+		res, st = r.execute(q, r)
+	}
 	if q.qid != 0 && c != nil {
 		c.leave(change)
 	}
+	var out []byte
+	if st.OK() {
+		out = r.out
+	}
+	held := r.held
+	*r = request{} // its data and namespace are no longer the slot's to keep
 	if held {
 		return q.releaseRecv()
 	}
@@ -714,17 +721,22 @@ func (q *queue) completion(res uint64, cid uint16, st nvme.Status) []byte {
 	return nvme.AppendCompletion(q.cqe[:0], res, sqhd, q.qid, cid, st)
 }
 
-// request is a command being executed.
+// request is a command as parse found it, as Linux's nvmet_req: what
+// executes it, where its data goes and, for an I/O command, the namespace
+// it was checked against; then, once its data is here, that data.
 type request struct {
-	q    *queue
-	idx  int
-	cmd  nvme.Command
-	data nvme.Data
-	in   []byte
-	ns   *Namespace // an I/O command's, as planned
+	cmd       nvme.Command
+	idx       int        // its slot
+	execute   executor   // chosen by parse
+	nvm       bool       // an NVM command set command: execIO's checks first
+	dir, need int        // its data's direction and length
+	ns        *Namespace // an I/O command's, as parsed
+	in        []byte     // data from the host
+	out       []byte     // the buffer for data to the host: need octets
+	held      bool       // set by execute: it stays outstanding (an AER)
 }
 
-// out returns the buffer for n octets of data to the host.
-func (r *request) out(n int) []byte {
-	return r.q.outBuf(r.idx, n)
-}
+// executor executes a parsed command whose data is here: its result and
+// status; data for the host goes into r.out, which is sent if the
+// status is Success.
+type executor func(q *queue, r *request) (res uint64, st nvme.Status)

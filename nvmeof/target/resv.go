@@ -86,7 +86,7 @@ func (r *resv) holds(host [16]byte) bool {
 }
 
 // allows reports whether host may run I/O command op on the namespace:
-// the early check, when the command is planned (before its data moves).
+// the early check, when the command is parsed (before its data moves).
 // While a reservation change waits for the commands admitted before it,
 // the check is left to admit rather than stall the queue.
 func (r *resv) allows(host [16]byte, op uint8) bool {
@@ -404,32 +404,38 @@ func (c *controller) access(p *Port, ns *Namespace, op uint8) nvme.Status {
 	return nvme.StatusSuccess
 }
 
-// planResv checks a reservation command: its namespace has reservations
+// parseResv checks a reservation command and chooses its executor: its namespace has reservations
 // and is accessible through p; the data is the keys (16 octets, or 8 for
 // Release as nvme-cli sends it; a longer buffer, as Linux's host sends
 // for Release, is taken: queue.longerData) or, for Report, NUMD's length.
-func (c *controller) planResv(cmd nvme.Command, p *Port) (dir, need int, st nvme.Status, ns *Namespace) {
-	ns = c.sub.Namespace(cmd.NSID())
+func (c *controller) parseResv(r *request, p *Port) nvme.Status {
+	cmd := r.cmd
+	ns := c.sub.Namespace(cmd.NSID())
 	switch {
 	case ns == nil:
-		return 0, 0, noNamespace(cmd.NSID()), nil
+		return noNamespace(cmd.NSID())
 	case ns.resv == nil:
-		return 0, 0, nvme.StatusInvalidOpcode | nvme.DNR, nil
+		return nvme.StatusInvalidOpcode | nvme.DNR
 	}
 	if st := c.anaStatus(p, ns); !st.OK() {
-		return 0, 0, st, nil
+		return st
 	}
-	if cmd.Opcode() == nvme.IOResvReport {
+	r.ns, r.dir, r.need = ns, dirIn, nvme.ResvKeysDataSize
+	switch cmd.Opcode() {
+	case nvme.IOResvReport:
 		n := 4 * (uint64(cmd.CDW(10)) + 1)
 		if n > uint64(c.t.cfg.MaxTransfer) {
-			return 0, 0, nvme.StatusInvalidField | nvme.DNR, nil
+			return nvme.StatusInvalidField | nvme.DNR
 		}
-		return dirOut, int(n), nvme.StatusSuccess, ns
+		r.execute, r.dir, r.need = execResvReport, dirOut, int(n)
+	case nvme.IOResvRegister:
+		r.execute = execResvRegister
+	case nvme.IOResvAcquire:
+		r.execute = execResvAcquire
+	case nvme.IOResvRelease:
+		r.execute, r.need = execResvRelease, nvme.ResvKeyDataSize
 	}
-	if cmd.Opcode() == nvme.IOResvRelease {
-		return dirIn, nvme.ResvKeyDataSize, nvme.StatusSuccess, ns
-	}
-	return dirIn, nvme.ResvKeysDataSize, nvme.StatusSuccess, ns
+	return nvme.StatusSuccess
 }
 
 // rescapAll is the RESCAP this target reports: the six types and IEKEY

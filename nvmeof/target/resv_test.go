@@ -123,10 +123,12 @@ func TestPreemptAbortWaitsForInFlight(t *testing.T) {
 	c := &controller{t: tg, sub: sub, hostID: [16]byte{0xa}}
 	cmd := make(nvme.Command, nvme.CommandSize)
 	nvme.NewRW(cmd, nvme.IOWrite, 1, 1, 0, 0)
-	_, need, st, planned := c.planIO(cmd, &Port{})
+	r := request{cmd: cmd}
+	st := c.parseIO(&r, &Port{})
 	require.True(t, st.OK(), "%v", st)
 	require.NoError(t, b.Preempt(ctx, 0xb, 0, nvme.ResvWriteExclusive, true)) // the holder: Write Exclusive now
-	_, st, _ = c.execIO(&request{cmd: cmd, in: make([]byte, need), ns: planned})
+	r.in = make([]byte, r.need)
+	_, st = execIO(&queue{ctrl: c}, &r)
 	require.Equal(t, nvme.StatusReservationConflict|nvme.DNR, st, "checked again as it runs")
 }
 

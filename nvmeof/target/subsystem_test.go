@@ -230,7 +230,8 @@ func TestNSIDReusedBetweenPlanAndExec(t *testing.T) {
 	c := &controller{t: &Target{cfg: Config{MaxTransfer: transport.DefaultMaxTransfer}}, sub: sub}
 	cmd := make(nvme.Command, nvme.CommandSize)
 	nvme.NewRW(cmd, nvme.IOWrite, 1, 1, 1000, 7) // 8 blocks at LBA 1000: 4 KiB at 512 000
-	_, need, st, planned := c.planIO(cmd, &Port{})
+	r := request{cmd: cmd}
+	st := c.parseIO(&r, &Port{})
 	require.True(t, st.OK())
 	require.NoError(t, sub.RemoveNamespace(ctx, 1))
 	path := filepath.Join(t.TempDir(), "small.img")
@@ -240,15 +241,18 @@ func TestNSIDReusedBetweenPlanAndExec(t *testing.T) {
 	defer fb.Close()
 	_, err = sub.AddNamespaceConfig(fb, NamespaceConfig{ID: 1, BlockSize: 4096})
 	require.NoError(t, err)
-	_, st, _ = c.execIO(&request{cmd: cmd, in: make([]byte, need), ns: planned})
+	r.in = make([]byte, r.need)
+	_, st = execIO(&queue{ctrl: c}, &r)
 	require.Equal(t, nvme.StatusInvalidNamespace|nvme.DNR, st)
 
 	// Removed and not given again: the NSID is inactive (Invalid Field).
 	nvme.NewRW(cmd, nvme.IOWrite, 1, 1, 0, 0)
-	_, need, st, planned = c.planIO(cmd, &Port{})
+	r = request{cmd: cmd}
+	st = c.parseIO(&r, &Port{})
 	require.True(t, st.OK())
 	require.NoError(t, sub.RemoveNamespace(ctx, 1))
-	_, st, _ = c.execIO(&request{cmd: cmd, in: make([]byte, need), ns: planned})
+	r.in = make([]byte, r.need)
+	_, st = execIO(&queue{ctrl: c}, &r)
 	require.Equal(t, nvme.StatusInvalidField|nvme.DNR, st)
 	fi, err := os.Stat(path)
 	require.NoError(t, err)

@@ -47,17 +47,14 @@ type Config struct {
 	ConnConfig verbs.ConnConfig
 	// AskCRC turns MPA CRCs on for every queue (the target's Reply asks
 	// for them), and, unless ConnConfig.MaxFPDU is set, sends FPDUs of at
-	// most transport.CRCMaxFPDU octets, each in a TCP segment of its own
+	// most 1440 octets, each in a TCP segment of its own
 	// (ConnConfig.SegmentPerFPDU), which costs throughput on paths with
 	// larger segments. Off by default, as Linux: nvme-rdma leaves CRCs to
 	// the RDMA device, and siw does not ask for them. Linux siw 6.1
 	// mis-checks the CRC of an FPDU whose trailer arrives split across two
-	// receive buffers (see transport.CRCMaxFPDU): with AskCRC and 32 KiB FPDUs
-	// through QEMU's user network every 16 MiB run against the kernel's
-	// host failed a queue with a Terminate (LLP, MPA, CRC error), while
-	// every CRC on the wire was good; with FPDUs of 1440 octets none of 7
-	// runs did (interop/nvmeof_test.go, TestNVMeKernelHostCRC). With
-	// AskCRC off, a host that asks still gets CRCs, with FPDUs of
+	// receive buffers; small FPDUs, one per segment, make that rare
+	// (docs/nvmeof-crc.md; interop/nvmeof_test.go, TestNVMeKernelHostCRC).
+	// With AskCRC off, a host that asks still gets CRCs, with FPDUs of
 	// ConnConfig's size.
 	AskCRC bool
 	// Logf, if set, gets connections, controllers and errors.

@@ -166,7 +166,7 @@ func TestWriteProtectThatFailsRefusesNothing(t *testing.T) {
 			open()
 			got := make([]byte, 4096)
 			if tc.fail {
-				requireStatus(t, <-protected, 0x280|nvme.DNR)
+				requireStatus(t, <-protected, nvme.StatusWriteFault|nvme.DNR)
 				require.NoError(t, <-wrote, "written: the namespace was not protected")
 				_, err = nb.ReadAt(got, 8192)
 				require.NoError(t, err)
@@ -330,7 +330,7 @@ func TestWriteProtect(t *testing.T) {
 
 	// A flush that fails leaves the namespace as it was.
 	be.failFlush.Store(true)
-	requireStatus(t, na.SetWriteProtect(ctx, true), 0x280|nvme.DNR)
+	requireStatus(t, na.SetWriteProtect(ctx, true), nvme.StatusWriteFault|nvme.DNR)
 	require.False(t, sub.Namespace(1).WriteProtected(), "not protected: its data could not be flushed")
 	be.failFlush.Store(false)
 
@@ -352,7 +352,7 @@ func TestWriteProtect(t *testing.T) {
 
 	// Protected again, a flush that fails leaves it protected.
 	be.failFlush.Store(true)
-	requireStatus(t, nb.SetWriteProtect(ctx, true), 0x280|nvme.DNR)
+	requireStatus(t, nb.SetWriteProtect(ctx, true), nvme.StatusWriteFault|nvme.DNR)
 	be.failFlush.Store(false)
 	require.True(t, sub.Namespace(1).WriteProtected(), "still protected")
 	nb2, err := b.Namespace(ctx, 1)
