@@ -331,7 +331,27 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *queue, cntlid uint16
 	if err == nil || isStatus(err) {
 		q.releaseSlot(i)
 	}
-	return uint16(res), err
+	return uint16(res), c.connectError(err, res, cntlid)
+}
+
+// connectError names the field a Connect Invalid Parameters status points
+// at in the Connect data (its result: IATTR bit 16 set, IPO the offset),
+// as Linux's host logs it (nvmf_log_connect_error): the status alone does
+// not tell a mistyped subsystem NQN from a refused host NQN.
+func (c *Controller) connectError(err error, res uint64, cntlid uint16) error {
+	var se *nvme.StatusError
+	if !errors.As(err, &se) || se.Status.Code() != nvme.StatusConnectInvalidParm || res>>16&1 == 0 {
+		return err
+	}
+	switch uint16(res) {
+	case nvme.ConnectOffSubNQN:
+		return fmt.Errorf("%w: the target at %s has no subsystem %q on that port", err, c.addr, c.SubNQN)
+	case nvme.ConnectOffHostNQN:
+		return fmt.Errorf("%w: host NQN %q refused", err, c.cfg.HostNQN)
+	case nvme.ConnectOffCntlID:
+		return fmt.Errorf("%w: controller ID %d refused", err, cntlid)
+	}
+	return err
 }
 
 func (c *Controller) propertyGet(ctx context.Context, off uint32, size int) (uint64, error) {

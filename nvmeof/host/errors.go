@@ -1,6 +1,10 @@
 package host
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
 
 // ErrCommandTimeout is the error of a controller that reset itself because
 // a command went unanswered for Config.IOTimeout: a target that answers
@@ -21,3 +25,17 @@ type endedError struct {
 
 func (e *endedError) Error() string   { return e.cause.Error() + ": " + e.msg }
 func (e *endedError) Unwrap() []error { return []error{e.cause, ErrQueueDead} }
+
+// inQueue says which queue err is about, with the package's prefix once
+// (the errors of package nvme carry it too).
+func inQueue(qid uint16, err error) error { return &queueError{qid: qid, err: err} }
+
+type queueError struct {
+	qid uint16
+	err error
+}
+
+func (e *queueError) Error() string {
+	return fmt.Sprintf("nvmeof: queue %d: %s", e.qid, strings.TrimPrefix(e.err.Error(), "nvmeof: "))
+}
+func (e *queueError) Unwrap() error { return e.err }

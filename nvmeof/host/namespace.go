@@ -15,6 +15,11 @@ import (
 // not a multiple of the block size.
 var ErrUnaligned = errors.New("nvmeof: offset or length not a multiple of the block size")
 
+// ErrNoNamespace is Controller.Namespace's error for an NSID that names
+// no active namespace: one the controller has none for (its Identify data
+// is all zeros), or one outside its range (Invalid Namespace or Format).
+var ErrNoNamespace = errors.New("nvmeof: no such active namespace")
+
 // ErrRange is the error of a namespace I/O with a negative offset or
 // length, or one that runs past the namespace's end (a read there gets
 // io.EOF instead).
@@ -44,14 +49,20 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, er
 	}
 	buf := make([]byte, nvme.IdentifySize)
 	if err := c.Identify(ctx, nvme.CNSNamespace, nsid, buf); err != nil {
+		var se *nvme.StatusError
+		if errors.As(err, &se) && se.Status.Code() == nvme.StatusInvalidNamespace {
+			return nil, fmt.Errorf("%w: namespace %d: %w", ErrNoNamespace, nsid, err)
+		}
 		return nil, err
+	}
+	if binary.LittleEndian.Uint64(buf) == 0 {
+		// Identify Namespace of an inactive NSID: all zeros (NVMe Base
+		// 2.0 5.17.2.1), whose block size field makes no sense either.
+		return nil, fmt.Errorf("%w: namespace %d is inactive", ErrNoNamespace, nsid)
 	}
 	ni, err := nvme.ParseNamespaceInfo(buf)
 	if err != nil {
 		return nil, err
-	}
-	if ni.Size == 0 {
-		return nil, fmt.Errorf("nvmeof: namespace %d is not active", nsid)
 	}
 	if ni.Size > math.MaxInt64/uint64(ni.BlockSize()) {
 		// Size in octets would not fit an int64 (io.ReaderAt's offsets).

@@ -160,7 +160,7 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg queueConfig) (*queue,
 		return fail(fmt.Errorf("nvmeof: connecting queue %d to %s: %w", cfg.qid, cfg.addr, err))
 	}
 	if _, err := nvme.ParseCMReply(q.qp.PeerPrivateData()); err != nil {
-		return fail(fmt.Errorf("nvmeof: queue %d: %w", cfg.qid, err))
+		return fail(inQueue(cfg.qid, err))
 	}
 	pctx, cancel := context.WithCancel(context.Background())
 	q.stop = cancel

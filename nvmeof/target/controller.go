@@ -276,6 +276,7 @@ func (q *queue) connect(r *request) (uint64, nvme.Status) {
 		// Only the subsystems linked to the port the queue came
 		// through, as nvmet_find_get_subsys.
 		if sub = t.portSubsystem(q.port, cd.SubNQN); sub == nil {
+			q.logf("host %s: no subsystem %q on this port", cd.HostNQN, cd.SubNQN)
 			return invalidParam(true, nvme.ConnectOffSubNQN)
 		}
 		if !sub.Allowed(cd.HostNQN) {
