@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +122,7 @@ type Controller struct {
 	kaWG      sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
+	closedOK  atomic.Bool // Close began while the controller was up: Err says ErrClosed
 }
 
 const (
@@ -141,11 +144,30 @@ func NewNQN() string {
 	return fmt.Sprintf("nqn.2014-08.org.nvmexpress:uuid:%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
 }
 
-// Connect connects to the subsystem subNQN at addr (network "tcp"): the
-// admin queue, Connect, enabling the controller, Identify, then the I/O
-// queues (none for the discovery subsystem). ctx bounds all of it.
+// DefaultPort is the port Connect uses when addr names none: 4420, the
+// port IANA assigned to NVMe over Fabrics, which NVMe/RDMA uses for
+// discovery controllers too (8009 is NVMe/TCP's discovery port).
+const DefaultPort = "4420"
+
+// withDefaultPort returns addr with DefaultPort if it names no port (a
+// host name, an IPv4 address, or an IPv6 address bare or in brackets).
+func withDefaultPort(addr string) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil || addr == "" {
+		return addr
+	}
+	if strings.HasPrefix(addr, "[") && strings.HasSuffix(addr, "]") {
+		addr = addr[1 : len(addr)-1]
+	}
+	return net.JoinHostPort(addr, DefaultPort)
+}
+
+// Connect connects to the subsystem subNQN at addr (network "tcp"; an addr
+// without a port gets DefaultPort): the admin queue, Connect, enabling the
+// controller, Identify, then the I/O queues (none for the discovery
+// subsystem). ctx bounds all of it.
 func Connect(ctx context.Context, network, addr, subNQN string, cfg Config) (*Controller, error) {
 	disc := subNQN == nvme.DiscoveryNQN
+	addr = withDefaultPort(addr)
 	if cfg.HostNQN == "" {
 		cfg.HostNQN = NewNQN()
 	}
@@ -571,6 +593,9 @@ func (c *Controller) IOQueues() int { return len(c.io) }
 // complete.
 func (c *Controller) Close() error {
 	c.closeOnce.Do(func() {
+		if c.admin != nil && c.Err() == nil {
+			c.closedOK.Store(true)
+		}
 		if c.admin != nil {
 			c.admin.refuse()
 		}
@@ -668,11 +693,15 @@ func (c *Controller) reset(err error) {
 	}
 }
 
-// Err returns why the controller's admin queue ended, or nil while it is
-// up.
+// Err returns nil while the controller is up, and why it ended after:
+// ErrClosed after Close, unless it had failed before Close began
+// (ErrQueueDead, ErrCommandTimeout, ErrKeepAliveExpired).
 func (c *Controller) Err() error {
 	select {
 	case <-c.admin.dead:
+		if c.closedOK.Load() {
+			return ErrClosed
+		}
 		return c.admin.err
 	default:
 		return nil
