@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/goiwarp/iwarp/mpa"
+	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
 // ErrCommandTimeout is the error of a controller that reset itself because
@@ -39,3 +42,29 @@ func (e *queueError) Error() string {
 	return fmt.Sprintf("nvmeof: queue %d: %s", e.qid, strings.TrimPrefix(e.err.Error(), "nvmeof: "))
 }
 func (e *queueError) Unwrap() error { return e.err }
+
+// cmRejectNames name the NVMe/RDMA CM reject statuses.
+var cmRejectNames = map[uint16]string{
+	nvme.CMRejectInvalidRecFmt: "Invalid Record Format", nvme.CMRejectInvalidQID: "Invalid QID",
+	nvme.CMRejectInvalidHSQSize: "Invalid HSQSIZE", nvme.CMRejectInvalidHRQSize: "Invalid HRQSIZE",
+	nvme.CMRejectNoResources: "No Resources", nvme.CMRejectInvalidIRD: "Invalid IRD",
+	nvme.CMRejectInvalidORD: "Invalid ORD", nvme.CMRejectInvalidCntlID: "Invalid Controller ID",
+}
+
+// rejectReason says why the target rejected a queue's connection, if err
+// is an MPA Reject whose private data is an NVMe/RDMA CM reject.
+func rejectReason(err error) string {
+	var re *mpa.RejectError
+	if !errors.As(err, &re) {
+		return ""
+	}
+	rj, perr := nvme.ParseCMReject(re.PrivateData)
+	if perr != nil {
+		return ""
+	}
+	name := cmRejectNames[rj.Status]
+	if name == "" {
+		name = "unknown"
+	}
+	return fmt.Sprintf(": NVMe/RDMA CM status %s (%#x)", name, rj.Status)
+}

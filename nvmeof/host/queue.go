@@ -157,7 +157,7 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg queueConfig) (*queue,
 	conn.PrivateData = nvme.CMRequest{QID: cfg.qid, HRQSize: uint16(q.nrecv), HSQSize: uint16(q.sqsize - 1)}.Append(nil)
 	q.qp.SetRxHandler(q.onRx)
 	if err := q.qp.Dial(ctx, cfg.network, cfg.addr, conn); err != nil {
-		return fail(fmt.Errorf("nvmeof: connecting queue %d to %s: %w", cfg.qid, cfg.addr, err))
+		return fail(fmt.Errorf("nvmeof: connecting queue %d to %s: %w%s", cfg.qid, cfg.addr, err, rejectReason(err)))
 	}
 	if _, err := nvme.ParseCMReply(q.qp.PeerPrivateData()); err != nil {
 		return fail(inQueue(cfg.qid, err))
@@ -266,11 +266,11 @@ func (q *queue) watch(ctx context.Context) {
 			return
 		case <-tick:
 			if err := q.overdue(); err != nil {
+				if q.onTimeout != nil {
+					q.onTimeout(err) // the admin queue first: Err says it once a command does
+				}
 				q.fail(err)
 				q.qp.Close()
-				if q.onTimeout != nil {
-					q.onTimeout(q.err)
-				}
 				return
 			}
 		}
