@@ -300,6 +300,9 @@ func (q *queue) connect(r *request) (uint64, nvme.Status) {
 			return 0, nvme.StatusConnectCtrlBusy | nvme.DNR
 		case addUnlinked: // the port let go of the subsystem since the look-up
 			return invalidParam(true, nvme.ConnectOffSubNQN)
+		case addHostLimit:
+			q.logf("host %s has %d controllers (MaxControllersPerHost): Controller Busy", cd.HostNQN, t.cfg.MaxControllersPerHost)
+			return 0, nvme.StatusConnectCtrlBusy
 		}
 		if sub != nil && !sub.attach(c) { // before the keep-alive timer, whose expiry detaches it
 			t.removeController(c)
