@@ -283,13 +283,16 @@ func (q *queue) serveIO(admitted time.Time) {
 }
 
 // onRx serves what the FPDU just received completed (SetRxHandler): a
-// command, or the data of a write. It leaves the queue to run while run
-// holds it (run then polls what arrived), and may not close the QP: a
-// failure stops run, which ends the queue.
+// command, or the data of a write. While run holds the queue it waits:
+// the receive goroutine then reads no further FPDU, so that a command's
+// receive buffer is posted again before the next command can need one,
+// and a host that sends more commands than its SQ holds gets each
+// answered, never a Terminate for a Send that found no buffer. It may not
+// close the QP: a failure stops run, which ends the queue.
 func (q *queue) onRx() {
 	select {
 	case q.hold <- struct{}{}:
-	default:
+	case <-q.runCtx.Done():
 		return
 	}
 	if !q.failed && !q.pollAll() {
