@@ -12,7 +12,7 @@ import (
 )
 
 // ErrUnaligned is the error of a namespace I/O whose offset or length is
-// not a multiple of the block size.
+// not a multiple of the block size (Namespace.Bytes takes any).
 var ErrUnaligned = errors.New("nvmeof: offset or length not a multiple of the block size")
 
 // ErrNoNamespace is Controller.Namespace's error for an NSID that names
