@@ -130,7 +130,7 @@ func (qp *QP) PostSend(wrs ...SendWR) (int, error) {
 	}
 	n, wire, idle, err := qp.enqueue(wrs)
 	if n > 0 || err == ErrQueueFull {
-		qp.txInline(wire, idle)
+		qp.txInline(wire, idle, err == ErrQueueFull)
 	}
 	return n, err
 }

@@ -273,10 +273,12 @@ const inlineTxMax = 16 << 10
 // A handler's post while more FPDUs wait in the read buffer whole (a burst
 // of requests, each answered by the handler) is held: the receive loop
 // sends what was held once it has taken the burst (rxSendHeld), in one
-// write instead of one per request.
-func (qp *QP) txInline(wire int, idle bool) {
+// write instead of one per request. Not when the SQ is full (a burst of
+// more requests than it holds answers): the held posts then go, so that
+// the poster's retry finds room.
+func (qp *QP) txInline(wire int, idle, full bool) {
 	rx := qp.rxHandling.Load()
-	if rx == rxInBurst {
+	if rx == rxInBurst && !full {
 		qp.txHeldWire.Add(int64(wire))
 		qp.txHeld.Store(true)
 		if qp.rxHandling.Load() == rxInBurst {

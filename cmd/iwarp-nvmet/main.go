@@ -66,9 +66,9 @@ Or serve what a saved nvmetcli configuration names (ports of trtype rdma,
 subsystems, namespaces, allowed hosts); SIGHUP applies the file's changes:
   iwarp-nvmet --config /etc/nvmet/config.json [options]
 Options for both:
-    --advertise HOST:PORT the address the discovery log names (default: the one
-                          the discovery connection came to)
+    --advertise HOST:PORT the discovery log's address (default: the one reached)
     --io-queues N, --queue-size N  per controller (default 8), per queue (128)
+    --max-queues N, --max-host-controllers N  all hosts' (256), a host NQN's (16)
     --max-transfer SIZE   largest transfer of one command (MDTS): 8KiB .. 1MiB,
                           a power of two (default 128KiB; nvmet's is 1MiB)
     --crc                 ask hosts for MPA CRCs, FPDUs of at most 1440 octets
@@ -116,6 +116,8 @@ func serve(args []string) error {
 	advertise := fs.String("advertise", "", "")
 	ioq := fs.Int("io-queues", 0, "")
 	qsize := fs.Int("queue-size", 0, "")
+	maxq := fs.Int("max-queues", 0, "")
+	maxhc := fs.Int("max-host-controllers", 0, "")
 	crc := fs.Bool("crc", false, "")
 	mdts := fs.String("max-transfer", "", "")
 	var hosts multi
@@ -126,7 +128,8 @@ func serve(args []string) error {
 		}
 		return err
 	}
-	tcfg := target.Config{AdvertiseAddr: *advertise, MaxIOQueues: *ioq, MaxQueueSize: *qsize, AskCRC: *crc, Logf: log.Printf}
+	tcfg := target.Config{AdvertiseAddr: *advertise, MaxIOQueues: *ioq, MaxQueueSize: *qsize, AskCRC: *crc, Logf: log.Printf,
+		MaxQueues: *maxq, MaxControllersPerHost: *maxhc}
 	if *mdts != "" {
 		n, err := parseSize(*mdts)
 		if err != nil {

@@ -19,8 +19,8 @@ import (
 )
 
 // A context already done sends nothing: the call returns its error, and
-// the queue it would have used lives on (a command sent and then given up
-// ends its queue, the admin queue taking the controller with it).
+// the queue it would have used lives on (as it does for a command sent and
+// then given up: TestHostCancelOneCall).
 func TestHostDoneContext(t *testing.T) {
 	checkRoutines(t)
 	c, ns := hostNS(t, 1<<20, Config{IOQueues: 1})

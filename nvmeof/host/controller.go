@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +33,15 @@ type Config struct {
 	// for discovery; negative: none). The host sends Keep Alive every KATO/2
 	// and ends the controller when one is not answered within KATO.
 	KATO time.Duration
+	// IOTimeout bounds how long a command may go unanswered (default 30 s,
+	// Linux's io_timeout; negative: for ever). A target that answers Keep
+	// Alive but never completes a command is thus found: the controller
+	// then ends all its queues, and its commands and Err return an error
+	// matching ErrCommandTimeout and ErrQueueDead (Multipath connects the
+	// path again). An Asynchronous Event Request, outstanding until the
+	// controller has news, is exempt. A call's own context bounds only
+	// that call: the command is abandoned, and its queue goes on.
+	IOTimeout time.Duration
 	// MaxInCapsule bounds the write data sent in the command capsule
 	// instead of by the target's RDMA Read (default 4096; the controller's
 	// IOCCSZ bounds it too; negative: never).
@@ -100,6 +111,7 @@ type Controller struct {
 	CAP  uint64
 
 	admin   *queue
+	qmu     sync.Mutex // io while connect appends to it, for reset
 	io      []*queue
 	rr      atomic.Uint32
 	maxData int
@@ -110,6 +122,7 @@ type Controller struct {
 	kaWG      sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
+	closedOK  atomic.Bool // Close began while the controller was up: Err says ErrClosed
 }
 
 const (
@@ -119,6 +132,7 @@ const (
 	maxIOQueues       = 65535 // Number of Queues counts them in 16 bits, less one
 	hostAdminDepth    = 32
 	defaultHostInCap  = 4096
+	defaultIOTimeout  = 30 * time.Second
 )
 
 // NewNQN returns a UUID-based host NQN (NVMe base 2.0 section 4.7).
@@ -130,11 +144,30 @@ func NewNQN() string {
 	return fmt.Sprintf("nqn.2014-08.org.nvmexpress:uuid:%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
 }
 
-// Connect connects to the subsystem subNQN at addr (network "tcp"): the
-// admin queue, Connect, enabling the controller, Identify, then the I/O
-// queues (none for the discovery subsystem). ctx bounds all of it.
+// DefaultPort is the port Connect uses when addr names none: 4420, the
+// port IANA assigned to NVMe over Fabrics, which NVMe/RDMA uses for
+// discovery controllers too (8009 is NVMe/TCP's discovery port).
+const DefaultPort = "4420"
+
+// withDefaultPort returns addr with DefaultPort if it names no port (a
+// host name, an IPv4 address, or an IPv6 address bare or in brackets).
+func withDefaultPort(addr string) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil || addr == "" {
+		return addr
+	}
+	if strings.HasPrefix(addr, "[") && strings.HasSuffix(addr, "]") {
+		addr = addr[1 : len(addr)-1]
+	}
+	return net.JoinHostPort(addr, DefaultPort)
+}
+
+// Connect connects to the subsystem subNQN at addr (network "tcp"; an addr
+// without a port gets DefaultPort): the admin queue, Connect, enabling the
+// controller, Identify, then the I/O queues (none for the discovery
+// subsystem). ctx bounds all of it.
 func Connect(ctx context.Context, network, addr, subNQN string, cfg Config) (*Controller, error) {
 	disc := subNQN == nvme.DiscoveryNQN
+	addr = withDefaultPort(addr)
 	if cfg.HostNQN == "" {
 		cfg.HostNQN = NewNQN()
 	}
@@ -158,6 +191,12 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg Config) (*Co
 	}
 	if cfg.KATO < 0 {
 		cfg.KATO = 0
+	}
+	if cfg.IOTimeout == 0 {
+		cfg.IOTimeout = defaultIOTimeout
+	}
+	if cfg.IOTimeout < 0 {
+		cfg.IOTimeout = 0
 	}
 	if cfg.MaxTransfer == 0 {
 		cfg.MaxTransfer = transport.DefaultMaxTransfer
@@ -192,12 +231,14 @@ func Connect(ctx context.Context, network, addr, subNQN string, cfg Config) (*Co
 }
 
 func (c *Controller) connect(ctx context.Context, disc bool) error {
-	var err error
-	c.admin, err = dialQueue(ctx, c.dev, queueConfig{qid: 0, depth: hostAdminDepth, maxData: transport.DefaultMaxTransfer,
-		conn: c.cfg.ConnConfig, network: c.network, addr: c.addr})
+	admin, err := dialQueue(ctx, c.dev, queueConfig{qid: 0, depth: hostAdminDepth, maxData: transport.DefaultMaxTransfer,
+		conn: c.cfg.ConnConfig, network: c.network, addr: c.addr, timeout: c.cfg.IOTimeout, onTimeout: c.reset})
 	if err != nil {
 		return err
 	}
+	c.qmu.Lock()
+	c.admin = admin
+	c.qmu.Unlock()
 	kato := uint32(c.cfg.KATO / time.Millisecond)
 	id, err := c.fabricsConnect(ctx, c.admin, nvme.DynamicCntlID, kato)
 	if err != nil {
@@ -248,11 +289,13 @@ func (c *Controller) connect(ctx context.Context, disc bool) error {
 	}
 	for qid := 1; qid <= n; qid++ {
 		q, err := dialQueue(ctx, c.dev, queueConfig{qid: uint16(qid), depth: depth, inCap: inCap, maxData: c.maxData,
-			conn: c.cfg.ConnConfig, network: c.network, addr: c.addr})
+			conn: c.cfg.ConnConfig, network: c.network, addr: c.addr, timeout: c.cfg.IOTimeout, onTimeout: c.reset})
 		if err != nil {
 			return err
 		}
+		c.qmu.Lock()
 		c.io = append(c.io, q)
+		c.qmu.Unlock()
 		if _, err := c.fabricsConnect(ctx, q, c.ID, 0); err != nil {
 			return err
 		}
@@ -310,7 +353,27 @@ func (c *Controller) fabricsConnect(ctx context.Context, q *queue, cntlid uint16
 	if err == nil || isStatus(err) {
 		q.releaseSlot(i)
 	}
-	return uint16(res), err
+	return uint16(res), c.connectError(err, res, cntlid)
+}
+
+// connectError names the field a Connect Invalid Parameters status points
+// at in the Connect data (its result: IATTR bit 16 set, IPO the offset),
+// as Linux's host logs it (nvmf_log_connect_error): the status alone does
+// not tell a mistyped subsystem NQN from a refused host NQN.
+func (c *Controller) connectError(err error, res uint64, cntlid uint16) error {
+	var se *nvme.StatusError
+	if !errors.As(err, &se) || se.Status.Code() != nvme.StatusConnectInvalidParm || res>>16&1 == 0 {
+		return err
+	}
+	switch uint16(res) {
+	case nvme.ConnectOffSubNQN:
+		return fmt.Errorf("%w: the target at %s has no subsystem %q on that port", err, c.addr, c.SubNQN)
+	case nvme.ConnectOffHostNQN:
+		return fmt.Errorf("%w: host NQN %q refused", err, c.cfg.HostNQN)
+	case nvme.ConnectOffCntlID:
+		return fmt.Errorf("%w: controller ID %d refused", err, cntlid)
+	}
+	return err
 }
 
 func (c *Controller) propertyGet(ctx context.Context, off uint32, size int) (uint64, error) {
@@ -366,6 +429,9 @@ func (c *Controller) keepAlive(kato time.Duration) {
 		_, err := c.admin.adminCmd(ctx, func(cmd nvme.Command) { nvme.NewAdmin(cmd, nvme.AdminKeepAlive, 0, 0, 0, 0) }, 0, "Keep Alive", nil)
 		cancel()
 		if err != nil && !isStatus(err) {
+			if errors.Is(err, context.DeadlineExceeded) {
+				c.reset(&endedError{cause: ErrKeepAliveExpired, msg: fmt.Sprintf("Keep Alive unanswered for %v (KATO); the controller's queues end", kato)})
+			}
 			c.shutdownQueues(context.Background(), false)
 			return
 		}
@@ -527,6 +593,9 @@ func (c *Controller) IOQueues() int { return len(c.io) }
 // complete.
 func (c *Controller) Close() error {
 	c.closeOnce.Do(func() {
+		if c.admin != nil && c.Err() == nil {
+			c.closedOK.Store(true)
+		}
 		if c.admin != nil {
 			c.admin.refuse()
 		}
@@ -610,11 +679,29 @@ func (c *Controller) shutdownQueues(ctx context.Context, orderly bool) {
 	}
 }
 
-// Err returns why the controller's admin queue ended, or nil while it is
-// up.
+// reset ends every queue of the controller with err, which their commands
+// and Err return (a queue's watcher calls it, and the Keep Alive loop).
+// Each queue's watcher then closes its connection.
+func (c *Controller) reset(err error) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	if c.admin != nil {
+		c.admin.fail(err)
+	}
+	for _, q := range c.io {
+		q.fail(err)
+	}
+}
+
+// Err returns nil while the controller is up, and why it ended after:
+// ErrClosed after Close, unless it had failed before Close began
+// (ErrQueueDead, ErrCommandTimeout, ErrKeepAliveExpired).
 func (c *Controller) Err() error {
 	select {
 	case <-c.admin.dead:
+		if c.closedOK.Load() {
+			return ErrClosed
+		}
 		return c.admin.err
 	default:
 		return nil

@@ -11,7 +11,8 @@
 // io.WriterAt over one namespace that spreads commands over the I/O queues,
 // with Flush, Write Zeroes, Deallocate, Force Unit Access writes,
 // reservations and write protection. Offsets and lengths are multiples of
-// the block size, as with O_DIRECT. The host's data buffers are registered
+// the block size, as with O_DIRECT; Namespace.Bytes gives a ByteView that
+// takes any, by read-modify-write of partial blocks (not atomic). The host's data buffers are registered
 // once per command slot (keyed SGL, address subtype: no invalidation) and
 // small writes go in the capsule.
 //
@@ -29,6 +30,13 @@
 // command again, up to 5 times, when the target answers it with a status
 // that allows it (no DNR), as Linux's host does.
 //
+// Failures: a call whose context ends returns at once and abandons its
+// commands, whose slots come back when the target answers them; other
+// calls go on. A command unanswered for Config.IOTimeout (30 s), or a Keep
+// Alive for KATO, ends the controller's queues: Err and the commands then
+// return ErrCommandTimeout or ErrKeepAliveExpired, with ErrQueueDead,
+// never the context errors of callers.
+//
 // Controller.Close shuts down as NVMe asks and Linux's host does: new
 // commands fail with ErrClosed, those in flight finish (not the standing
 // AER), the I/O queues disconnect, then CC.SHN and the admin queue's
@@ -39,7 +47,8 @@
 // # Files
 //
 // controller.go (Connect, Config, Controller), queue.go (one RDMA queue:
-// command slots, capsules out, completions in), namespace.go, multipath.go,
+// command slots, capsules out, completions in, timeouts), errors.go,
+// namespace.go, byteview.go, multipath.go,
 // discovery.go, events.go, and ana.go, resv.go, resvlog.go,
 // writeprotect.go and multipath_resv.go for the features of those names.
 package host

@@ -12,8 +12,13 @@ import (
 )
 
 // ErrUnaligned is the error of a namespace I/O whose offset or length is
-// not a multiple of the block size.
+// not a multiple of the block size (Namespace.Bytes takes any).
 var ErrUnaligned = errors.New("nvmeof: offset or length not a multiple of the block size")
+
+// ErrNoNamespace is Controller.Namespace's error for an NSID that names
+// no active namespace: one the controller has none for (its Identify data
+// is all zeros), or one outside its range (Invalid Namespace or Format).
+var ErrNoNamespace = errors.New("nvmeof: no such active namespace")
 
 // ErrRange is the error of a namespace I/O with a negative offset or
 // length, or one that runs past the namespace's end (a read there gets
@@ -44,14 +49,20 @@ func (c *Controller) Namespace(ctx context.Context, nsid uint32) (*Namespace, er
 	}
 	buf := make([]byte, nvme.IdentifySize)
 	if err := c.Identify(ctx, nvme.CNSNamespace, nsid, buf); err != nil {
+		var se *nvme.StatusError
+		if errors.As(err, &se) && se.Status.Code() == nvme.StatusInvalidNamespace {
+			return nil, fmt.Errorf("%w: namespace %d: %w", ErrNoNamespace, nsid, err)
+		}
 		return nil, err
+	}
+	if binary.LittleEndian.Uint64(buf) == 0 {
+		// Identify Namespace of an inactive NSID: all zeros (NVMe Base
+		// 2.0 5.17.2.1), whose block size field makes no sense either.
+		return nil, fmt.Errorf("%w: namespace %d is inactive", ErrNoNamespace, nsid)
 	}
 	ni, err := nvme.ParseNamespaceInfo(buf)
 	if err != nil {
 		return nil, err
-	}
-	if ni.Size == 0 {
-		return nil, fmt.Errorf("nvmeof: namespace %d is not active", nsid)
 	}
 	if ni.Size > math.MaxInt64/uint64(ni.BlockSize()) {
 		// Size in octets would not fit an int64 (io.ReaderAt's offsets).
@@ -80,8 +91,10 @@ func (n *Namespace) WriteAt(p []byte, off int64) (int, error) {
 	return n.WriteAtContext(context.Background(), p, off)
 }
 
-// ReadAtContext is ReadAt bounded by ctx; a command that ctx cuts short
-// ends its queue, since the target may still write into its buffer.
+// ReadAtContext is ReadAt bounded by ctx. When ctx ends, the call returns
+// its error at once and its commands still outstanding are abandoned: each
+// keeps its slot (whose buffer the target may still write into) until its
+// response comes, and the queue goes on serving other calls.
 func (n *Namespace) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, ErrRange

@@ -61,6 +61,9 @@ type queue struct {
 	rsge  [1]verbs.SGE
 	rwr   [1]verbs.RecvWR
 	inval []verbs.SGE
+
+	timeout   time.Duration // a command unanswered this long ends the queue (Config.IOTimeout); 0: never
+	onTimeout func(error)   // the controller's reset, called by watch with the queue's error
 }
 
 // slot is one command in flight. Its CID is gen<<8 | index.
@@ -77,6 +80,16 @@ type slot struct {
 	flags   verbs.WCFlags
 	invKey  uint32
 	waiting bool // set by the submitter, cleared by the poller under pmu
+
+	// Under pmu: abandoned marks a command whose caller gave up (its ctx
+	// ended) while it was outstanding: its slot goes back to the free
+	// list when its response comes, not before, as the target may still
+	// write into its buffer. standing marks an Asynchronous Event
+	// Request, outstanding for as long as the controller has nothing to
+	// say: no timeout applies. sent is when it was sent (monotonic).
+	abandoned bool
+	standing  bool
+	sent      time.Duration
 }
 
 // queueConfig sizes a host queue.
@@ -89,11 +102,15 @@ type queueConfig struct {
 	network string
 	addr    string
 	sqsize  int // tests: announce this many SQ entries instead of depth
+
+	timeout   time.Duration
+	onTimeout func(error)
 }
 
 func dialQueue(ctx context.Context, dev *verbs.Device, cfg queueConfig) (*queue, error) {
 	q := &queue{qid: cfg.qid, depth: cfg.depth, sqsize: cfg.depth, inCap: cfg.inCap, maxData: cfg.maxData, dev: dev,
-		dead: make(chan struct{}), free: make(chan int, cfg.depth)}
+		dead: make(chan struct{}), free: make(chan int, cfg.depth),
+		timeout: cfg.timeout, onTimeout: cfg.onTimeout}
 	q.nrecv = cfg.depth
 	q.rxwcs = make([]verbs.WC, 32)
 	if cfg.sqsize > 0 {
@@ -140,10 +157,10 @@ func dialQueue(ctx context.Context, dev *verbs.Device, cfg queueConfig) (*queue,
 	conn.PrivateData = nvme.CMRequest{QID: cfg.qid, HRQSize: uint16(q.nrecv), HSQSize: uint16(q.sqsize - 1)}.Append(nil)
 	q.qp.SetRxHandler(q.onRx)
 	if err := q.qp.Dial(ctx, cfg.network, cfg.addr, conn); err != nil {
-		return fail(fmt.Errorf("nvmeof: connecting queue %d to %s: %w", cfg.qid, cfg.addr, err))
+		return fail(fmt.Errorf("nvmeof: connecting queue %d to %s: %w%s", cfg.qid, cfg.addr, err, rejectReason(err)))
 	}
 	if _, err := nvme.ParseCMReply(q.qp.PeerPrivateData()); err != nil {
-		return fail(fmt.Errorf("nvmeof: queue %d: %w", cfg.qid, err))
+		return fail(inQueue(cfg.qid, err))
 	}
 	pctx, cancel := context.WithCancel(context.Background())
 	q.stop = cancel
@@ -222,23 +239,66 @@ func (q *queue) onRx() {
 }
 
 // watch ends the queue when its QP fails (handing out the responses that
-// arrived before) or a protocol error marked it dead, and stops when ctx
-// ends.
+// arrived before), a protocol error marked it dead or a command went
+// unanswered for the queue's timeout, and stops when ctx ends.
 func (q *queue) watch(ctx context.Context) {
 	defer q.wg.Done()
-	select {
-	case <-q.qp.Done():
-		q.onRx()
-		err := q.qp.Err()
-		if err == nil {
-			err = errors.New("connection ended")
+	var tick <-chan time.Time
+	if q.timeout > 0 {
+		t := time.NewTicker(min(max(q.timeout/8, 10*time.Millisecond), time.Second))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-q.qp.Done():
+			q.onRx()
+			err := q.qp.Err()
+			if err == nil {
+				err = errors.New("connection ended")
+			}
+			q.fail(fmt.Errorf("%w: queue %d: %w", ErrQueueDead, q.qid, err))
+			return
+		case <-q.dead:
+			q.qp.Close()
+			return
+		case <-ctx.Done():
+			return
+		case <-tick:
+			if err := q.overdue(); err != nil {
+				if q.onTimeout != nil {
+					q.onTimeout(err) // the admin queue first: Err says it once a command does
+				}
+				q.fail(err)
+				q.qp.Close()
+				return
+			}
 		}
-		q.fail(fmt.Errorf("%w: queue %d: %w", ErrQueueDead, q.qid, err))
-	case <-q.dead:
-		q.qp.Close()
-	case <-ctx.Done():
 	}
 }
+
+// overdue returns the error of the queue's oldest command outstanding for
+// longer than its timeout, if there is one.
+func (q *queue) overdue() error {
+	now := sinceStart()
+	q.pmu.Lock()
+	defer q.pmu.Unlock()
+	for i := range q.slots {
+		s := &q.slots[i]
+		if s.waiting && !s.standing && now-s.sent > q.timeout &&
+			!(q.qid == 0 && nvme.Command(s.capsule).Opcode() == nvme.AdminAER) { // AdminCommand's own AER stands too
+			return &endedError{cause: ErrCommandTimeout,
+				msg: fmt.Sprintf("queue %d: command %#x unanswered for %v (Config.IOTimeout); the controller's queues end", q.qid,
+					nvme.Command(s.capsule).CID(), q.timeout)}
+		}
+	}
+	return nil
+}
+
+// start is the origin of the queues' monotonic clock.
+var start = time.Now()
+
+func sinceStart() time.Duration { return time.Since(start) }
 
 // response takes one completion: a CQE for a waiting command.
 func (q *queue) response(wc *verbs.WC) error {
@@ -273,6 +333,13 @@ func (q *queue) response(wc *verbs.WC) error {
 	}
 	s := &q.slots[idx]
 	s.waiting = false
+	if s.abandoned {
+		// Its caller is gone: the slot is free now that the target is
+		// done with its buffer (its data moved before its response).
+		s.abandoned, s.standing = false, false
+		q.free <- idx
+		return nil
+	}
 	s.res, s.st, s.flags, s.invKey = res, st, wc.Flags, wc.InvalidatedRKey
 	s.done <- struct{}{}
 	return nil
@@ -409,6 +476,7 @@ func (q *queue) submit(i int, inCap int) error {
 	nvme.Command(s.capsule).SetCID(uint16(s.gen)<<8 | uint16(i))
 	q.pmu.Lock()
 	s.waiting = true
+	s.sent = sinceStart()
 	q.pmu.Unlock()
 	s.wr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.Inline, InlineData: s.capsule[:nvme.CommandSize+inCap]}
 	if err := transport.PostSend(q.qp, s.wr[:]); err != nil {
@@ -425,7 +493,10 @@ func (q *queue) submit(i int, inCap int) error {
 }
 
 // wait waits for slot i's response. A command whose queue died may still
-// hold its slot's buffer: the slot is then never given back.
+// hold its slot's buffer: the slot is then never given back. A command
+// whose ctx ends first is abandoned (ctx's error): its slot is given back
+// when its response comes, and the queue goes on for other commands.
+// Either way the caller no longer owns the slot.
 func (q *queue) wait(ctx context.Context, i int) error {
 	s := &q.slots[i]
 	select {
@@ -439,12 +510,31 @@ func (q *queue) wait(ctx context.Context, i int) error {
 	case <-q.dead:
 		return q.err
 	case <-ctx.Done():
-		// The target may still answer and write into the slot's
-		// buffer: the slot is lost with the queue, which we end.
-		q.fail(fmt.Errorf("%w: a command timed out: %w", ErrQueueDead, ctx.Err()))
-		q.qp.Close()
-		return ctx.Err()
+		if q.abandon(i) {
+			return ctx.Err()
+		}
+		<-s.done // answered meanwhile
+		return nil
 	}
+}
+
+// abandon gives up slot i's outstanding command, unless its response has
+// come (false). The slot no longer counts as held: Close need not wait
+// for a command nobody waits for.
+func (q *queue) abandon(i int) bool {
+	s := &q.slots[i]
+	q.pmu.Lock()
+	if !s.waiting {
+		q.pmu.Unlock()
+		return false
+	}
+	s.abandoned = true
+	standing := s.standing
+	q.pmu.Unlock()
+	if !standing {
+		q.unhold()
+	}
+	return true
 }
 
 // run sends slot i's command and waits for its status; the slot is
@@ -506,9 +596,15 @@ func (q *queue) standingCmd(ctx context.Context, fill func(nvme.Command), op str
 		return 0, err
 	}
 	q.unhold()
+	q.pmu.Lock()
+	q.slots[i].standing = true
+	q.pmu.Unlock()
 	fill(q.cmd(i))
 	res, err := q.run(ctx, i, 0, op)
 	if err == nil || isStatus(err) {
+		q.pmu.Lock()
+		q.slots[i].standing = false
+		q.pmu.Unlock()
 		q.free <- i // not held: no count to give back
 	}
 	return res, err

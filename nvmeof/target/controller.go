@@ -276,6 +276,7 @@ func (q *queue) connect(r *request) (uint64, nvme.Status) {
 		// Only the subsystems linked to the port the queue came
 		// through, as nvmet_find_get_subsys.
 		if sub = t.portSubsystem(q.port, cd.SubNQN); sub == nil {
+			q.logf("host %s: no subsystem %q on this port", cd.HostNQN, cd.SubNQN)
 			return invalidParam(true, nvme.ConnectOffSubNQN)
 		}
 		if !sub.Allowed(cd.HostNQN) {
@@ -299,6 +300,9 @@ func (q *queue) connect(r *request) (uint64, nvme.Status) {
 			return 0, nvme.StatusConnectCtrlBusy | nvme.DNR
 		case addUnlinked: // the port let go of the subsystem since the look-up
 			return invalidParam(true, nvme.ConnectOffSubNQN)
+		case addHostLimit:
+			q.logf("host %s has %d controllers (MaxControllersPerHost): Controller Busy", cd.HostNQN, t.cfg.MaxControllersPerHost)
+			return 0, nvme.StatusConnectCtrlBusy
 		}
 		if sub != nil && !sub.attach(c) { // before the keep-alive timer, whose expiry detaches it
 			t.removeController(c)

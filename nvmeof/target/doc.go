@@ -60,8 +60,13 @@
 // SGL types, offsets and lengths, LBAs out of range, transfers beyond MDTS,
 // commands before Connect or before CC.EN (Command Sequence Error), Connect
 // errors with the Invalid Parameter offset, and a host that overruns its
-// SQ. A broken connection ends its queue, and an admin queue's its
-// controller. A host's new controller on a subsystem waits, in its
+// SQ, which NVMe leaves undefined: an I/O queue takes a command only once
+// the one before has its receive buffer posted again, so that each gets
+// an answer, Command Sequence Error for one beyond the SQ's entries
+// outstanding; an admin queue, which has no such pace, holds the SQ's
+// entries and as many again (at most 32 more) unread, and one beyond them
+// ends its connection (the DDP Terminate of a Send that found no
+// buffer). A broken connection ends its queue, and an admin queue's its controller. A host's new controller on a subsystem waits, in its
 // Connect, until the host's ended controllers there have no command but
 // Reads left in their Backends (quiesce.go), so that a write the host
 // sends again after a reset cannot be overtaken by its old copy; a write

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -283,13 +284,17 @@ func (q *queue) serveIO(admitted time.Time) {
 }
 
 // onRx serves what the FPDU just received completed (SetRxHandler): a
-// command, or the data of a write. It leaves the queue to run while run
-// holds it (run then polls what arrived), and may not close the QP: a
-// failure stops run, which ends the queue.
+// command, or the data of a write. While run holds the queue it waits, up
+// to holdWait: the receive goroutine then reads no further FPDU, so that a
+// command's receive buffer is posted again before the next command can
+// need one, and a host that sends more commands than its SQ holds gets
+// each answered rather than a Terminate for a Send that found no buffer.
+// The wait is bounded because run may itself wait for this goroutine (a
+// response that finds the send queue full behind an RDMA Read whose
+// response is still to be read); past it, run polls what arrived. It may
+// not close the QP: a failure stops run, which ends the queue.
 func (q *queue) onRx() {
-	select {
-	case q.hold <- struct{}{}:
-	default:
+	if !q.takeHold() {
 		return
 	}
 	if !q.failed && !q.pollAll() {
@@ -297,6 +302,36 @@ func (q *queue) onRx() {
 		q.stop()
 	}
 	<-q.hold
+}
+
+// holdWait bounds how long the receive goroutine waits for run to let go
+// of the queue.
+const holdWait = 10 * time.Millisecond
+
+// takeHold takes the queue for the receive goroutine, waiting up to
+// holdWait while run has it (it holds it for microseconds at a time).
+func (q *queue) takeHold() bool {
+	select {
+	case q.hold <- struct{}{}:
+		return true
+	default:
+	}
+	var end time.Time
+	for {
+		runtime.Gosched()
+		select {
+		case q.hold <- struct{}{}:
+			return true
+		case <-q.runCtx.Done():
+			return false
+		default:
+		}
+		if end.IsZero() {
+			end = time.Now().Add(holdWait)
+		} else if time.Now().After(end) {
+			return false
+		}
+	}
 }
 
 // end ends the queue from another goroutine without waiting for it: an

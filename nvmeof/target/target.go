@@ -25,6 +25,26 @@ type Config struct {
 	Device *verbs.Device
 	// MaxIOQueues bounds the I/O queues of one controller (default 8).
 	MaxIOQueues int
+	// MaxQueues bounds the queues (connections) of all hosts together,
+	// those still waiting for their Fabrics Connect included (default
+	// 256; negative: no bound); one more is refused at the RDMA CM with
+	// No Resources (NVMe/RDMA's reject status). A queue pins its receive
+	// buffers from its connection on, (MaxQueueSize + min(MaxQueueSize,
+	// 32)) x (64 + InCapsuleData) octets (0.63 MiB at the defaults), and
+	// data buffers as its commands need them: at most (that number of
+	// entries + 512) of 8 KiB and (entries + 16) of min(MaxTransfer,
+	// 128 KiB), or 16 MiB of larger ones: 28 MiB in all at the defaults,
+	// 15 MiB for an admin queue (32 entries).
+	MaxQueues int
+	// MaxControllersPerHost bounds the controllers of one host NQN, over
+	// all subsystems (default 16; negative: no bound); one more is
+	// refused at its Connect with Controller Busy, without DNR, so that a
+	// host whose old controllers are ending (KATO) tries again. A
+	// controller has its admin queue and at most MaxIOQueues I/O queues
+	// (the Connect of one beyond the Number of Queues granted is Invalid
+	// Parameters). The host NQN is the host's own claim: a hostile host
+	// may use many, and only MaxQueues bounds what they pin together.
+	MaxControllersPerHost int
 	// MaxQueueSize bounds the entries of an I/O queue (CAP.MQES+1, default
 	// 128). The admin queue takes at most 32.
 	MaxQueueSize int
@@ -63,11 +83,13 @@ type Config struct {
 
 // Default limits.
 const (
-	defaultMaxIOQueues  = 8
-	defaultMaxQueueSize = 128
-	adminQueueSize      = 32
-	defaultInCapsule    = 4096
-	maxQueueSizeLimit   = 1024
+	defaultMaxIOQueues     = 8
+	defaultMaxQueues       = 256
+	defaultMaxCtrlsPerHost = 16
+	defaultMaxQueueSize    = 128
+	adminQueueSize         = 32
+	defaultInCapsule       = 4096
+	maxQueueSizeLimit      = 1024
 )
 
 // Target is an NVMe over Fabrics target on iWARP RDMA (NVMe-oF 1.1 with the
@@ -107,6 +129,12 @@ func New(cfg Config, subsystems ...*Subsystem) (*Target, error) {
 	}
 	if cfg.MaxIOQueues > 0xfffe {
 		cfg.MaxIOQueues = 0xfffe
+	}
+	if cfg.MaxQueues == 0 {
+		cfg.MaxQueues = defaultMaxQueues
+	}
+	if cfg.MaxControllersPerHost == 0 {
+		cfg.MaxControllersPerHost = defaultMaxCtrlsPerHost
 	}
 	if cfg.MaxQueueSize <= 0 {
 		cfg.MaxQueueSize = defaultMaxQueueSize
@@ -306,6 +334,10 @@ func (t *Target) admit(req *verbs.ConnRequest, p *Port) {
 		reject(nvme.CMRejectInvalidHRQSize, fmt.Sprintf("HRQSIZE %d (queue %d)", cm.HRQSize, cm.QID))
 		return
 	}
+	if t.queuesFull() { // before newQueue takes the memory; again below, under t.mu
+		reject(nvme.CMRejectNoResources, fmt.Sprintf("queue %d: MaxQueues (%d) reached", cm.QID, t.cfg.MaxQueues))
+		return
+	}
 	q, err := t.newQueue(cm)
 	if err != nil {
 		reject(nvme.CMRejectNoResources, err.Error())
@@ -313,7 +345,7 @@ func (t *Target) admit(req *verbs.ConnRequest, p *Port) {
 	}
 	q.port = p
 	t.mu.Lock()
-	if t.closed || p.closed {
+	if t.closed || p.closed || t.cfg.MaxQueues > 0 && len(t.queues) >= t.cfg.MaxQueues {
 		t.mu.Unlock()
 		q.release()
 		req.Reject(nvme.CMReject{Status: nvme.CMRejectNoResources}.Append(nil))
@@ -323,6 +355,13 @@ func (t *Target) admit(req *verbs.ConnRequest, p *Port) {
 	t.wg.Add(1)
 	t.mu.Unlock()
 	go q.run(req)
+}
+
+// queuesFull reports whether the target has MaxQueues queues.
+func (t *Target) queuesFull() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cfg.MaxQueues > 0 && len(t.queues) >= t.cfg.MaxQueues
 }
 
 // dropQueue forgets a queue whose goroutine is ending.
@@ -397,6 +436,15 @@ func (t *Target) addController(c *controller, p *Port) addResult {
 	if c.sub != nil && (!p.serves(c.sub.NQN) || t.subs[c.sub.NQN] != c.sub) {
 		return addUnlinked
 	}
+	if n := t.cfg.MaxControllersPerHost; n > 0 {
+		for _, o := range t.ctrls {
+			if o.hostNQN == c.hostNQN {
+				if n--; n == 0 {
+					return addHostLimit
+				}
+			}
+		}
+	}
 	for range 0xffef {
 		t.nextID++
 		if t.nextID == 0 || t.nextID > 0xffef {
@@ -414,9 +462,10 @@ func (t *Target) addController(c *controller, p *Port) addResult {
 type addResult int
 
 const (
-	addOK       addResult = iota
-	addBusy               // no controller ID free, or the target closed
-	addUnlinked           // the subsystem is no longer exposed there
+	addOK        addResult = iota
+	addBusy                // no controller ID free, or the target closed
+	addUnlinked            // the subsystem is no longer exposed there
+	addHostLimit           // the host has MaxControllersPerHost controllers
 )
 
 // Controllers returns the IDs of the target's controllers, in order: each
