@@ -285,3 +285,27 @@ func terminateFPDU(err error) (hdr, body []byte) {
 	t, _ := rdmap.NewTerminate(err, nil, 0)
 	return hdr, t.Append(nil)
 }
+
+// earlyData returns the octets queued on conn beyond the MPA Request (0 if
+// the platform cannot tell); inside TLS, whether there are any.
+func earlyData(conn net.Conn) int {
+	if ts, ok := conn.(*tlsStream); ok {
+		return tlsEarlyData(ts)
+	}
+	n, err := tcpx.Buffered(conn.(*net.TCPConn))
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// startupTerminate sends the Terminate for a start-up error (layer LLP) as
+// the first and only FPDU, with markers if the responder asked for them (RFC
+// 5044 section 7.1.2 rule 7: then the first octets are the marker).
+func startupTerminate(conn net.Conn, crc, markers bool, err error) {
+	w := mpa.NewWriter(conn, crc, markers)
+	hdr, term := terminateFPDU(err)
+	conn.SetWriteDeadline(time.Now().Add(time.Second))
+	w.Append(hdr, term)
+	w.Flush()
+}
