@@ -592,10 +592,15 @@ func (c *Conn) postCtrl(ctrl uint32) error {
 
 // CloseWrite shuts down the writing side (rshutdown SHUT_WR): data
 // already written still arrives, then the peer reads io.EOF; reading
-// goes on. It waits for a Write in progress.
+// goes on. It waits for a Write in progress, until the write deadline; a
+// deadline that has passed does not stop it when no Write is in progress.
 func (c *Conn) CloseWrite() error {
-	if err := c.acquire(c.wrLock, c.wdl); err != nil {
-		return c.opError("close", err)
+	select {
+	case c.wrLock <- struct{}{}:
+	default:
+		if err := c.acquire(c.wrLock, c.wdl); err != nil {
+			return c.opError("close", err)
+		}
 	}
 	defer func() { <-c.wrLock }()
 	c.mu.Lock()

@@ -111,8 +111,10 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (*L
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: "rsocket", Err: err}
 	}
-	l := &Listener{ln: ln, dev: dev, opts: lc.Options}
+	l := &Listener{ln: ln, dev: dev, opts: lc.Options, slots: make(chan struct{}, acceptBacklog),
+		conns: make(chan *Conn), ended: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Go(l.serve)
 	return l, nil
 }
 
@@ -124,7 +126,17 @@ type Listener struct {
 	opts   Options
 	ctx    context.Context
 	cancel context.CancelFunc
+	slots  chan struct{}  // start-ups under way, and Conns waiting for Accept
+	conns  chan *Conn     // accepted Conns, to Accept
+	ended  chan struct{}  // serve has stopped; err says why
+	err    error          // set before ended is closed
+	wg     sync.WaitGroup // serve and the start-ups
 }
+
+// acceptBacklog bounds the start-ups a Listener runs at once, and the
+// Conns it holds for Accept: a client that stalls its start-up holds one
+// of them, never the others.
+const acceptBacklog = 16
 
 // Addr returns the listening address.
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
@@ -132,26 +144,50 @@ func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 // Accept waits for the next connection and returns it as a net.Conn.
 func (l *Listener) Accept() (net.Conn, error) { return l.AcceptRsocket() }
 
-// AcceptRsocket waits for the next connection (raccept): it answers each
-// connection request with rs_conn_data of its own, and rejects those that
-// do not speak rsockets (one bad client never stops it).
+// AcceptRsocket waits for the next connection (raccept). The Listener
+// answers each connection request with rs_conn_data of its own, several at
+// once, and rejects those that do not speak rsockets (one bad or stalled
+// client never stops it).
 func (l *Listener) AcceptRsocket() (*Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.ended:
+		return nil, &net.OpError{Op: "accept", Net: "rsocket", Addr: l.Addr(), Err: l.err}
+	}
+}
+
+// serve takes the connection requests and runs their start-ups, each on
+// its own goroutine, until Close.
+func (l *Listener) serve() {
+	defer close(l.ended)
 	for {
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.ctx.Done():
+			l.err = net.ErrClosed
+			return
+		}
 		req, err := l.ln.GetRequest(l.ctx)
 		if err != nil {
 			if l.ctx.Err() != nil || errors.Is(err, verbs.ErrClosed) {
 				err = net.ErrClosed
 			}
-			return nil, &net.OpError{Op: "accept", Net: "rsocket", Addr: l.Addr(), Err: err}
+			l.err = err
+			return
 		}
-		c, err := l.accept(req)
-		if err != nil {
-			if l.ctx.Err() != nil {
-				return nil, &net.OpError{Op: "accept", Net: "rsocket", Addr: l.Addr(), Err: net.ErrClosed}
+		l.wg.Go(func() {
+			defer func() { <-l.slots }()
+			c, err := l.accept(req)
+			if err != nil {
+				return
 			}
-			continue
-		}
-		return c, nil
+			select {
+			case l.conns <- c:
+			case <-l.ctx.Done():
+				c.Close()
+			}
+		})
 	}
 }
 
@@ -177,9 +213,12 @@ func (l *Listener) accept(req *verbs.ConnRequest) (*Conn, error) {
 	return c, nil
 }
 
-// Close stops the listener; Accept returns net.ErrClosed. Connections
-// already accepted stay open.
+// Close stops the listener; Accept returns net.ErrClosed. Start-ups under
+// way end, and their connections are closed; connections Accept returned
+// stay open.
 func (l *Listener) Close() error {
 	l.cancel()
-	return l.ln.Close()
+	err := l.ln.Close()
+	l.wg.Wait()
+	return err
 }

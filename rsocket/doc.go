@@ -77,6 +77,8 @@
 // at a time, as are Writes, and a Read and a Write run at once. Each Conn
 // has one goroutine of its own (its completion pump), which Close stops
 // before it returns; a Conn that is never closed keeps its QP and memory.
+// A Listener runs up to 16 start-ups at once, each on a goroutine of its
+// own, which its Close ends before it returns.
 // Close sends the disconnect message after the data written before it
 // and waits up to 2 s for both to be handed to TCP.
 package rsocket
