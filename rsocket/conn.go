@@ -100,6 +100,7 @@ type Conn struct {
 	recvWR   [1]verbs.RecvWR
 	wcs      []verbs.WC // the pump's
 	rxWCs    []verbs.WC // the receive handler's
+	pollMu   sync.Mutex // a poll and its apply (pollApply)
 	abortReq bool
 }
 

@@ -15,7 +15,13 @@ import (
 func (c *Conn) pump(ctx context.Context) {
 	defer close(c.pumpDone)
 	for {
-		n, err := c.cq.PollWait(ctx, c.wcs)
+		if c.pollApply(c.wcs) {
+			continue
+		}
+		err := ctx.Err()
+		if err == nil {
+			err = c.cq.Wait(ctx)
+		}
 		if err != nil {
 			c.mu.Lock()
 			c.failLocked(err)
@@ -23,17 +29,27 @@ func (c *Conn) pump(ctx context.Context) {
 			c.wakeAll()
 			return
 		}
-		c.apply(c.wcs[:n])
 	}
 }
 
 // onRx runs on the QP's receive goroutine after each FPDU
 // (QP.SetRxHandler): it takes what arrived at once, saving the hand-off
 // to the pump that a round trip would otherwise pay for.
-func (c *Conn) onRx() {
-	if n := c.cq.Poll(c.rxWCs); n > 0 {
-		c.apply(c.rxWCs[:n])
+func (c *Conn) onRx() { c.pollApply(c.rxWCs) }
+
+// pollApply polls a batch and applies it, and says whether there was one.
+// The pump and the receive handler both poll: pollMu keeps each poll and
+// its apply together, so that the peer's messages are applied in the order
+// they arrived (a DISCONNECT never before the DATA ahead of it, an older
+// SGL update never after a newer one).
+func (c *Conn) pollApply(wcs []verbs.WC) bool {
+	c.pollMu.Lock()
+	defer c.pollMu.Unlock()
+	n := c.cq.Poll(wcs)
+	if n > 0 {
+		c.apply(wcs[:n])
 	}
+	return n > 0
 }
 
 // apply applies a batch of completions and wakes whoever they concern.
