@@ -32,6 +32,9 @@ type QPStats struct {
 	// TCP is what the kernel says of the socket (TCP_INFO: RTT, window,
 	// retransmits, octets received in order); zero before the QP connects
 	// and where the platform has no TCP_INFO. TCPErr says why it is zero.
+	// With Multipath TCP (TCP.Multipath) the path fields (RTT, window,
+	// MSS, segment counters) are the first subflow's, while the Bytes
+	// counters and Subflows are the connection's (tcpx.Stats).
 	TCP    tcpx.Stats
 	TCPErr error
 
