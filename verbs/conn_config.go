@@ -23,7 +23,9 @@ type ConnConfig struct {
 	// types, strict or relaxed IRD/ORD. Its IRD and ORD, when zero, come
 	// from the QP.
 	MPA mpa.Config
-	// TCP are the socket options (buffers, keep-alive, user timeout).
+	// TCP are the socket options (buffers, keep-alive, user timeout), the
+	// congestion control (CongestionControl) and Multipath TCP
+	// (MultipathTCP, which refuses a user timeout).
 	TCP tcpx.Config
 	// TLS, if set, runs the connection inside TLS 1.3 (crypto/tls): the
 	// handshake on the TCP connection first, then the MPA start-up and

@@ -380,9 +380,19 @@ func (t *txState) append(hdr, payload []byte) error {
 	t.fpdus++
 	err := t.w.Append(hdr, payload)
 	if t.w.Written() != w {
-		t.writtenTo = q
+		t.appendFlushed(q)
 	}
 	return err
+}
+
+// appendFlushed records a flush inside an Append: the WRs below q went out
+// in full, and so did every FPDU but the one just queued, which Stats
+// shows now rather than at the loop's next flush (a stream that keeps the
+// SQ full may not reach one).
+func (t *txState) appendFlushed(q uint64) {
+	t.writtenTo = q
+	t.stats.fpdus.Store(t.fpdus - 1)
+	t.stats.octets.Store(t.w.Written())
 }
 
 // appendWords is append with the header as words (mpa.Writer.AppendWords).
@@ -391,7 +401,7 @@ func (t *txState) appendWords(hdrLen int, w0, w1, w2 uint64, payload []byte) err
 	t.fpdus++
 	err := t.w.AppendWords(hdrLen, w0, w1, w2, payload)
 	if t.w.Written() != w {
-		t.writtenTo = q
+		t.appendFlushed(q)
 	}
 	return err
 }
@@ -410,7 +420,7 @@ func (t *txState) appendV(hdr []byte, payload [][]byte) error {
 	t.fpdus++
 	err := t.w.AppendV(hdr, payload)
 	if t.w.Written() != w {
-		t.writtenTo = q
+		t.appendFlushed(q)
 	}
 	return err
 }

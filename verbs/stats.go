@@ -33,7 +33,10 @@ type QPStats struct {
 	// retransmits, octets received in order); zero before the QP connects,
 	// once its connection has ended (the socket is closed), and where the
 	// platform has no TCP_INFO. TCPErr says why it is zero: ErrQPState
-	// before, ErrClosed after.
+	// before, ErrClosed after. With Multipath TCP (TCP.Multipath) the path
+	// fields (RTT, window, MSS, segment counters) are the first subflow's,
+	// while the Bytes counters and Subflows are the connection's
+	// (tcpx.Stats).
 	TCP    tcpx.Stats
 	TCPErr error
 

@@ -652,10 +652,10 @@ func TestTCPServerHoldsNextClient(t *testing.T) {
 	defer test.CheckRoutines(t)()
 	p, _, err := Parse([]string{"tcp_bw", "-n", "5", "-q", "2"})
 	require.NoError(t, err)
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	ln, err := listenTCP(context.Background(), p, "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	tl := &tcpListener{TCPListener: ln}
+	tl := &tcpListener{Listener: ln}
 	defer tl.closeHeld()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

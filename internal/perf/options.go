@@ -103,6 +103,11 @@ var options = []option{
 	{"", "tls-key", func(c *cmdline) flag.Value { return (*stringValue)(&c.p.TLS.Key) }, nil},
 	{"", "tls-ca", func(c *cmdline) flag.Value { return (*stringValue)(&c.p.TLS.CA) }, nil},
 
+	// TCP under every connection (transport.go).
+	{"", "cc", func(c *cmdline) flag.Value { return (*stringValue)(&c.p.Transport.CC) }, nil},
+	{"", "mptcp", func(c *cmdline) flag.Value { return (*boolValue)(&c.p.Transport.MPTCP) }, nil},
+	{"", "sockbuf", func(c *cmdline) flag.Value { return sizeVal(&c.p.Transport.SockBuf, 0) }, nil},
+
 	// Where the sides meet, and perftest's exchange.
 	{"", "loopback", func(c *cmdline) flag.Value { return (*boolValue)(&c.p.Loopback) }, nil},
 	{"", "ipv6-addr", func(c *cmdline) flag.Value { return (*boolValue)(&c.p.IPv6) }, nil},
@@ -177,6 +182,8 @@ var cmdlineSteps = []func(c *cmdline) error{
 		}
 		return nil
 	},
+	func(c *cmdline) error { return checkCC(c.p.Transport.CC) },
+	func(c *cmdline) error { return checkSockBuf(c.p.Transport.SockBuf) },
 	func(c *cmdline) error {
 		if c.mpaRev != 1 && c.mpaRev != 2 {
 			return usagef("--mpa-rev %d: 1 or 2", c.mpaRev)

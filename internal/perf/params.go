@@ -3,8 +3,6 @@ package perf
 import (
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -282,6 +280,8 @@ type Params struct {
 
 	// TLS runs every connection inside TLS 1.3 (tls.go).
 	TLS TLSParams
+	// Transport is the TCP under every connection (transport.go).
+	Transport TransportParams
 
 	// Perftest (-R, --rdma_cm) speaks perftest's own exchange (see
 	// perftest_exchange.go) instead of iwarp-perf's, so that either side
@@ -490,14 +490,4 @@ func fmtSize(n int64) string {
 		}
 	}
 	return fmt.Sprintf("%d B", n)
-}
-
-// sourceAddr is SourceIP for a net.Dialer: nil when unset (an interface
-// holding a nil *net.TCPAddr would not be).
-func (p *Params) sourceAddr() net.Addr {
-	if p.SourceIP == "" {
-		return nil
-	}
-	a, _ := netip.ParseAddr(p.SourceIP) // checked by Parse
-	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, 0))
 }

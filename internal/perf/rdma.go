@@ -350,8 +350,12 @@ func (e *endpoint) tcpStats(snaps ...[]verbs.QPStats) []string {
 }
 
 func fmtTCPStats(who string, s tcpx.Stats) string {
-	return fmt.Sprintf(" TCP %-6s: rtt %v (min %v) retransmits %d lost %d cwnd %d mss %d sent %d rwnd-limited %v sndbuf-limited %v",
-		who, s.RTT, s.MinRTT, s.Retransmits, s.Lost, s.SndCwnd, s.SndMSS, s.BytesSent, s.RwndLimited, s.SndbufLimited)
+	mp := ""
+	if s.Multipath {
+		mp = fmt.Sprintf(", multipath (%d subflows; path figures the first's)", s.Subflows)
+	}
+	return fmt.Sprintf(" TCP %-6s: rtt %v (min %v) retransmits %d lost %d cwnd %d mss %d sent %d rwnd-limited %v sndbuf-limited %v%s",
+		who, s.RTT, s.MinRTT, s.Retransmits, s.Lost, s.SndCwnd, s.SndMSS, s.BytesSent, s.RwndLimited, s.SndbufLimited, mp)
 }
 
 // close tears the QPs down: orderly where it can (the peer has every
@@ -398,10 +402,9 @@ func connConfig(p *Params, client bool) verbs.ConnConfig {
 		m.P2P, m.RTRs = mpa.P2POn, p.P2P
 	}
 	c := verbs.ConnConfig{MPA: m, MaxFPDU: p.MaxFPDU, SegmentPerFPDU: p.SegmentPerFPDU,
-		RFC7306: p.Test.verb() == verbAtomic, TLS: p.TLS.config(client)}
+		RFC7306: p.Test.verb() == verbAtomic, TLS: p.TLS.config(client), TCP: p.tcpConfig(client)}
 	if client {
 		c.FirstFPDUDelay = p.FPDUDelay
-		c.TCP.LocalAddr = p.SourceIP
 	}
 	// The MPA start-up is a step of the exchange too: --exchange-timeout
 	// shortens its timeouts (verbs: request 5 s, reply 10 s), never lengthens

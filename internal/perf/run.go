@@ -13,6 +13,7 @@ import (
 
 	"github.com/pkg/profile"
 
+	"github.com/goiwarp/iwarp/tcpx"
 	"github.com/goiwarp/iwarp/verbs"
 )
 
@@ -102,13 +103,13 @@ func Run(ctx context.Context, p *Params, w io.Writer) ([]Report, error) {
 	}
 	pr := &printer{w: w, p: p}
 	if p.Test.TCP() {
-		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(p.Port)))
+		ln, err := listenTCP(ctx, p, net.JoinHostPort("", strconv.Itoa(p.Port)))
 		if err != nil {
 			return nil, err
 		}
 		defer ln.Close()
 		pr.waiting()
-		return serveTCP(ctx, p, pr, ln.(*net.TCPListener), true)
+		return serveTCP(ctx, p, pr, ln, true)
 	}
 	dev, err := verbs.Open(deviceAttr(p))
 	if err != nil {
@@ -174,13 +175,13 @@ func runLoopback(ctx context.Context, p *Params, w io.Writer) ([]Report, error) 
 	defer cancel()
 	errc := make(chan error, 1)
 	if p.Test.TCP() {
-		ln, err := net.Listen("tcp", addr)
+		ln, err := listenTCP(ctx, p, addr)
 		if err != nil {
 			return nil, err
 		}
 		defer ln.Close()
 		addr = ln.Addr().String()
-		go func() { _, err := serveTCP(sctx, &sp, spr, ln.(*net.TCPListener), false); errc <- err }()
+		go func() { _, err := serveTCP(sctx, &sp, spr, ln, false); errc <- err }()
 	} else {
 		dev, err := verbs.Open(deviceAttr(p))
 		if err != nil {
@@ -235,8 +236,8 @@ func runClient(ctx context.Context, p *Params, w io.Writer, addr string) ([]Repo
 	return runRDMA(ctx, p, pr, dev, x, true)
 }
 
-func serveTCP(ctx context.Context, p *Params, pr *printer, ln *net.TCPListener, keep bool) ([]Report, error) {
-	tl := &tcpListener{TCPListener: ln}
+func serveTCP(ctx context.Context, p *Params, pr *printer, ln *tcpx.Listener, keep bool) ([]Report, error) {
+	tl := &tcpListener{Listener: ln}
 	defer tl.closeHeld()
 	return serveLoop(ctx, p, pr, keep, func() ([]Report, error) {
 		s, err := acceptTCPSide(ctx, p, tl)

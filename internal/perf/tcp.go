@@ -78,9 +78,8 @@ type tcpSide struct {
 }
 
 func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) {
-	d := net.Dialer{LocalAddr: p.sourceAddr()}
 	dctx, cancel := step(ctx, p.exchangeTimeout(), "connecting")
-	conn, err := d.DialContext(dctx, "tcp", addr)
+	conn, err := tcpx.Dial(dctx, "tcp", addr, p.tcpConfig(true))
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", addr, causeOf(dctx, err))
@@ -114,7 +113,7 @@ func dialTCPSide(ctx context.Context, p *Params, addr string) (*tcpSide, error) 
 // of clients that came while a run accepted its data connections: held for
 // the next run, rather than read as data connections and reset.
 type tcpListener struct {
-	*net.TCPListener
+	*tcpx.Listener
 	held []heldConn
 }
 
@@ -146,7 +145,7 @@ func acceptTCPSide(ctx context.Context, p *Params, ln *tcpListener) (*tcpSide, e
 		conn, r = h.conn, io.MultiReader(bytes.NewReader(h.read), h.conn)
 	} else {
 		var err error
-		if conn, err = acceptCtx(ctx, ln.TCPListener); err != nil {
+		if conn, err = acceptCtx(ctx, ln.Listener); err != nil {
 			return nil, err
 		}
 		r = conn
@@ -179,11 +178,11 @@ func acceptTCPSide(ctx context.Context, p *Params, ln *tcpListener) (*tcpSide, e
 }
 
 // acceptCtx accepts a connection on ln until ctx ends.
-func acceptCtx(ctx context.Context, ln *net.TCPListener) (*net.TCPConn, error) {
+func acceptCtx(ctx context.Context, ln *tcpx.Listener) (*net.TCPConn, error) {
 	ln.SetDeadline(time.Time{}) // an earlier wait may have left one
 	stop := context.AfterFunc(ctx, func() { ln.SetDeadline(time.Now()) })
 	defer stop()
-	c, err := ln.AcceptTCP()
+	c, err := ln.Accept()
 	if err != nil && ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -207,13 +206,15 @@ func (s *tcpSide) connect(ctx context.Context) ([]*net.TCPConn, error) {
 	var hdr [16]byte
 	t := s.p.exchangeTimeout()
 	if s.addr != "" {
-		d := net.Dialer{Timeout: t, LocalAddr: s.p.sourceAddr()}
+		cfg := s.p.tcpConfig(true)
 		for i := range conns {
-			c, err := d.DialContext(ctx, "tcp", s.addr)
+			dctx, cancel := context.WithTimeout(ctx, t)
+			c, err := tcpx.Dial(dctx, "tcp", s.addr, cfg)
+			cancel()
 			if err != nil {
 				return fail(err)
 			}
-			conns[i] = c.(*net.TCPConn)
+			conns[i] = c
 			copy(hdr[:], tcpMagic)
 			binary.BigEndian.PutUint64(hdr[4:], s.ctl.session)
 			binary.BigEndian.PutUint32(hdr[12:], uint32(i))
@@ -225,7 +226,7 @@ func (s *tcpSide) connect(ctx context.Context) ([]*net.TCPConn, error) {
 	}
 	for left := n; left > 0; {
 		sctx, cancel := step(ctx, t, fmt.Sprintf("waiting for the client's connection %d of %d", n-left, n))
-		c, err := acceptCtx(sctx, s.ln.TCPListener)
+		c, err := acceptCtx(sctx, s.ln.Listener)
 		cancel()
 		if err != nil {
 			return fail(causeOf(sctx, err))
@@ -459,7 +460,11 @@ func (s *tcpSide) tcpStats(conns []*net.TCPConn) []string {
 	var out []string
 	for i, c := range conns {
 		if st, err := tcpx.Info(c); err == nil {
-			out = append(out, fmtTCPStats(fmt.Sprintf("conn %d", i), st)+fmt.Sprintf(", %v -> %v", c.LocalAddr(), c.RemoteAddr()))
+			cc := ""
+			if name, err := tcpx.CongestionControl(c); err == nil {
+				cc = ", cc " + name
+			}
+			out = append(out, fmtTCPStats(fmt.Sprintf("conn %d", i), st)+fmt.Sprintf("%s, %v -> %v", cc, c.LocalAddr(), c.RemoteAddr()))
 		}
 	}
 	return out

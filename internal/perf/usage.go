@@ -93,6 +93,11 @@ iWARP options (both sides alike):
       --fpdu-delay=MS   when connecting, hold our first FPDU back MS ms after the MPA
                         Reply (default 0; 200 with -R): siw as responder loses one
                         that comes too soon
+TCP under every connection: QPs, tcp_* sockets, listeners (give them to both sides; docs/wan.md):
+      --cc=ALGO         TCP congestion control, e.g. bbr, cubic, reno (default: the system's)
+      --mptcp           Multipath TCP (RFC 8684); a peer without it falls back to TCP
+      --sockbuf=SIZE    socket send and receive buffers (default 0: the kernel's autotuning;
+                        K, M: KiB, MiB; capped by net.core.wmem_max and rmem_max)
 TLS (both sides alike; docs/tls.md):
       --tls             every connection inside TLS 1.3 with a throw-away self-signed
                         certificate the client does not verify: a quick measurement,
