@@ -1,6 +1,7 @@
 package verbs
 
 import (
+	"bytes"
 	"crypto/tls"
 	"net"
 	"testing"
@@ -44,4 +45,41 @@ func TestTLSListenerConfigForClientKeepsTLS13(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint16(tls.VersionTLS13), c.qp.TLS().Version)
 	c.qp.Close()
+}
+
+// A record that fails authentication while the QP's transmit side is
+// blocked (the peer has stopped reading, TCP's window is shut) still
+// fails the QP at once, as any bad FPDU does in cleartext: the receive
+// side's TLS alert must not wait for that write.
+func TestTLSBadRecordWhileTransmitBlocked(t *testing.T) {
+	checkRoutines(t)
+	tp := dialTLSPeer(t, newTestPKI(t))
+	const n = 64 << 20
+	src := tp.s.regMR(t, n, LocalWrite)
+	_, err := tp.s.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMAWrite, Flags: Signaled, SGL: []SGE{src.SGE(0, n)},
+		RemoteAddr: 0, RKey: 0x1234})
+	require.NoError(t, err)
+	// The peer reads nothing: wait until the transmit side can write no
+	// more.
+	sent := uint64(0)
+	for range 100 {
+		time.Sleep(50 * time.Millisecond)
+		s := tp.s.qp.Stats().OctetsSent
+		if s == sent && s > 0 {
+			break
+		}
+		sent = s
+	}
+	// An application-data record nobody sealed, on the TCP connection
+	// under the peer's TLS.
+	rec := append([]byte{0x17, 0x03, 0x03, 0x00, 0x40}, bytes.Repeat([]byte{0x5a}, 0x40)...)
+	_, err = tp.tc.NetConn().Write(rec)
+	require.NoError(t, err)
+	select {
+	case <-tp.s.qp.Done():
+	case <-time.After(failFast):
+		t.Fatal("the QP did not fail on a record that failed authentication")
+	}
+	require.ErrorIs(t, tp.s.qp.Err(), ErrConnLost)
+	require.ErrorContains(t, tp.s.qp.Err(), "bad record MAC")
 }
