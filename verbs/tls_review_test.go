@@ -3,6 +3,7 @@ package verbs
 import (
 	"bytes"
 	"crypto/tls"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -82,4 +83,34 @@ func TestTLSBadRecordWhileTransmitBlocked(t *testing.T) {
 	}
 	require.ErrorIs(t, tp.s.qp.Err(), ErrConnLost)
 	require.ErrorContains(t, tp.s.qp.Err(), "bad record MAC")
+}
+
+// While a flush is blocked, records the receive side writes wait behind
+// it in order and do not block; past tlsAfterMax, they fail.
+func TestTLSSockWritesDuringFlush(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	s := &tlsSock{Conn: a}
+	s.batch()
+	_, err := s.Write([]byte("batch"))
+	require.NoError(t, err)
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.flush() }()
+	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.flushing }, time.Second, time.Millisecond)
+	alert := bytes.Repeat([]byte{0x15}, 24)
+	var want bytes.Buffer
+	want.WriteString("batch")
+	for len(s.after)+len(alert) <= tlsAfterMax {
+		_, err := s.Write(alert)
+		require.NoError(t, err, "a record behind a blocked flush")
+		want.Write(alert)
+	}
+	_, err = s.Write(alert)
+	require.ErrorIs(t, err, errTLSAfter)
+	got := make([]byte, want.Len())
+	_, err = io.ReadFull(b, got)
+	require.NoError(t, err)
+	require.NoError(t, <-flushed)
+	require.Equal(t, want.Bytes(), got, "the batch, then what came during it")
 }

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"crypto/tls"
+	"errors"
 	"net"
 	"sync"
 
@@ -103,6 +104,12 @@ func (s *tlsStream) CloseWrite() error {
 	return s.tcp.CloseWrite()
 }
 
+// tlsAfterMax bounds the records the receive side may write while a
+// flush is blocked (an alert is 24 octets).
+const tlsAfterMax = 4 << 10
+
+var errTLSAfter = errors.New("verbs: TLS records to send pile up behind a write the peer does not read")
+
 // tlsSock is the connection a tls.Conn runs on. While the transmit loop
 // writes a flush, it gathers the records tls.Conn writes one by one and
 // sends them in one system call. During a listener's handshake it keeps
@@ -138,7 +145,12 @@ func (c *tlsSock) Write(p []byte) (int, error) {
 	if c.flushing {
 		// The receive side's alert, while the batch is stuck on a peer
 		// that does not read: it must not wait for that write, or the
-		// QP would not learn of the failed record that caused it.
+		// QP would not learn of the failed record that caused it. A peer
+		// that makes us answer more (KeyUpdates) while it reads nothing
+		// fails the stream rather than grow the backlog.
+		if len(c.after)+len(p) > tlsAfterMax {
+			return 0, errTLSAfter
+		}
 		c.after = append(c.after, p...)
 		return len(p), nil
 	}
