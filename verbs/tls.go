@@ -51,6 +51,17 @@ func tlsConfig(c *tls.Config, server bool, addr string) (*tls.Config, error) {
 	if len(c.NextProtos) == 0 {
 		c.NextProtos = []string{alpnIWARP}
 	}
+	if get := c.GetConfigForClient; server && get != nil {
+		// The config it returns replaces this one whole: it gets the
+		// same floor, or TLS 1.2 would slip in through it.
+		c.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			cc, err := get(h)
+			if err != nil || cc == nil {
+				return cc, err
+			}
+			return tlsConfig(cc, true, addr)
+		}
+	}
 	if !server && c.ServerName == "" && !c.InsecureSkipVerify {
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"crypto/tls"
+	"errors"
 	"net"
 	"sync"
 
@@ -103,6 +104,12 @@ func (s *tlsStream) CloseWrite() error {
 	return s.tcp.CloseWrite()
 }
 
+// tlsAfterMax bounds the records the receive side may write while a
+// flush is blocked (an alert is 24 octets).
+const tlsAfterMax = 4 << 10
+
+var errTLSAfter = errors.New("verbs: TLS records to send pile up behind a write the peer does not read")
+
 // tlsSock is the connection a tls.Conn runs on. While the transmit loop
 // writes a flush, it gathers the records tls.Conn writes one by one and
 // sends them in one system call. During a listener's handshake it keeps
@@ -116,6 +123,8 @@ type tlsSock struct {
 	mu       sync.Mutex // the batch: the receive side may write an alert meanwhile
 	wbuf     *[]byte    // the batch, from tlsBatchPool while batching
 	batching bool
+	flushing bool   // flush is writing the batch, without mu
+	after    []byte // records written meanwhile, sent after the batch
 }
 
 func (c *tlsSock) Read(p []byte) (int, error) {
@@ -133,6 +142,18 @@ func (c *tlsSock) Write(p []byte) (int, error) {
 		*c.wbuf = append(*c.wbuf, p...)
 		return len(p), nil
 	}
+	if c.flushing {
+		// The receive side's alert, while the batch is stuck on a peer
+		// that does not read: it must not wait for that write, or the
+		// QP would not learn of the failed record that caused it. A peer
+		// that makes us answer more (KeyUpdates) while it reads nothing
+		// fails the stream rather than grow the backlog.
+		if len(c.after)+len(p) > tlsAfterMax {
+			return 0, errTLSAfter
+		}
+		c.after = append(c.after, p...)
+		return len(p), nil
+	}
 	return c.Conn.Write(p)
 }
 
@@ -148,14 +169,25 @@ func (c *tlsSock) batch() {
 // rest holds none.
 func (c *tlsSock) flush() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.batching = false
-	var err error
-	if len(*c.wbuf) > 0 {
-		_, err = c.Conn.Write(*c.wbuf)
-	}
-	*c.wbuf = (*c.wbuf)[:0]
-	tlsBatchPool.Put(c.wbuf)
+	wbuf := c.wbuf
 	c.wbuf = nil
+	c.flushing = true
+	c.mu.Unlock()
+	var err error
+	if len(*wbuf) > 0 {
+		_, err = c.Conn.Write(*wbuf)
+	}
+	*wbuf = (*wbuf)[:0]
+	tlsBatchPool.Put(wbuf)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.flushing = false
+	if len(c.after) > 0 {
+		if err == nil {
+			_, err = c.Conn.Write(c.after)
+		}
+		c.after = nil
+	}
 	return err
 }
