@@ -102,6 +102,13 @@ func (qp *QP) Dial(ctx context.Context, network, addr string, cfg ConnConfig) er
 	}
 	peerPD, _ := rep.ULPPrivateData()
 	qp.peerPD = append([]byte(nil), peerPD...)
+	// From here ctx no longer reaches the socket: a cancellation that came
+	// after the Reply would otherwise set its deadline under the running
+	// QP, which Dial had handed over as connected.
+	if !stop() {
+		conn.Close()
+		return ctxErr(ctx, ctx.Err())
+	}
 	conn.SetDeadline(time.Time{})
 	if cfg.FirstFPDUDelay > 0 {
 		t := time.NewTimer(cfg.FirstFPDUDelay)
