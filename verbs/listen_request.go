@@ -53,7 +53,9 @@ var errAnswered = errors.New("verbs: connection request already answered")
 // Accept binds qp to the connection and sends the MPA Reply with
 // privateData (at most DeviceAttr.MaxPrivData octets). In peer-to-peer
 // mode it returns once the initiator's RTR message has arrived, bounded by
-// the Listener's RequestTimeout and by ctx (whose error it then wraps).
+// the Listener's RequestTimeout and by ctx (whose error it then wraps); a
+// missing RTR then gets a Terminate, and Accept returns once the connection
+// has closed, up to termLinger (2 s) later.
 //
 // Arguments it refuses (a closed QP or device: ErrClosed; a QP not IDLE,
 // or one another Dial or Accept is connecting: ErrQPState; too much
