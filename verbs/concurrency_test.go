@@ -185,7 +185,7 @@ func TestConcurrentEnding(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; ; i++ {
-					n, err := c.qp.PostSend(SendWR{ID: uint64(p<<32 | i), Opcode: OpRDMAWrite, Flags: Signaled,
+					n, err := c.qp.PostSend(SendWR{ID: uint64(p)<<32 | uint64(i), Opcode: OpRDMAWrite, Flags: Signaled,
 						SGL: []SGE{src.SGE(0, 64)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
 					posted.Add(int64(n))
 					if errors.Is(err, ErrQueueFull) {

@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && (amd64 || arm64 || ppc64le || riscv64 || s390x || loong64 || mips64 || mips64le || ppc64)
 
 package verbs
 

@@ -34,10 +34,17 @@ func TestRangeErrors(t *testing.T) {
 	require.NoError(t, p.client.Err(), "nothing was posted")
 }
 
+// pieceAboveMax is a PieceSize past MaxPieceSize where int holds one, and
+// a negative one where it does not (32-bit ports): both are refused.
+func pieceAboveMax() int {
+	p := int64(MaxPieceSize) + 1
+	return int(p)
+}
+
 func TestNewRefuses(t *testing.T) {
 	checkRoutines(t)
 	p := newPair(t, pairOpts{size: 4096, sendWR: 16, noBuffer: true})
-	for _, cfg := range []Config{{Depth: 17}, {Depth: -1}, {PieceSize: -1}, {PieceSize: MaxPieceSize + 1}} {
+	for _, cfg := range []Config{{Depth: 17}, {Depth: -1}, {PieceSize: -1}, {PieceSize: pieceAboveMax()}} {
 		_, err := New(p.client, p.remote, cfg)
 		require.ErrorIs(t, err, verbs.ErrInvalidArg, "%+v", cfg)
 	}
