@@ -3,10 +3,10 @@ package verbs
 import (
 	"context"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/internal/flood"
 	"github.com/stretchr/testify/require"
 )
 
@@ -45,62 +45,6 @@ func (s *stackSide) timedDial(t *testing.T) time.Duration {
 	waitDone(t, srv.qp, peerTimeout)
 	srv.qp.Close()
 	return took
-}
-
-// silentFlood opens connections to addr that send nothing, one every gap,
-// until stop; closeAll closes them once it has stopped.
-type silentFlood struct {
-	mu    sync.Mutex
-	conns []net.Conn
-	fails int
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-func startFlood(addr string, gap time.Duration) *silentFlood {
-	f := &silentFlood{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(f.done)
-		tk := time.NewTicker(gap)
-		defer tk.Stop()
-		d := net.Dialer{Timeout: time.Second}
-		for {
-			select {
-			case <-f.stop:
-				return
-			case <-tk.C:
-			}
-			c, err := d.Dial("tcp", addr)
-			f.mu.Lock()
-			if err != nil {
-				f.fails++
-			} else {
-				f.conns = append(f.conns, c)
-			}
-			f.mu.Unlock()
-		}
-	}()
-	return f
-}
-
-func (f *silentFlood) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.conns)
-}
-
-// end stops the flood and closes its connections.
-func (f *silentFlood) end() {
-	select {
-	case <-f.stop:
-	default:
-		close(f.stop)
-	}
-	<-f.done
-	for _, c := range f.conns {
-		c.Close()
-	}
-	f.conns = nil
 }
 
 // dialSilent opens n connections to addr that send nothing.
@@ -148,8 +92,8 @@ func TestListenerFloodSustained(t *testing.T) {
 	checkRoutines(t)
 	s := newStackSide(t, ConnConfig{})
 	base := openFDs(t)
-	f := startFlood(s.ln.Addr().String(), 2*time.Millisecond)
-	defer f.end()
+	f := flood.Start(s.ln.Addr().String(), 2*time.Millisecond)
+	defer f.Close()
 	start := time.Now()
 	var worst time.Duration
 	dials := 0
@@ -158,10 +102,10 @@ func TestListenerFloodSustained(t *testing.T) {
 		worst = max(worst, s.timedDial(t))
 		dials++
 	}
-	n := f.count()
-	f.end()
+	n := f.Count()
+	f.Close()
 	t.Logf("%d silent connections (%d failed) in %v; %d legitimate Dials, the slowest %v",
-		n, f.fails, time.Since(start).Round(time.Millisecond), dials, worst.Round(time.Millisecond))
+		n, f.Fails(), time.Since(start).Round(time.Millisecond), dials, worst.Round(time.Millisecond))
 	require.Greater(t, n, 2*maxHandshakes, "the flood outran the start-ups in progress")
 	ok := waitFor(peerTimeout, func() bool { return s.ln.starts.len() == 0 && openFDs(t) <= base+2 })
 	require.True(t, ok, "%d start-ups, %d fds above the start", s.ln.starts.len(), openFDs(t)-base)

@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pion/transport/v3/test"
 	"github.com/stretchr/testify/require"
 
+	"github.com/goiwarp/iwarp/internal/flood"
 	"github.com/goiwarp/iwarp/nvmeof/host"
 )
 
@@ -26,62 +25,6 @@ import (
 // Fabrics Connect, Identify, an I/O queue: a start-up each) may take while
 // the flood goes on, with room for a loaded machine.
 const floodConnectBound = 3 * time.Second
-
-// silentConns opens connections that send nothing, one every gap (0: as
-// fast as it dials), until stopDialing; end closes them.
-type silentConns struct {
-	mu    sync.Mutex
-	conns []net.Conn
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-func flood(addr string, gap time.Duration) *silentConns {
-	f := &silentConns{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(f.done)
-		d := net.Dialer{Timeout: time.Second}
-		for {
-			select {
-			case <-f.stop:
-				return
-			default:
-			}
-			if c, err := d.Dial("tcp", addr); err == nil {
-				f.mu.Lock()
-				f.conns = append(f.conns, c)
-				f.mu.Unlock()
-			}
-			if gap > 0 {
-				time.Sleep(gap)
-			}
-		}
-	}()
-	return f
-}
-
-func (f *silentConns) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.conns)
-}
-
-func (f *silentConns) stopDialing() {
-	select {
-	case <-f.stop:
-	default:
-		close(f.stop)
-	}
-	<-f.done
-}
-
-func (f *silentConns) end() {
-	f.stopDialing()
-	for _, c := range f.conns {
-		c.Close()
-	}
-	f.conns = nil
-}
 
 // fdsOf returns the descriptors process pid has open.
 func fdsOf(t *testing.T, pid int) int {
@@ -131,12 +74,12 @@ func TestServeFlood(t *testing.T) {
 		return took
 	}
 
-	silent := flood(addr, 0)
-	require.Eventually(t, func() bool { return silent.count() >= 2000 }, 20*time.Second, time.Millisecond)
-	silent.stopDialing()
+	silent := flood.Start(addr, 0)
+	require.Eventually(t, func() bool { return silent.Count() >= 2000 }, 20*time.Second, time.Millisecond)
+	silent.StopDialing()
 	t.Logf("2000 silent connections; a host connected in %v", connect().Round(time.Millisecond))
 
-	f := flood(addr, 2*time.Millisecond)
+	f := flood.Start(addr, 2*time.Millisecond)
 	var worst time.Duration
 	start := time.Now()
 	for time.Since(start) < 2*time.Second {
@@ -144,9 +87,9 @@ func TestServeFlood(t *testing.T) {
 		worst = max(worst, connect())
 	}
 	t.Logf("a sustained flood (%d new silent connections in %v): the slowest host connect %v",
-		f.count(), time.Since(start).Round(time.Millisecond), worst.Round(time.Millisecond))
-	f.end()
-	silent.end()
+		f.Count(), time.Since(start).Round(time.Millisecond), worst.Round(time.Millisecond))
+	f.Close()
+	silent.Close()
 	require.Eventually(t, func() bool { return fdsOf(t, srv.Process.Pid) <= base }, 10*time.Second, 10*time.Millisecond,
 		"the target's fds come back: %d above the start", fdsOf(t, srv.Process.Pid)-base)
 	require.NoError(t, srv.Process.Signal(os.Interrupt))

@@ -2,11 +2,10 @@ package perf
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/goiwarp/iwarp/internal/flood"
 	"github.com/stretchr/testify/require"
 )
 
@@ -17,62 +16,6 @@ import (
 // floodBound is how long a legitimate client's connect may take while the
 // flood goes on: about a second, with room for a loaded machine.
 const floodBound = 2 * time.Second
-
-// silentFlood opens connections that send nothing, one every gap, until
-// end, which closes them all.
-type silentFlood struct {
-	mu    sync.Mutex
-	conns []net.Conn
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-func startFlood(addr string, gap time.Duration) *silentFlood {
-	f := &silentFlood{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(f.done)
-		tk := time.NewTicker(gap)
-		defer tk.Stop()
-		d := net.Dialer{Timeout: time.Second}
-		for {
-			select {
-			case <-f.stop:
-				return
-			case <-tk.C:
-			}
-			if c, err := d.Dial("tcp", addr); err == nil {
-				f.mu.Lock()
-				f.conns = append(f.conns, c)
-				f.mu.Unlock()
-			}
-		}
-	}()
-	return f
-}
-
-func (f *silentFlood) count() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.conns)
-}
-
-// stopDialing stops the flood; its connections stay open.
-func (f *silentFlood) stopDialing() {
-	select {
-	case <-f.stop:
-	default:
-		close(f.stop)
-	}
-	<-f.done
-}
-
-func (f *silentFlood) end() {
-	f.stopDialing()
-	for _, c := range f.conns {
-		c.Close()
-	}
-	f.conns = nil
-}
 
 func TestServerFlood(t *testing.T) {
 	checkGoroutines(t)
@@ -98,12 +41,12 @@ func TestServerFlood(t *testing.T) {
 		return took
 	}
 
-	silent := startFlood(s.addr(), time.Microsecond) // as fast as it dials
-	require.Eventually(t, func() bool { return silent.count() >= 2000 }, 20*time.Second, time.Millisecond)
-	silent.stopDialing()
+	silent := flood.Start(s.addr(), 0) // as fast as it dials
+	require.Eventually(t, func() bool { return silent.Count() >= 2000 }, 20*time.Second, time.Millisecond)
+	silent.StopDialing()
 	t.Logf("2000 silent connections; a legitimate client connected in %v", connect().Round(time.Millisecond))
 
-	f := startFlood(s.addr(), 2*time.Millisecond)
+	f := flood.Start(s.addr(), 2*time.Millisecond)
 
 	var worst time.Duration
 	start := time.Now()
@@ -112,9 +55,9 @@ func TestServerFlood(t *testing.T) {
 		worst = max(worst, connect())
 	}
 	t.Logf("a sustained flood (%d new silent connections in %v): the slowest legitimate connect %v",
-		f.count(), time.Since(start).Round(time.Millisecond), worst.Round(time.Millisecond))
-	f.end()
-	silent.end()
+		f.Count(), time.Since(start).Round(time.Millisecond), worst.Round(time.Millisecond))
+	f.Close()
+	silent.Close()
 	cancel()
 	<-s.code
 	a.dev.Close()
