@@ -266,6 +266,17 @@ func (e *endpoint) runBW(ctx context.Context, size int, sender, receiver bool, p
 			// nothing here: poll the credit word. (Spinning instead, with
 			// Gosched, measured no faster over loopback, and takes the
 			// processor the QPs' receive loops need.)
+			//
+			// A QP that ended (the receiver's Terminate) may leave no WR
+			// to flush: without this look the run would wait for its
+			// exchange timeout and blame the peer's silence.
+			for _, q := range e.qps {
+				select {
+				case <-q.qp.Done():
+					return Report{}, qpFailure(q.qp, errors.New("waiting for the receiver's credits"))
+				default:
+				}
+			}
 			time.Sleep(20 * time.Microsecond)
 			continue
 		}
@@ -399,9 +410,36 @@ var endMarker = [1]byte{'E'}
 // WRs post hands PostSend.
 var testPostHook func(n int)
 
+// testRepostHook, set by tests only, runs before a receiver posts its
+// receives again: a test slows the receiver with it.
+var testRepostHook func()
+
 // window is how many Sends perftest's credits let q post now: the sender
 // keeps fewer than rx-depth Sends beyond the receiver's credit word.
+//
+// With --use-srq the receiver's rx-depth receives are shared by every QP
+// (perftest's server posts rx-depth/QPs of them for each into one SRQ),
+// so the bound is on the sum over the QPs: perftest's own client keeps
+// only the bound per QP and, with two QPs, overruns a slow receiver's SRQ
+// (siw then ends the connection: a run in the VM saw 308 of 600 Sends
+// arrive).
 func (r *bwRun) window(q *qpEnd) uint64 {
+	rx := uint64(r.e.p.RxDepth)
+	out := r.outstanding(q)
+	if r.e.p.UseSRQ {
+		out = 0
+		for _, o := range r.e.qps {
+			out += r.outstanding(o)
+		}
+	}
+	if out+1 >= rx {
+		return 0
+	}
+	return min(rx-1-out, rx-1-r.outstanding(q))
+}
+
+// outstanding is how many of q's Sends the receiver has not yet credited.
+func (r *bwRun) outstanding(q *qpEnd) uint64 {
 	// Only counts the receiver can have written: no more than we sent, and
 	// one of its credit points (which also rejects a word caught half
 	// written).
@@ -409,11 +447,7 @@ func (r *bwRun) window(q *qpEnd) uint64 {
 	if c := loadCredit(r.e.credit, 4*q.i); c > q.credHigh && c <= q.scnt && (c%rx)%max(rx/3, 1) == 0 {
 		q.credHigh = c
 	}
-	out := q.scnt - q.credHigh
-	if out+1 >= rx {
-		return 0
-	}
-	return rx - 1 - out
+	return q.scnt - q.credHigh
 }
 
 // credit reposts the receives reaped and sends the credit messages due.
@@ -421,6 +455,9 @@ func (r *bwRun) credit() (int, error) {
 	n := 0
 	for _, q := range r.e.qps {
 		if len(q.reposts) > 0 {
+			if testRepostHook != nil {
+				testRepostHook()
+			}
 			k, err := r.e.postRecv(q, q.reposts...)
 			q.reposts = q.reposts[:copy(q.reposts, q.reposts[k:])]
 			if err != nil {

@@ -136,6 +136,9 @@ func newEndpoint(dev *verbs.Device, p *Params) (*endpoint, error) {
 		// take any receive, and two QPs' receive loops must never write
 		// one buffer at once.
 		slots := max(p.QPs*rq, 1)
+		if testPerftestSRQ {
+			slots = max(rq, 1)
+		}
 		if need := int64(slots) * int64(e.half); need+p.regionBytes(p.cycle) > p.maxRegion() {
 			return nil, fmt.Errorf("--use-srq: %d receive slots of %s would take %s, more than --max-region %s",
 				slots, fmtSize(int64(e.half)), fmtSize(need), fmtSize(p.maxRegion()))
@@ -203,6 +206,9 @@ func (e *endpoint) recvDepth() int {
 // receiver-not-ready retry: a Send that finds none kills the connection).
 func (e *endpoint) postRecvs() error {
 	n := e.recvDepth()
+	if e.srq != nil && testPerftestSRQ {
+		n /= len(e.qps)
+	}
 	for i, q := range e.qps {
 		for k := range n {
 			wr := q.rwr
@@ -216,6 +222,10 @@ func (e *endpoint) postRecvs() error {
 	}
 	return nil
 }
+
+// testPerftestSRQ, set by tests only, sizes an SRQ as perftest's server
+// does: rx-depth receives shared by all QPs rather than rx-depth each.
+var testPerftestSRQ bool
 
 // srqWR is the receive of SRQ slot k; its ID carries the slot.
 func (e *endpoint) srqWR(k int) verbs.RecvWR {

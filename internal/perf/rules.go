@@ -286,6 +286,19 @@ func ruleSend(p *Params) error {
 				p.PostList, max(limit, 1), p.RxDepth)
 		}
 	}
+	if p.Perftest && p.UseSRQ {
+		// perftest's receiver shares rx-depth receives among the QPs and
+		// credits each QP every rx-depth/3 of its own: the sender keeps
+		// the sum below rx-depth (bw.go's window). With many QPs each can
+		// stop short of its next credit point while the sum is spent, and
+		// nothing moves again.
+		c := max(p.RxDepth/3, 1)
+		if list := max(p.PostList, 1); c > 1 && p.QPs*(c-1)+list >= p.RxDepth {
+			return fmt.Errorf("--use-srq with perftest's exchange (-R): %d QPs could stall with rx depth %d "+
+				"(the SRQ holds %d receives, each QP is credited every %d of its own); at most %d QPs",
+				p.QPs, p.RxDepth, p.RxDepth, c, max((p.RxDepth-list-1)/(c-1), 1))
+		}
+	}
 	return nil
 }
 
