@@ -23,7 +23,7 @@ func (c *Controller) ANALog(ctx context.Context) (nvme.ANALog, error) {
 		return nvme.ANALog{}, err
 	}
 	buf := make([]byte, n)
-	if err := c.GetLogPage(ctx, nvme.LogANA, 0xffffffff, 0, buf); err != nil {
+	if err := c.GetLogPage(ctx, nvme.LogANA, nvme.NSIDAll, 0, buf); err != nil {
 		return nvme.ANALog{}, err
 	}
 	return nvme.ParseANALog(buf, c.Info.ANAGRPMAX)

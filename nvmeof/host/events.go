@@ -111,12 +111,12 @@ func (c *Controller) eventLoop() {
 		if ev.aec&nvme.AECNSAttr == 0 || res&0xffffff != nvme.AERNSChanged {
 			continue // another event (none is enabled): ask again
 		}
-		if err := c.GetLogPage(context.Background(), nvme.LogChangedNS, 0xffffffff, 0, log); err != nil {
+		if err := c.GetLogPage(context.Background(), nvme.LogChangedNS, nvme.NSIDAll, 0, log); err != nil {
 			ev.end(fmt.Errorf("nvmeof: watching namespaces: %w", err))
 			return
 		}
 		ev.mu.Lock()
-		if binary.LittleEndian.Uint32(log) == 0xffffffff {
+		if binary.LittleEndian.Uint32(log) == nvme.NSIDAll {
 			ev.all = true
 		}
 		for i := 0; i < len(log) && !ev.all; i += 4 {

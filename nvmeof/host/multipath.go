@@ -59,7 +59,7 @@ type Multipath struct {
 	// is opened on a path either by Namespace or by the reconnect.
 	nsMu sync.Mutex
 	nss  map[uint32]*MultipathNamespace // opened (under nsMu and mu), one per NSID
-	resv mpathResv                      // Config.WatchReservations (hostmpathresv.go)
+	resv mpathResv                      // Config.WatchReservations (multipath_resv.go)
 }
 
 // MultipathConfig is what ConnectMultipath takes besides the addresses:

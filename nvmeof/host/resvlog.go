@@ -29,7 +29,7 @@ func (c *Controller) ReservationNotices(ctx context.Context) ([]nvme.Reservation
 	var ns []nvme.ReservationNotice
 	page := make([]byte, nvme.ResvNoticeSize)
 	for range maxResvReads {
-		if err := c.GetLogPage(ctx, nvme.LogResvNotice, 0xffffffff, 0, page); err != nil {
+		if err := c.GetLogPage(ctx, nvme.LogResvNotice, nvme.NSIDAll, 0, page); err != nil {
 			return ns, err
 		}
 		n, err := nvme.ParseReservationNotice(page)

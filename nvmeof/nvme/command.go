@@ -31,6 +31,11 @@ const (
 	offCDW10  = 40
 )
 
+// NSIDAll is the broadcast namespace ID (NVMe base 2.0 section 3.2.1.2):
+// every attached namespace, where a command allows it; in a Changed
+// Namespace List log page, more changed than the list holds.
+const NSIDAll = 0xffffffff
+
 // FlagSGL is the PSDT value 01b in the flags octet: data described by SGLs
 // (metadata pointer an address). NVMe over Fabrics uses nothing else.
 const FlagSGL = 0x40

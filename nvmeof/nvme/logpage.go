@@ -124,6 +124,6 @@ const (
 	LogANA        = 0x0c // Asymmetric Namespace Access
 	LogResvNotice = 0x80 // Reservation Notification
 	// MaxChangedNS is how many NSIDs the Changed Namespace List holds
-	// (4 KiB); past that it holds 0xFFFFFFFF alone.
+	// (4 KiB); past that it holds NSIDAll alone.
 	MaxChangedNS = 1024
 )

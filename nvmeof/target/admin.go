@@ -220,7 +220,7 @@ func (c *controller) getLogPage(r *request) nvme.Status {
 	case lid == nvme.LogError:
 		log = make([]byte, nvme.ErrorLogEntrySize*(1)) // no errors recorded
 	case lid == nvme.LogSMART && !c.discovery():
-		if id := cmd.NSID(); id != 0 && id != 0xffffffff {
+		if id := cmd.NSID(); id != 0 && id != nvme.NSIDAll {
 			return nvme.StatusInvalidField | nvme.DNR // the log is the controller's: LPA bit 0 is clear
 		}
 		c.sub.countMu.Lock()

@@ -104,7 +104,7 @@ func (c *controller) changedNSLog(log []byte, rae bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.nsOverflow {
-		binary.LittleEndian.PutUint32(log, 0xffffffff)
+		binary.LittleEndian.PutUint32(log, nvme.NSIDAll)
 	}
 	for i, id := range c.changedNS {
 		binary.LittleEndian.PutUint32(log[4*i:], id)

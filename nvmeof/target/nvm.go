@@ -47,7 +47,7 @@ func (c *controller) parseIO(r *request, p *Port) nvme.Status {
 		return nvme.StatusSuccess
 	case nvme.IOFlush:
 		r.execute = execFlush
-		if id := cmd.NSID(); id != 0xffffffff {
+		if id := cmd.NSID(); id != nvme.NSIDAll {
 			ns := c.sub.Namespace(id)
 			if ns == nil {
 				return noNamespace(id)
@@ -84,7 +84,7 @@ func execIO(q *queue, r *request) (uint64, nvme.Status) {
 	if ns != nil {
 		defer ns.done()
 	}
-	if ns != r.ns && !(cmd.Opcode() == nvme.IOFlush && cmd.NSID() == 0xffffffff) {
+	if ns != r.ns && !(cmd.Opcode() == nvme.IOFlush && cmd.NSID() == nvme.NSIDAll) {
 		if ns == nil {
 			return 0, noNamespace(cmd.NSID()) // removed meanwhile: inactive now
 		}

@@ -144,7 +144,7 @@ func (c *controller) setResvMask(nsid, v uint32) nvme.Status {
 		return nvme.StatusInvalidField | nvme.DNR
 	}
 	var nss []*Namespace
-	if nsid == 0xffffffff {
+	if nsid == nvme.NSIDAll {
 		for _, ns := range c.sub.Namespaces() {
 			if ns.resv != nil {
 				nss = append(nss, ns)

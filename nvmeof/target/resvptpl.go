@@ -261,7 +261,7 @@ func (c *controller) resvDone(ns *Namespace, st nvme.Status, err error) nvme.Sta
 func (c *controller) resvNamespace(nsid uint32) (*Namespace, nvme.Status) {
 	ns := c.sub.Namespace(nsid)
 	switch {
-	case nsid == 0xffffffff:
+	case nsid == nvme.NSIDAll:
 		return nil, nvme.StatusInvalidField | nvme.DNR
 	case ns == nil:
 		return nil, noNamespace(nsid)
@@ -281,7 +281,7 @@ func (c *controller) setResvPersist(nsid, v uint32) (uint64, nvme.Status) {
 	}
 	on := v&1 != 0
 	var nss []*Namespace
-	if nsid == 0xffffffff {
+	if nsid == nvme.NSIDAll {
 		for _, ns := range c.sub.Namespaces() {
 			if ns.resv != nil && (ns.resv.file != "" || !on) {
 				nss = append(nss, ns)

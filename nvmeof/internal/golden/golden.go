@@ -10,9 +10,10 @@ import (
 	"github.com/goiwarp/iwarp/nvmeof/nvme"
 )
 
-// Golden capsules from /work/shared/nvmeof/nvme-loop.pcap (Linux 6.1's
-// nvme-rdma host and nvmet-rdma target over siw; nvme-loop.decoded.txt
-// shows them decoded).
+// Golden capsules from a capture of Linux 6.1's nvme-rdma host and
+// nvmet-rdma target over siw (nvme-loop.pcap, with nvme-loop.decoded.txt
+// showing them decoded, in the workplace's shared/nvmeof/ beside this
+// repository).
 const (
 	// Admin queue Connect: keyed SGL with invalidate, 1024 octets at
 	// 0xff41b2d082271000, key 0x38ef3401; SQSIZE 31, KATO 0.

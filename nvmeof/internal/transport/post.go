@@ -13,7 +13,7 @@ import (
 // under sustained traffic (a host serving 128 KiB RDMA Reads, a target
 // writing them) the queue can look full with few WRs really outstanding;
 // the wait is bounded (2 s), then the error stands. On an I/O queue this
-// may run on the QP's receive goroutine (tqueue.onRx), where the wait
+// may run on the QP's receive goroutine (the target's queue.onRx), where the wait
 // cannot retire an RDMA Read at the queue's head (its response is that
 // goroutine's to read); the queue holds four WRs a command slot, of which
 // a command uses at most three, so only a host that overruns its SQ while
