@@ -55,8 +55,8 @@ func (s Stats) String() string {
 	if s.Multipath {
 		mp = fmt.Sprintf("mptcp subflows %d ", s.Subflows)
 	}
-	return mp + fmt.Sprintf("rtt %v rttvar %v minrtt %v rto %v cwnd %d mss %d/%d pmtu %d unacked %d lost %d retrans %d sent %d acked %d received %d rwnd-limited %v sndbuf-limited %v",
+	return mp + fmt.Sprintf("rtt %v rttvar %v minrtt %v rto %v cwnd %d mss %d/%d pmtu %d unacked %d lost %d retrans %d sent %d retrans-bytes %d acked %d received %d delivery-rate %d rwnd-limited %v sndbuf-limited %v",
 		s.RTT, s.RTTVar, s.MinRTT, s.RTO, s.SndCwnd, s.SndMSS, s.RcvMSS, s.PMTU,
-		s.Unacked, s.Lost, s.Retransmits, s.BytesSent, s.BytesAcked, s.BytesReceived,
-		s.RwndLimited, s.SndbufLimited)
+		s.Unacked, s.Lost, s.Retransmits, s.BytesSent, s.BytesRetrans, s.BytesAcked, s.BytesReceived,
+		s.DeliveryRate, s.RwndLimited, s.SndbufLimited)
 }

@@ -1,7 +1,8 @@
 package perf
 
-// The server's side of hostile peers. iWARP has no authentication: anyone
-// who reaches the port can complete the MPA start-up and then do anything
+// The server's side of hostile peers. iWARP has no authentication (TLS
+// with client certificates, --tls-ca, adds one): anyone who reaches the
+// port can complete the MPA start-up and then do anything
 // or nothing. A server serves one client at a time (the QPs, the memory and
 // the table are one test's), so that one client must not be able to keep it
 // from the next:

@@ -133,8 +133,9 @@ With Linux perftest (5.70 to 6.27, and 6.29 untested; tested: 6.06 on siw):
   write_bw/read_bw server shows the last size); -D only for write_bw/read_bw.
 
 A server and its clients:
-  A server runs one test at a time. Whoever reaches its port can connect:
-  iWARP has no authentication. A client that fails is dropped, with the
+  A server runs one test at a time. Whoever reaches its port can connect
+  (iWARP has no authentication of its own; --tls-ca makes a server require
+  client certificates). A client that fails is dropped, with the
   reason on stderr ("iwarp-perf: client ADDR: ...; dropped"), and the server
   waits for the next: one that sends nothing for --exchange-timeout, closes
   or sends what the exchange does not expect, asks for other parameters
