@@ -178,6 +178,10 @@ func (qp *QP) rxFailed(err error) {
 	}
 	switch {
 	case errors.Is(err, io.EOF):
+		if ts, ok := qp.conn.(*tlsStream); ok && ts.truncated() {
+			qp.connLost(errTLSTruncated)
+			return
+		}
 		qp.peerClosed()
 	case errors.As(err, &remote):
 		// The peer is done with us: close now rather than wait for it.

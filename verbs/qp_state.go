@@ -194,6 +194,11 @@ func (qp *QP) loopDone() {
 	qp.state.Store(int32(StateError))
 	qp.stopHold()
 	qp.stopRespWatch()
+	if ts, ok := qp.conn.(*tlsStream); ok && orderly(qp.Err()) {
+		// A Close without Disconnect is an orderly end too: the peer
+		// tells it from a truncation by the close_notify (tls_close.go).
+		ts.closeNotify(tlsCloseNotifyWait)
+	}
 	qp.conn.Close()
 	// A send in progress on another goroutine (PostSend's txInline, the
 	// receive loop's rxAnswer) holds txMu and reads its WR's gather list,
@@ -380,6 +385,9 @@ func (qp *QP) close(aborted error) error {
 			// completed from the Writer's copy may be among it (txQueued).
 			// setError's deadline bounds that write.
 			qp.txWG.Wait()
+			if ts, ok := conn.(*tlsStream); ok {
+				ts.closeNotify(tlsCloseNotifyWait) // as loopDone: orderly
+			}
 			conn.Close()
 		}
 	}

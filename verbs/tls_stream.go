@@ -3,8 +3,11 @@ package verbs
 import (
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/goiwarp/iwarp/mpa"
 )
@@ -125,12 +128,18 @@ type tlsSock struct {
 	batching bool
 	flushing bool   // flush is writing the batch, without mu
 	after    []byte // records written meanwhile, sent after the batch
+
+	tcpEOF atomic.Bool               // TCP's end of stream reached tls.Conn (tls_close.go)
+	wlimit atomic.Pointer[time.Time] // the latest write deadline tls.Conn may set (tls_close.go)
 }
 
 func (c *tlsSock) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if c.keep && len(c.got) < mpa.FrameHeaderLen+mpa.MaxPrivateData {
 		c.got = append(c.got, p[:n]...)
+	}
+	if err == io.EOF {
+		c.tcpEOF.Store(true)
 	}
 	return n, err
 }

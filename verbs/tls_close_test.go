@@ -1,0 +1,85 @@
+package verbs
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Inside TLS a FIN between FPDUs is orderly only after close_notify: a
+// bare FIN (an attacker on the path, or a peer that died in a way its
+// kernel closes for it) ends the QP as a loss, its receives flushed.
+func TestTLSBareFINIsTruncation(t *testing.T) {
+	checkRoutines(t)
+	for _, notify := range []bool{false, true} {
+		name := map[bool]string{false: "bare FIN", true: "close_notify then FIN"}[notify]
+		t.Run(name, func(t *testing.T) {
+			tp := dialTLSPeer(t, newTestPKI(t))
+			rb := tp.s.regMR(t, 64, LocalWrite)
+			_, err := tp.s.qp.PostRecv(RecvWR{ID: 9, SGL: []SGE{rb.SGE(0, 64)}})
+			require.NoError(t, err)
+			if notify {
+				require.NoError(t, tp.tc.CloseWrite())
+			}
+			require.NoError(t, tp.tc.NetConn().(*net.TCPConn).CloseWrite())
+			select {
+			case <-tp.s.qp.Done():
+			case <-time.After(failFast):
+				t.Fatal("the QP did not end on the peer's FIN")
+			}
+			err = tp.s.qp.Err()
+			if notify {
+				require.ErrorIs(t, err, ErrDisconnected)
+				require.NotErrorIs(t, err, ErrConnLost)
+			} else {
+				require.ErrorIs(t, err, ErrConnLost)
+				require.NotErrorIs(t, err, ErrDisconnected)
+				require.ErrorContains(t, err, "without close_notify")
+			}
+			wc := wait(t, tp.s.rcq)
+			require.Equal(t, uint64(9), wc.ID)
+			require.Equal(t, WRFlushErr, wc.Status)
+		})
+	}
+}
+
+// Our own orderly ends inside TLS send close_notify, so the peer sees
+// them as orderly: Close without Disconnect, Disconnect, and the FIN that
+// answers the peer's.
+func TestTLSOrderlyEndsSendCloseNotify(t *testing.T) {
+	checkRoutines(t)
+	p := newTestPKI(t)
+	t.Run("Close", func(t *testing.T) {
+		c, s := connect(t, p.tlsOpts(t, "erin"))
+		barrier(t, c, s)
+		require.NoError(t, c.qp.Close())
+		<-s.qp.Done()
+		require.ErrorIs(t, s.qp.Err(), ErrDisconnected)
+		require.NotErrorIs(t, s.qp.Err(), ErrConnLost)
+	})
+	t.Run("Disconnect", func(t *testing.T) {
+		c, s := connect(t, p.tlsOpts(t, "erin"))
+		barrier(t, c, s)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		errc := make(chan error, 1)
+		go func() { errc <- s.qp.Disconnect(ctx) }()
+		require.NoError(t, c.qp.Disconnect(ctx))
+		require.NoError(t, <-errc)
+		for _, qp := range []*QP{c.qp, s.qp} {
+			require.ErrorIs(t, qp.Err(), ErrDisconnected)
+			require.NotErrorIs(t, qp.Err(), ErrConnLost)
+		}
+	})
+	t.Run("Abort is a reset", func(t *testing.T) {
+		c, s := connect(t, p.tlsOpts(t, "erin"))
+		barrier(t, c, s)
+		require.NoError(t, c.qp.Abort())
+		<-s.qp.Done()
+		require.True(t, errors.Is(s.qp.Err(), ErrConnLost), "%v", s.qp.Err())
+	})
+}
