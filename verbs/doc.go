@@ -110,8 +110,10 @@
 // flush, the connection is reset and Err Is ErrResponseTimeout (and
 // ErrConnLost). A slow peer or path is not timed out: any octet from the
 // peer restarts the clock. A peer that closes (FIN) with Reads of ours
-// unanswered, as a killed process's kernel does, ends the QP with
-// ErrUnanswered (and ErrConnLost), not ErrDisconnected.
+// unanswered or not yet sent, as a killed process's kernel does, ends the
+// QP with ErrUnanswered (and ErrConnLost), not ErrDisconnected. Inside TLS
+// an orderly end sends close_notify before the FIN, and a FIN without one
+// (a truncation) ends the QP with ErrConnLost.
 //
 // Reads and atomics beyond the ORD negotiated at connection time (QP.Params)
 // are not refused: they wait in the send queue, in order, until earlier

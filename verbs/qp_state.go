@@ -33,7 +33,8 @@ func (e *abortedError) Error() string   { return e.err.Error() }
 func (e *abortedError) Unwrap() []error { return []error{e.err, ErrDisconnected} }
 
 // ErrUnanswered: the peer closed its stream (FIN) while RDMA Reads or
-// atomics of ours awaited their responses, which can then never come: a
+// atomics of ours awaited their responses, or were posted and not yet
+// sent, which can then never be answered: a
 // peer that crashed (the kernel closes a killed process's sockets with a
 // FIN) or closed without waiting for them. No orderly close, then: the
 // QP's error Is ErrConnLost too, and those WRs flush.
@@ -135,17 +136,43 @@ func (qp *QP) disconnected() {
 // peer that runs always answers. A FIN that answers Disconnect's is
 // orderly: Disconnect waited for our Reads, and an RTR still unanswered
 // then is no loss. Called with txMu held.
+//
+// Reads and atomics posted but not yet sent count too: the FIN of a peer
+// killed an instant after they were posted is the same FIN, and the user
+// sees them flush all the same.
 func (qp *QP) peerEnded() {
-	if n := qp.ordq.len(); n > 0 && !qp.tx.finSent {
-		ops := qp.ordq.ops()
-		detail := fmt.Sprintf("%d outstanding", ops)
-		if ops < n {
-			detail = fmt.Sprintf("the start-up's Read RTR and %d more outstanding", ops)
-		}
-		qp.setError(&lostError{fmt.Errorf("%w (%s)", ErrUnanswered, detail)})
+	if qp.tx.finSent {
+		qp.disconnected()
 		return
 	}
-	qp.disconnected()
+	n, unsent := qp.ordq.len(), qp.unsentResponded()
+	if n == 0 && unsent == 0 {
+		qp.disconnected()
+		return
+	}
+	ops := qp.ordq.ops()
+	detail := fmt.Sprintf("%d outstanding", ops)
+	if ops < n {
+		detail = fmt.Sprintf("the start-up's Read RTR and %d more outstanding", ops)
+	}
+	if unsent > 0 {
+		detail += fmt.Sprintf(", %d posted and not yet sent", unsent)
+	}
+	qp.setError(&lostError{fmt.Errorf("%w (%s)", ErrUnanswered, detail)})
+}
+
+// unsentResponded counts the Reads and atomics in the SQ that the
+// transmit side has not taken yet. Called with txMu held.
+func (qp *QP) unsentResponded() int {
+	qp.sqMu.Lock()
+	defer qp.sqMu.Unlock()
+	n := 0
+	for i := qp.tx.next; i < qp.sqTail; i++ {
+		if qp.sq[i%uint64(len(qp.sq))].op.responded() {
+			n++
+		}
+	}
+	return n
 }
 
 // peerClosed handles the peer's orderly close (FIN between FPDUs, seen by

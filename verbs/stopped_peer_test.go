@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/goiwarp/iwarp/mpa"
 )
 
 // A real peer process, stopped (SIGSTOP) or killed (SIGKILL) while our
@@ -195,4 +197,37 @@ func TestKilledPeerWithReadsOutstanding(t *testing.T) {
 		c.qp.Close()
 	}
 	t.Logf("killed peer, 6 rounds: %v", causes)
+}
+
+// Reads posted but not yet sent when the peer's FIN comes are unanswered
+// too: here the responder holds its first FPDU until the initiator's
+// (FirstFPDUHold -1), and the initiator closes before sending one. The
+// Reads flush, and the QP says why (before, ErrDisconnected: CI saw
+// TestKilledPeerWithReadsOutstanding hit it when the kill beat the
+// transmit loop).
+func TestPeerFINBeforeReadsSent(t *testing.T) {
+	checkRoutines(t)
+	st := newStackSide(t, ConnConfig{FirstFPDUHold: -1})
+	q := st.newQP(t, 8, 8)
+	sink := regGuarded(t, st.pd, 64, LocalWrite)
+	acc := st.acceptAsync(q)
+	p := dialPeer(t, st.ln.Addr().String(), mpa.Config{IRD: 8, ORD: 8})
+	require.NoError(t, <-acc)
+	for i := range 3 {
+		_, err := q.qp.PostSend(SendWR{ID: uint64(i), Opcode: OpRDMARead, Flags: Signaled,
+			SGL: []SGE{sink.mr.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x1234})
+		require.NoError(t, err)
+	}
+	require.NoError(t, p.conn.CloseWrite())
+	waitDone(t, q.qp, 5*time.Second)
+	err := q.qp.Err()
+	require.ErrorIs(t, err, ErrUnanswered)
+	require.ErrorIs(t, err, ErrConnLost)
+	require.NotErrorIs(t, err, ErrDisconnected)
+	require.ErrorContains(t, err, "3 posted and not yet sent")
+	wcs := drainWC(q.scq)
+	require.Len(t, wcs, 3)
+	for _, wc := range wcs {
+		require.Equal(t, WRFlushErr, wc.Status, "%v", wc)
+	}
 }
