@@ -244,6 +244,11 @@ func (l *Listener) accept(ctx context.Context, req *verbs.ConnRequest) (*Conn, e
 		req.Reject(nil)
 		return nil, err
 	}
+	if ctx.Err() != nil { // evicted, or closing, before our Reply
+		req.Reject(nil)
+		c.release()
+		return nil, context.Cause(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, acceptTimeout)
 	defer cancel()
 	if err := req.Accept(ctx, c.qp, c.connData()); err != nil {
