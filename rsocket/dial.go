@@ -127,6 +127,7 @@ type Listener struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	slots  chan struct{}  // start-ups under way, and Conns waiting for Accept
+	starts startups       // the start-ups under way, oldest first
 	conns  chan *Conn     // accepted Conns, to Accept
 	ended  chan struct{}  // serve has stopped; err says why
 	err    error          // set before ended is closed
@@ -134,8 +135,8 @@ type Listener struct {
 }
 
 // acceptBacklog bounds the start-ups a Listener runs at once, and the
-// Conns it holds for Accept: a client that stalls its start-up holds one
-// of them, never the others.
+// Conns it holds for Accept: clients that stall their start-up hold no
+// slot long, as a newer request ends the oldest start-up.
 const acceptBacklog = 16
 
 // Addr returns the listening address.
@@ -158,27 +159,46 @@ func (l *Listener) AcceptRsocket() (*Conn, error) {
 }
 
 // serve takes the connection requests and runs their start-ups, each on
-// its own goroutine, until Close.
+// its own goroutine, until Close. A request that finds every slot taken
+// by start-ups ends the oldest of them (listen_startups.go); one that
+// finds them all taken by Conns waiting for Accept waits for Accept.
 func (l *Listener) serve() {
 	defer close(l.ended)
 	for {
-		select {
-		case l.slots <- struct{}{}:
-		case <-l.ctx.Done():
-			l.err = net.ErrClosed
-			return
+		held := l.trySlot()
+		if !held && l.starts.len() == 0 {
+			if !l.waitSlot() {
+				l.err = net.ErrClosed
+				return
+			}
+			held = true
 		}
 		req, err := l.ln.GetRequest(l.ctx)
 		if err != nil {
+			if held {
+				<-l.slots
+			}
 			if l.ctx.Err() != nil || errors.Is(err, verbs.ErrClosed) {
 				err = net.ErrClosed
 			}
 			l.err = err
 			return
 		}
+		if !held && !l.trySlot() {
+			// The slot of the start-up evicted comes back once its
+			// goroutine has aborted its QP.
+			l.starts.evict()
+			if !l.waitSlot() {
+				req.Reject(nil)
+				l.err = net.ErrClosed
+				return
+			}
+		}
+		s, ctx := l.starts.add(l.ctx)
 		l.wg.Go(func() {
 			defer func() { <-l.slots }()
-			c, err := l.accept(req)
+			c, err := l.accept(ctx, req)
+			l.starts.done(s)
 			if err != nil {
 				return
 			}
@@ -191,7 +211,29 @@ func (l *Listener) serve() {
 	}
 }
 
-func (l *Listener) accept(req *verbs.ConnRequest) (*Conn, error) {
+// trySlot takes a slot if one is free.
+func (l *Listener) trySlot() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitSlot waits for a slot; false once the Listener is closing.
+func (l *Listener) waitSlot() bool {
+	select {
+	case l.slots <- struct{}{}:
+		return true
+	case <-l.ctx.Done():
+		return false
+	}
+}
+
+// accept runs one start-up; ctx ends it early (Close, or a newer request
+// evicting it).
+func (l *Listener) accept(ctx context.Context, req *verbs.ConnRequest) (*Conn, error) {
 	peer, err := parseConnData(req.PrivateData)
 	if err != nil {
 		req.Reject(nil) // rs_accept's rdma_reject
@@ -202,7 +244,12 @@ func (l *Listener) accept(req *verbs.ConnRequest) (*Conn, error) {
 		req.Reject(nil)
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, acceptTimeout)
+	if ctx.Err() != nil { // evicted, or closing, before our Reply
+		req.Reject(nil)
+		c.release()
+		return nil, context.Cause(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, acceptTimeout)
 	defer cancel()
 	if err := req.Accept(ctx, c.qp, c.connData()); err != nil {
 		req.Reject(nil)

@@ -78,7 +78,8 @@
 // has one goroutine of its own (its completion pump), which Close stops
 // before it returns; a Conn that is never closed keeps its QP and memory.
 // A Listener runs up to 16 start-ups at once, each on a goroutine of its
-// own, which its Close ends before it returns.
+// own, which its Close ends before it returns; with all 16 busy, a new
+// request ends the oldest, so clients that stall theirs lock no one out.
 // Close sends the disconnect message after the data written before it
 // and waits up to 2 s for both to be handed to TCP.
 package rsocket

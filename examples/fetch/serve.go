@@ -75,46 +75,68 @@ func serve(ctx context.Context, path string, port, ird, clients int, tcp tcpx.Co
 	log.SetFlags(log.LstdFlags | log.Lmsgprefix)
 	log.Printf("serving %s (%d octets, SHA-256 %x) on %v, up to %d Reads at once per client", path, len(data), sum, ln.Addr(), ird)
 
-	// On the way out no new client is taken, and those connected finish
-	// (or, once ctx has ended, are closed) before the device closes.
+	// Each request is accepted and served on a goroutine of its own, so
+	// that a client that stalls its start-up (its RTR never comes: up to
+	// the Listener's RequestTimeout) holds up no other. Once -n clients
+	// have connected no request is taken, and start-ups under way end. On
+	// the way out the clients connected finish (or, once ctx has ended,
+	// are closed) before the device closes.
+	take, stopTaking := context.WithCancel(ctx)
+	defer stopTaking()
 	var wg sync.WaitGroup
 	defer func() {
 		ln.Close()
 		wg.Wait()
 	}()
-	for served := 0; clients == 0 || served < clients; {
-		req, err := ln.GetRequest(ctx)
+	var mu sync.Mutex
+	served := 0
+	for {
+		req, err := ln.GetRequest(take)
 		if err != nil {
 			if ctx.Err() != nil {
 				log.Print("interrupted")
 				return nil
 			}
+			if take.Err() != nil {
+				return nil // -n clients served
+			}
 			return err
 		}
-		// Our IRD bounds the client's Reads in flight; ORD none: the server
-		// reads nothing of the client's.
-		qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, IRD: ird, ORD: -1,
-			Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
-		if err != nil {
-			log.Printf("%v: refused: %v", req.RemoteAddr(), err)
-			req.Reject(nil)
-			continue
-		}
-		// Accepted here, so that only a client that connects counts
-		// towards -n; then a goroutine waits for it to leave.
-		actx, cancel := context.WithTimeout(ctx, startTimeout)
-		err = req.Accept(actx, qp, adv)
-		cancel()
-		if err != nil {
-			req.Reject(nil) // what Accept refused before answering (a no-op after)
-			qp.Close()
-			log.Printf("%v: accept: %v", req.RemoteAddr(), err)
-			continue
-		}
-		served++
-		wg.Go(func() { serveClient(ctx, req, qp) })
+		wg.Go(func() {
+			qp, err := accept(take, req, pd, cq, ird, adv)
+			if err != nil {
+				log.Printf("%v: %v", req.RemoteAddr(), err)
+				return
+			}
+			// Only a client that connects counts towards -n.
+			mu.Lock()
+			if served++; served == clients {
+				stopTaking()
+			}
+			mu.Unlock()
+			serveClient(ctx, req, qp)
+		})
 	}
-	return nil
+}
+
+// accept accepts a client's request on a QP of its own, whose IRD bounds
+// the client's Reads in flight; ORD none: the server reads nothing of the
+// client's.
+func accept(ctx context.Context, req *verbs.ConnRequest, pd *verbs.PD, cq *verbs.CQ, ird int, adv []byte) (*verbs.QP, error) {
+	qp, err := pd.CreateQP(verbs.QPConfig{SendCQ: cq, RecvCQ: cq, IRD: ird, ORD: -1,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	if err != nil {
+		req.Reject(nil)
+		return nil, fmt.Errorf("refused: %w", err)
+	}
+	actx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if err := req.Accept(actx, qp, adv); err != nil {
+		req.Reject(nil) // what Accept refused before answering (a no-op after)
+		qp.Close()
+		return nil, fmt.Errorf("accept: %w", err)
+	}
+	return qp, nil
 }
 
 // serveClient waits until an accepted client leaves: the stack answers its

@@ -52,10 +52,18 @@ func serve(ctx context.Context, addr string, tc *tls.Config, ready func(net.Addr
 	if err != nil {
 		return err
 	}
-	defer ln.Close()
 	ready(ln.Addr())
+	// Each request is accepted and served on a goroutine of its own, so
+	// that a client that stalls its start-up (its RTR never comes: up to
+	// the Listener's RequestTimeout) holds up no other. On the way out
+	// they all end before the device closes.
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() {
+		cancel()
+		ln.Close()
+		wg.Wait()
+	}()
 	for {
 		req, err := ln.GetRequest(ctx)
 		if err != nil {
@@ -64,12 +72,12 @@ func serve(ctx context.Context, addr string, tc *tls.Config, ready func(net.Addr
 			}
 			return err
 		}
-		qp, err := s.accept(ctx, req)
-		if err != nil {
-			log.Printf("lockers: %v: %v", req.RemoteAddr(), err)
-			continue
-		}
 		wg.Go(func() {
+			qp, err := s.accept(ctx, req)
+			if err != nil {
+				log.Printf("lockers: %v: %v", req.RemoteAddr(), err)
+				return
+			}
 			select {
 			case <-qp.Done():
 			case <-ctx.Done():
@@ -99,6 +107,7 @@ func (s *server) accept(ctx context.Context, req *verbs.ConnRequest) (*verbs.QP,
 	offer = binary.BigEndian.AppendUint32(offer, t.locker.RKey())
 	offer = binary.BigEndian.AppendUint32(offer, uint32(t.locker.Len()))
 	if err := req.Accept(ctx, qp, offer); err != nil {
+		req.Reject(nil) // what Accept refused before answering (a no-op after)
 		qp.Close()
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 // Package flood is a test tool: a flood of TCP connections that send
-// nothing, the attack a listener's start-up must survive (SECURITY.md,
-// "Start-ups in progress"). The flood tests of verbs, iwarp-perf and
+// nothing, or send their first message and then nothing, the attacks a
+// listener's start-up must survive (SECURITY.md, "Start-ups in
+// progress"). The flood tests of verbs, rsocket, iwarp-perf and
 // iwarp-nvmet time a legitimate connect while one runs.
 package flood
 
@@ -16,14 +17,20 @@ type Silent struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	fails int
+	first []byte // what each connection sends before it falls silent
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
 }
 
 // Start starts a flood of silent connections to addr.
-func Start(addr string, gap time.Duration) *Silent {
-	f := &Silent{stop: make(chan struct{}), done: make(chan struct{})}
+func Start(addr string, gap time.Duration) *Silent { return StartWith(addr, gap, nil) }
+
+// StartWith starts a flood of connections to addr that each send first,
+// then nothing: start-ups that stall after their first message (an MPA
+// Request whose RTR never comes).
+func StartWith(addr string, gap time.Duration, first []byte) *Silent {
+	f := &Silent{first: first, stop: make(chan struct{}), done: make(chan struct{})}
 	go f.run(addr, gap)
 	return f
 }
@@ -33,6 +40,12 @@ func (f *Silent) run(addr string, gap time.Duration) {
 	d := net.Dialer{Timeout: time.Second}
 	for {
 		c, err := d.Dial("tcp", addr)
+		if err == nil && len(f.first) > 0 {
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			if _, err = c.Write(f.first); err != nil {
+				c.Close()
+			}
+		}
 		f.mu.Lock()
 		if err != nil {
 			f.fails++
