@@ -339,12 +339,11 @@ func (q *queue) connect(r *request) (uint64, nvme.Status) {
 	res, st := c.addIOQueue(q)
 	if !st.OK() {
 		t.unbindQueue(q)
+		return res, st
 	}
-	if st.OK() {
-		q.ctrl = c
-		q.noSQFlow = cmd.CATTR()&4 != 0
-		c.touch()
-	}
+	q.ctrl = c
+	q.noSQFlow = cmd.CATTR()&4 != 0
+	c.touch()
 	return res, st
 }
 
