@@ -303,9 +303,12 @@ func (q *queue) connect(r *request) (uint64, nvme.Status) {
 		case addHostLimit:
 			q.logf("host %s has %d controllers (MaxControllersPerHost): Controller Busy", cd.HostNQN, t.cfg.MaxControllersPerHost)
 			return 0, nvme.StatusConnectCtrlBusy
+		case addEvicted: // the queue is ending
+			return 0, nvme.StatusConnectCtrlBusy
 		}
 		if sub != nil && !sub.attach(c) { // before the keep-alive timer, whose expiry detaches it
 			t.removeController(c)
+			t.unbindQueue(q)
 			return invalidParam(true, nvme.ConnectOffSubNQN)
 		}
 		q.ctrl = c // only now: a refused Connect leaves the queue with none
@@ -325,12 +328,22 @@ func (q *queue) connect(r *request) (uint64, nvme.Status) {
 	if c == nil || c.sub != sub || c.hostNQN != cd.HostNQN || c.hostID != cd.HostID || c.admin.port != q.port {
 		return invalidParam(true, nvme.ConnectOffCntlID)
 	}
-	res, st := c.addIOQueue(q)
-	if st.OK() {
-		q.ctrl = c
-		q.noSQFlow = cmd.CATTR()&4 != 0
-		c.touch()
+	// Bound before it joins, under t.mu as an eviction: a queue is
+	// either evicted or connected (places.go).
+	t.mu.Lock()
+	bound := t.bindQueue(q)
+	t.mu.Unlock()
+	if !bound {
+		return 0, nvme.StatusConnectCtrlBusy // the queue is ending
 	}
+	res, st := c.addIOQueue(q)
+	if !st.OK() {
+		t.unbindQueue(q)
+		return res, st
+	}
+	q.ctrl = c
+	q.noSQFlow = cmd.CATTR()&4 != 0
+	c.touch()
 	return res, st
 }
 

@@ -108,8 +108,9 @@
 // target.go (Target, Config), port.go and referral.go (ports), subsystem.go
 // and namespace.go, backend.go (MemBackend, FileBackend); queue.go is the
 // RDMA queue (one per connection: capsules in, data by RDMA Read and
-// Write, completions out), controller.go the controller and queue.parse,
-// which chooses each command's executor; admin.go, nvm.go, resv.go are the
-// command sets; events.go, ana.go, writeprotect.go, quiesce.go,
-// resvlog.go and resvptpl.go the features of those names.
+// Write, completions out), places.go the places MaxQueues gives queues
+// (and which one a newcomer evicts), controller.go the controller and
+// queue.parse, which chooses each command's executor; admin.go, nvm.go,
+// resv.go are the command sets; events.go, ana.go, writeprotect.go,
+// quiesce.go, resvlog.go and resvptpl.go the features of those names.
 package target

@@ -33,8 +33,9 @@ func TestLimitControllersPerHost(t *testing.T) {
 }
 
 // The target holds at most MaxQueues queues, those waiting for their
-// Connect included: one more is refused at the RDMA CM (No Resources), and
-// a queue that ends makes room.
+// Connect included: once all are connected, one more is refused at the
+// RDMA CM (No Resources); a queue that ends makes room, and so does one
+// still waiting for its Connect, which a newcomer evicts.
 func TestLimitQueues(t *testing.T) {
 	checkRoutines(t)
 	tg, _, addr := newTestTarget(t, 1<<20, Config{MaxQueues: 3})
@@ -45,16 +46,25 @@ func TestLimitQueues(t *testing.T) {
 	t.Log(err)
 	require.NoError(t, a.Close())
 	require.Eventually(t, func() bool { return tg.queuesFull() == false }, 5*time.Second, 10*time.Millisecond)
-	// Queues without a Connect count: two raw ones and a controller's
-	// admin queue fill it.
+	// Queues without a Connect count, but give way: two raw ones and
+	// one more fill it; a host's two queues evict the raw ones.
 	q1 := rawQueue(t, addr, 0, 16, 0)
 	q2 := rawQueue(t, addr, 1, 16, 0)
-	_, err = host.Connect(testCtx(t), "tcp", addr, testNQN, host.Config{IOQueues: 1})
-	require.ErrorContains(t, err, "No Resources", "its I/O queue is the fourth")
-	q1.qp.Close()
-	q2.qp.Close()
-	require.Eventually(t, func() bool { return tg.queuesFull() == false }, 5*time.Second, 10*time.Millisecond)
-	c := connectHost(t, addr, testNQN, host.Config{IOQueues: 2})
+	q3 := rawQueue(t, addr, 1, 16, 0)
+	require.True(t, tg.queuesFull())
+	c := connectHost(t, addr, testNQN, host.Config{IOQueues: 1})
+	for i, q := range []*scriptedQueue{q1, q2} {
+		select {
+		case <-q.dead:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("raw queue %d: not evicted", i+1)
+		}
+	}
+	select {
+	case <-q3.dead:
+		t.Fatal("the newest raw queue was evicted, not the oldest")
+	default:
+	}
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	_, err = ns.ReadAt(make([]byte, 4096), 0)

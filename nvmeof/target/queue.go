@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goiwarp/iwarp/nvmeof/internal/transport"
@@ -30,6 +31,12 @@ type queue struct {
 	capsz  int // receive buffer: SQE + in-capsule data
 	inCap  int // in-capsule data this queue accepts
 	depth  int // SQ entries (HSQSIZE+1)
+
+	wait waiting // its place among the queues without a controller (places.go)
+	// The victim rule's signs of life (places.go): when the MPA start-up
+	// ended (UnixNano, 0 before); a Fabrics Connect is being served.
+	started    atomic.Int64
+	connecting atomic.Bool
 
 	// Owned by run. An I/O queue's receive handler (onRx), which serves
 	// commands where they arrive, uses them too: whichever holds hold
@@ -176,14 +183,18 @@ func (q *queue) run(req *verbs.ConnRequest) {
 			return
 		}
 	}
-	ctx, cancel := context.WithTimeout(q.t.ctx, 30*time.Second)
+	// runCtx: an eviction (places.go) ends the wait for an RTR too.
+	ctx, cancel := context.WithTimeout(q.runCtx, 30*time.Second)
 	err := req.Accept(ctx, q.qp, nvme.CMReply{CRQSize: uint16(q.nrecv)}.Append(nil))
 	cancel()
 	if err != nil {
 		req.Reject(nil) // what Accept refused before answering (a no-op after)
-		q.logf("accept: %v", err)
+		if !q.evicted() {
+			q.logf("accept: %v", err)
+		}
 		return
 	}
+	q.started.Store(time.Now().UnixNano())
 	q.logf("connected (HSQSIZE %d, HRQSIZE %d)", q.cm.HSQSize, q.cm.HRQSize)
 	// A connection holds its buffers from here: one that sends no Fabrics
 	// Connect in connectWait is ended, so that idle connections cannot
@@ -203,7 +214,8 @@ func (q *queue) run(req *verbs.ConnRequest) {
 		ctx, cancel := q.t.ctx, context.CancelFunc(nil)
 		switch {
 		case q.ctrl == nil:
-			ctx, cancel = context.WithDeadline(q.t.ctx, admitted.Add(connectWait))
+			// runCtx: an eviction stops it (the admin queue's only use).
+			ctx, cancel = context.WithDeadline(q.runCtx, admitted.Add(connectWait))
 		case q.qid == 0:
 			ctx, cancel = q.kickable(q.t.ctx)
 		}
@@ -273,7 +285,7 @@ func (q *queue) serveIO(admitted time.Time) {
 		}
 		switch {
 		case err == nil:
-		case q.runCtx.Err() != nil: // stopped: by onRx (closeErr says why), the controller or the target
+		case q.runCtx.Err() != nil: // stopped: by onRx (closeErr says why), the controller, an eviction or the target
 			return
 		case !connected && ctx.Err() != nil: // the deadline: looked at again above
 		default:
@@ -368,6 +380,9 @@ func (q *queue) teardown() {
 	// The receive goroutine is done with onRx now.
 	q.hold <- struct{}{}
 	why := q.closeErr
+	if q.ctrl == nil && q.evicted() {
+		why = errEvicted
+	}
 	if why == nil {
 		why = q.runErr
 	}
@@ -445,6 +460,9 @@ func (q *queue) command(ri, n int) bool {
 		return false
 	}
 	q.curRecv = ri
+	if q.ctrl == nil && cmd.IsFabrics() && cmd.FCType() == nvme.FabricsConnect {
+		q.connecting.Store(true)
+	}
 	if q.ctrl != nil {
 		q.ctrl.touch()
 	}
@@ -700,6 +718,9 @@ func (q *queue) exec(idx int, in []byte) bool {
 func (q *queue) respond(idx int, res uint64, st nvme.Status, out []byte) bool {
 	if !q.releaseRecv() {
 		return false
+	}
+	if q.ctrl == nil {
+		q.connecting.Store(false) // refused, the queue is evictable again
 	}
 	s := &q.slots[idx]
 	cmd := nvme.Command(s.cmd[:])

@@ -1,6 +1,7 @@
 package target
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -27,14 +28,24 @@ type Config struct {
 	MaxIOQueues int
 	// MaxQueues bounds the queues (connections) of all hosts together,
 	// those still waiting for their Fabrics Connect included (default
-	// 256; negative: no bound); one more is refused at the RDMA CM with
-	// No Resources (NVMe/RDMA's reject status). A queue pins its receive
-	// buffers from its connection on, (MaxQueueSize + min(MaxQueueSize,
-	// 32)) x (64 + InCapsuleData) octets (0.63 MiB at the defaults), and
-	// data buffers as its commands need them: at most (that number of
-	// entries + 512) of 8 KiB and (entries + 16) of min(MaxTransfer,
-	// 128 KiB), or 16 MiB of larger ones: 28 MiB in all at the defaults,
-	// 15 MiB for an admin queue (32 entries).
+	// 256; negative: no bound). Once it is reached a new queue evicts the
+	// oldest one still waiting for its Connect, whose connection ends, so
+	// that peers that never send one cannot keep hosts out; only when
+	// every queue has its controller is one more refused at the RDMA CM
+	// with No Resources (NVMe/RDMA's reject status).
+	//
+	// Memory: a queue of depth D (at most MaxQueueSize, 32 for an admin
+	// queue) holds R = D + min(D, 32) receive buffers of 64 +
+	// InCapsuleData octets from its CM request on, and data buffers as
+	// its commands need them, kept until it ends: at most R + 512 of
+	// 8 KiB, R + 16 of min(MaxTransfer, 128 KiB) and, with MaxTransfer
+	// above 128 KiB, 16 MiB of MaxTransfer each. At the defaults that is
+	// about 0.8 MiB for an I/O queue without its Connect (0.63 MiB of it
+	// receive buffers), up to 28 MiB for an I/O queue and 15 MiB for an
+	// admin queue: 256 queues (29 controllers of 8 I/O queues) may hold
+	// 6.6 GiB, 10.6 GiB with a MaxTransfer of 1 MiB. MaxQueues,
+	// MaxQueueSize and MaxTransfer lower it: MaxQueueSize 32 and
+	// MaxTransfer 32 KiB make it 7.3 MiB a queue, 1.8 GiB for 256.
 	MaxQueues int
 	// MaxControllersPerHost bounds the controllers of one host NQN, over
 	// all subsystems (default 16; negative: no bound); one more is
@@ -105,15 +116,16 @@ type Target struct {
 
 	seq uint64 // the order targets were made in (Subsystem.changeHosts)
 
-	mu     sync.Mutex
-	subs   map[string]*Subsystem
-	ctrls  map[uint16]*controller
-	nextID uint16
-	ports  []*Port
-	queues map[*queue]struct{}
-	genctr uint64
-	anaChg uint64 // the ANA log's change count (ana.go)
-	closed bool
+	mu      sync.Mutex
+	subs    map[string]*Subsystem
+	ctrls   map[uint16]*controller
+	nextID  uint16
+	ports   []*Port
+	queues  map[*queue]struct{}
+	waiting list.List // of *queue: those without a controller, oldest first (places.go)
+	genctr  uint64
+	anaChg  uint64 // the ANA log's change count (ana.go)
+	closed  bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -334,8 +346,8 @@ func (t *Target) admit(req *verbs.ConnRequest, p *Port) {
 		reject(nvme.CMRejectInvalidHRQSize, fmt.Sprintf("HRQSIZE %d (queue %d)", cm.HRQSize, cm.QID))
 		return
 	}
-	if t.queuesFull() { // before newQueue takes the memory; again below, under t.mu
-		reject(nvme.CMRejectNoResources, fmt.Sprintf("queue %d: MaxQueues (%d) reached", cm.QID, t.cfg.MaxQueues))
+	if !t.room() { // before newQueue takes the memory; again in addQueue
+		reject(nvme.CMRejectNoResources, fmt.Sprintf("queue %d: MaxQueues (%d) reached, all connected", cm.QID, t.cfg.MaxQueues))
 		return
 	}
 	q, err := t.newQueue(cm)
@@ -344,17 +356,20 @@ func (t *Target) admit(req *verbs.ConnRequest, p *Port) {
 		return
 	}
 	q.port = p
-	t.mu.Lock()
-	if t.closed || p.closed || t.cfg.MaxQueues > 0 && len(t.queues) >= t.cfg.MaxQueues {
-		t.mu.Unlock()
+	if !t.addQueue(q, p) {
 		q.release()
 		req.Reject(nvme.CMReject{Status: nvme.CMRejectNoResources}.Append(nil))
 		return
 	}
-	t.queues[q] = struct{}{}
-	t.wg.Add(1)
-	t.mu.Unlock()
 	go q.run(req)
+}
+
+// room reports whether the target may take one more queue, evicting one
+// that waits for its Connect if it is full (places.go).
+func (t *Target) room() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.makeRoom()
 }
 
 // queuesFull reports whether the target has MaxQueues queues.
@@ -362,13 +377,6 @@ func (t *Target) queuesFull() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.cfg.MaxQueues > 0 && len(t.queues) >= t.cfg.MaxQueues
-}
-
-// dropQueue forgets a queue whose goroutine is ending.
-func (t *Target) dropQueue(q *queue) {
-	t.mu.Lock()
-	delete(t.queues, q)
-	t.mu.Unlock()
 }
 
 // Close stops the listeners, disconnects every host, flushes every
@@ -423,15 +431,19 @@ func (t *Target) Close() error {
 	return err
 }
 
-// addController registers c under a free controller ID (1 .. 0xFFEF).
-// It refuses a controller of a subsystem that port p no longer exposes or
-// the target no longer serves: under t.mu, so that Port.SetSubsystems and
-// RemoveSubsystem either see the controller or it sees them.
+// addController registers c under a free controller ID (1 .. 0xFFEF),
+// which binds its admin queue (bindQueue). It refuses a controller of a
+// subsystem that port p no longer exposes or the target no longer serves:
+// under t.mu, so that Port.SetSubsystems and RemoveSubsystem either see
+// the controller or it sees them.
 func (t *Target) addController(c *controller, p *Port) addResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return addBusy
+	}
+	if c.admin.wait.evicted {
+		return addEvicted
 	}
 	if c.sub != nil && (!p.serves(c.sub.NQN) || t.subs[c.sub.NQN] != c.sub) {
 		return addUnlinked
@@ -453,6 +465,7 @@ func (t *Target) addController(c *controller, p *Port) addResult {
 		if _, used := t.ctrls[t.nextID]; !used {
 			c.id = t.nextID
 			t.ctrls[c.id] = c
+			t.bindQueue(c.admin)
 			return addOK
 		}
 	}
@@ -466,6 +479,7 @@ const (
 	addBusy                // no controller ID free, or the target closed
 	addUnlinked            // the subsystem is no longer exposed there
 	addHostLimit           // the host has MaxControllersPerHost controllers
+	addEvicted             // its admin queue's place went to a newer queue
 )
 
 // Controllers returns the IDs of the target's controllers, in order: each
