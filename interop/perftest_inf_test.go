@@ -34,7 +34,7 @@ func TestPerftestRunInfinitely(t *testing.T) {
 		hp, err := siw.FreePort()
 		require.NoError(t, err)
 		fwds = append(fwds, siw.Forward{Host: hp, Guest: gp})
-		fmt.Fprintf(&script, "( timeout 12 ib_%s -R -d siw0 -F -p %d --run_infinitely -D 1 -s 4096 > /tmp/s.%d 2>&1; rc=$?\n"+
+		fmt.Fprintf(&script, "( timeout 120 ib_%s -R -d siw0 -F -p %d --run_infinitely -D 1 -s 4096 > /tmp/s.%d 2>&1; rc=$?\n"+
 			"  sed 's/^/%d: /' /tmp/s.%d; echo; echo \"SERVER %d rc=$rc\" ) &\n", tc, gp, i, i, i, i)
 		p, err := siw.FreePort()
 		require.NoError(t, err)
@@ -55,7 +55,10 @@ func TestPerftestRunInfinitely(t *testing.T) {
 
 	for i, tc := range tests {
 		t.Run("client/"+tc, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+			// Long enough for two rows a second apart after the start-up
+			// with the emulated guest, on a loaded host too (a run with
+			// load 9 got one row in 4 s).
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 			defer cancel()
 			args := []string{tc, "-R", "--run_infinitely", "-D", "1", "-s", "4096", "-p", strconv.Itoa(fwds[i].Host), "127.0.0.1"}
 			code, out, errs := ptOurs(ctx, args)

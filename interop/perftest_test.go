@@ -308,7 +308,7 @@ func TestPerftestServerInGuest(t *testing.T) {
 		hp, err := siw.FreePort()
 		require.NoError(t, err)
 		fwds = append(fwds, siw.Forward{Host: hp, Guest: gp})
-		fmt.Fprintf(&script, "( timeout 240 ib_%s -R -d siw0 -F -p %d %s > /tmp/s.%d 2>&1; rc=$?\n"+
+		fmt.Fprintf(&script, "( timeout 900 ib_%s -R -d siw0 -F -p %d %s > /tmp/s.%d 2>&1; rc=$?\n"+
 			"  sed 's/^/%d: /' /tmp/s.%d; echo \"SERVER %d rc=$rc\" ) &\n", c.test, gp, c.flags, i, i, i, i)
 	}
 	for i := range ptCases {

@@ -123,7 +123,7 @@ func TestSiwRsocket(t *testing.T) {
 		gp := 7471 + i
 		fwds = append(fwds, siw.Forward{Host: freePort(t), Guest: gp})
 		srvPorts[i] = fwds[len(fwds)-1].Host
-		fmt.Fprintf(&script, "( timeout 120 rstream -b 10.0.2.15 -p %d %s > /tmp/rss.%d 2>&1; rc=$?\n"+
+		fmt.Fprintf(&script, "( timeout 600 rstream -b 10.0.2.15 -p %d %s > /tmp/rss.%d 2>&1; rc=$?\n"+
 			"  sed 's/^/rstream server %d: /' /tmp/rss.%d; echo \"RSERVER %d rc=$rc\" ) &\nwaitport %d || exit 1\n",
 			gp, c.args(), i, i, i, i, gp)
 	}
@@ -136,7 +136,7 @@ func TestSiwRsocket(t *testing.T) {
 	fwds = append(fwds, siw.Forward{Host: freePort(t), Guest: ncPort})
 	ncHost := fwds[len(fwds)-1].Host
 	fmt.Fprintf(&script, "waitfile ncserver 300 || exit 1\n"+
-		"( LD_PRELOAD=%s timeout 120 sockcat -l 10.0.2.15 %d < /host/to-go.bin > /tmp/from-go.bin 2>/tmp/ncs.err; rc=$?\n"+
+		"( LD_PRELOAD=%s timeout 600 sockcat -l 10.0.2.15 %d < /host/to-go.bin > /tmp/from-go.bin 2>/tmp/ncs.err; rc=$?\n"+
 		"  sed 's/^/sockcat server: /' /tmp/ncs.err; cmp /tmp/from-go.bin /host/to-nc.bin && same=same\n"+
 		"  echo \"NCSERVER rc=$rc $same\" ) &\nwaitport %d || exit 1\n", rspreload, ncPort, ncPort)
 	script.WriteString("echo LISTENING\n")

@@ -174,7 +174,7 @@ func TestSiwRpingServer(t *testing.T) {
 		fwds = append(fwds, siw.Forward{Host: freePort(t), Guest: gp})
 		out := fmt.Sprintf("/tmp/rping.%s.%d", who, i)
 		// Each server reports on its own, so that one that hangs delays no other.
-		fmt.Fprintf(&script, "( timeout 120 rping -s -a 10.0.2.15 -p %d -C %d -S %d -V -v %s > %s 2>&1; rc=$?\n"+
+		fmt.Fprintf(&script, "( timeout 600 rping -s -a 10.0.2.15 -p %d -C %d -S %d -V -v %s > %s 2>&1; rc=$?\n"+
 			"  cut -c1-160 %s | sed 's/^/rping -s %s %d: /'\n"+
 			"  echo \"%s %d rc=$rc pings=$(grep -c 'server ping data' %s)\" ) &\n",
 			gp, siwPings, size, flags, out, out, who, i, who, i, out)
