@@ -41,10 +41,7 @@ func testFetch(t *testing.T, withTLS bool) {
 	size := envSize("WAN_FETCH_BYTES", 256<<20)
 	n := impairedNet(t)
 	require.NoError(t, n.Impair(wanProfile))
-	for _, ns := range []*NS{n.A, n.B} {
-		require.NoError(t, ns.Sysctl("net.ipv4.tcp_rmem", "4096 131072 33554432"))
-		require.NoError(t, ns.Sysctl("net.ipv4.tcp_wmem", "4096 16384 33554432"))
-	}
+	raiseAutotuning(t, n)
 	t.Logf("%s", n.Describe())
 
 	dir := t.TempDir()
@@ -110,4 +107,15 @@ func testFetch(t *testing.T, withTLS bool) {
 	require.NotNil(t, m, "no throughput line")
 	t.Logf("throughput: %s in %s = %s Mbit/s on a %s path (the process's own timing, first Read to last octet written)",
 		mib(uint64(size)), m[1], m[2], bits(wanProfile.Rate))
+}
+
+// raiseAutotuning lets autotuning grow socket buffers to 32 MiB in both of
+// n's namespaces (net.ipv4.tcp_rmem and tcp_wmem are per namespace), well
+// above the path's BDP, for programs that set no buffers of their own.
+func raiseAutotuning(t testing.TB, n *Net) {
+	t.Helper()
+	for _, ns := range []*NS{n.A, n.B} {
+		require.NoError(t, ns.Sysctl("net.ipv4.tcp_rmem", "4096 131072 33554432"))
+		require.NoError(t, ns.Sysctl("net.ipv4.tcp_wmem", "4096 16384 33554432"))
+	}
 }

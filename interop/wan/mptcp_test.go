@@ -51,6 +51,12 @@ func (p *TwoPath) pair(t *testing.T, o qpOpts, ccfg, scfg verbs.ConnConfig) (c, 
 	return c, s
 }
 
+// mpSubflows is how many subflows a TwoPath connection runs: the first, on
+// path 0, and two that A's path manager joins over path 1, one from its
+// subflow endpoint and one to the address B announces (TwoPath). `ip mptcp
+// limits set subflows 2` on both sides bounds it.
+const mpSubflows = 3
+
 // mpConfig is the ConnConfig of both sides of the multipath tests.
 var mpConfig = verbs.ConnConfig{TCP: tcpx.Config{MultipathTCP: true}}
 
@@ -189,12 +195,15 @@ func TestMultipathFailover(t *testing.T) {
 			o := qpOpts{cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64},
 				ird: 16, ord: 16, cqe: 1024}
 			c, s := p.pair(t, o, mpConfig, mpConfig)
-			waitSubflows(t, c.qp, 2)
-			waitSubflows(t, s.qp, 2)
+			waitSubflows(t, c.qp, mpSubflows)
+			waitSubflows(t, s.qp, mpSubflows)
 			flows, err := p.Subflows()
 			require.NoError(t, err)
 			t.Logf("subflows in A: %s", strings.Join(flows, ", "))
-			require.True(t, hasFlow(flows, p.AddrA[1], p.AddrB[1]), "no subflow on path 1: %v", flows)
+			require.Len(t, flows, mpSubflows, "%v", flows)
+			require.True(t, hasFlow(flows, p.AddrA[0], p.AddrB[0]), "no first subflow on path 0: %v", flows)
+			require.True(t, hasFlow(flows, p.AddrA[1]+"%wan1", p.AddrB[0]), "no subflow from A's subflow endpoint on path 1: %v", flows)
+			require.True(t, hasFlow(flows, p.AddrA[1], p.AddrB[1]), "no subflow to B's announced address on path 1: %v", flows)
 
 			const size, chunk = 64 << 20, 1 << 20
 			b := newMPBuffers(t, c, s, size)
@@ -260,7 +269,7 @@ func TestMultipathRate(t *testing.T) {
 	best := 0.0
 	for attempt := 1; attempt <= mpAttempts && best < 1.5; attempt++ {
 		c2, s2 := p.pair(t, o, mpConfig, mpConfig)
-		waitSubflows(t, c2.qp, 2)
+		waitSubflows(t, c2.qp, mpSubflows)
 		two := transfer(t, c2, s2, newMPBuffers(t, c2, s2, size), size, chunk, nil)
 		gain := one.Seconds() / two.Seconds()
 		best = max(best, gain)

@@ -11,10 +11,14 @@ import (
 // TwoPath is two namespaces, A and B, joined by two veth pairs: path i is
 // device wan<i> with A at AddrA[i] and B at AddrB[i] (198.18.i.1 and
 // 198.18.i.2, each pair its own /24), and the kernels' Multipath TCP path
-// managers set up to use both: B announces its second address (an `ip mptcp
-// endpoint … signal`), A accepts it, and each side allows two subflows. A
-// connection from A to AddrB[0] thus starts on path 0, and the kernel joins
-// a subflow over path 1.
+// managers set up to use both, with an endpoint on each side for its
+// second address: B announces AddrB[1] (`ip mptcp endpoint … signal`), A
+// opens subflows from AddrA[1] (`… dev wan1 subflow`), and each side
+// allows two subflows beyond the first. A connection from A to AddrB[0]
+// thus starts on path 0, and A's path manager joins two subflows over
+// path 1: from its subflow endpoint to the address the connection started
+// on (bound to wan1, so on path 1 though that address is path 0's), and
+// to the address B announced.
 type TwoPath struct {
 	A, B         *NS
 	AddrA, AddrB [2]string
@@ -67,6 +71,14 @@ func NewTwoPath() (p *TwoPath, err error) {
 	if _, err = p.B.IP("mptcp", "endpoint", "add", p.AddrB[1], "dev", "wan1", "signal"); err != nil {
 		return nil, err
 	}
+	// A joins a subflow from its path 1 address to the address the
+	// connection started on. The endpoint's device binds the subflow to
+	// wan1: with no route there to 198.18.0.0/24 the kernel takes the peer
+	// as on-link, and B, which answers ARP for any of its addresses, takes
+	// it in on its own wan1 and replies the same way.
+	if _, err = p.A.IP("mptcp", "endpoint", "add", p.AddrA[1], "dev", "wan1", "subflow"); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -108,7 +120,8 @@ func (p *TwoPath) Blackhole(i int) error {
 }
 
 // Subflows lists the TCP connections (MPTCP subflows included) in A, as
-// "local peer" pairs, for logs and checks.
+// "local peer" pairs, for logs and checks. A local address bound to a
+// device shows it as ss does: 198.18.1.1%wan1:port.
 func (p *TwoPath) Subflows() ([]string, error) {
 	out, err := p.A.Exec("ss", "-Htn", "state", "established")
 	if err != nil {
