@@ -340,9 +340,10 @@ func (e *endpoint) tcpStats(snaps ...[]verbs.QPStats) []string {
 		if q.qp.LocalAddr() == nil {
 			continue
 		}
-		st := snaps[len(snaps)-1][i]
-		for k := len(snaps) - 1; k >= 0 && st.TCPErr != nil; k-- {
-			st.TCP, st.TCPErr = snaps[k][i].TCP, snaps[k][i].TCPErr
+		last := len(snaps) - 1
+		st, from := snaps[last][i], last
+		for k := last; k >= 0 && st.TCPErr != nil; k-- {
+			st.TCP, st.TCPErr, from = snaps[k][i].TCP, snaps[k][i].TCPErr, k
 		}
 		inTLS := ""
 		if st.TLS {
@@ -354,7 +355,13 @@ func (e *endpoint) tcpStats(snaps ...[]verbs.QPStats) []string {
 			out = append(out, fmt.Sprintf(" TCP qp %d: %v", q.i, st.TCPErr))
 			continue
 		}
-		out = append(out, fmtTCPStats(fmt.Sprintf("qp %d", q.i), st.TCP))
+		who := fmt.Sprintf("qp %d", q.i)
+		if from != last {
+			// The socket had closed: these figures are from an earlier
+			// look (the first is at the start of the test).
+			who += fmt.Sprintf(" (as of look %d of %d: the socket closed before the last)", from+1, last+1)
+		}
+		out = append(out, fmtTCPStats(who, st.TCP))
 	}
 	return out
 }
