@@ -128,3 +128,184 @@ func TestConcurrentMRGettersWhileRebound(t *testing.T) {
 	}
 	t.Logf("%d views of %d bindings", len(all), len(keys))
 }
+
+// An MR's getters while a peer's Writes land in it and then while Dereg
+// runs: its STag and address never change, Placed only grows and counts
+// every Write, and once a getter has seen the region dead (deregistered)
+// none sees it alive again; after Dereg, Len is 0 and Buf nil.
+func TestConcurrentMRGettersWhileDereg(t *testing.T) {
+	checkRoutines(t)
+	c, s := connect(t, pairOpts{})
+	const n, writes = 4096, 200
+	dst := s.regMR(t, n, LocalWrite|RemoteWrite)
+	stag, addr := dst.RKey(), dst.Addr()
+	src := c.regFilled(t, n, 0, 11)
+	stop := make(chan struct{})
+	fails := make(chan string, 4)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var placed uint64
+			dead := false
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := dst.Placed()
+				rb := dst.RemoteBuffer()
+				valid := dst.Valid()
+				l, b := dst.Len(), dst.Buf()
+				switch {
+				case p < placed:
+					fails <- "Placed went back"
+				case dst.LKey() != stag || dst.RKey() != stag || rb.RKey != stag:
+					fails <- "the STag changed"
+				case dst.Addr() != addr || rb.Addr != addr || dst.SGE(0, 1).Addr != addr:
+					fails <- "the address changed"
+				case rb.Len != n && rb.Len != 0, l != n && l != 0, b != nil && len(b) != n:
+					fails <- "a length other than the region's or 0"
+				case dead && valid:
+					fails <- "alive again after Dereg"
+				case dst.Access() != LocalWrite|RemoteWrite:
+					fails <- "the access changed"
+				}
+				placed, dead = p, !valid
+			}
+		}()
+	}
+	for i := range writes {
+		_, err := c.qp.PostSend(SendWR{ID: uint64(i), Opcode: OpRDMAWrite, Flags: Signaled,
+			SGL: []SGE{src.SGE(0, n)}, RemoteAddr: addr, RKey: stag})
+		if errors.Is(err, ErrQueueFull) {
+			wait(t, c.scq)
+			i--
+			continue
+		}
+		require.NoError(t, err)
+	}
+	barrier(t, c, s)
+	require.EqualValues(t, writes, dst.Placed(), "every Write counted once")
+	requireSame(t, src.Buf(), dst.Buf())
+	time.Sleep(2 * time.Millisecond) // the getters run on the live region
+	require.NoError(t, dst.Dereg())
+	time.Sleep(2 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	close(fails)
+	for f := range fails {
+		t.Fatal(f)
+	}
+	require.False(t, dst.Valid())
+	require.Zero(t, dst.Len())
+	require.Nil(t, dst.Buf())
+	require.Equal(t, RemoteBuffer{Addr: addr, RKey: stag}, dst.RemoteBuffer())
+	require.ErrorIs(t, dst.Dereg(), ErrInvalidArg, "deregistered already")
+}
+
+// RegMR, AllocMR, CreateQP and CreateSRQ from several goroutines while
+// another calls Dealloc until it succeeds (at the latest once they are
+// done): Dealloc is refused (ErrBusy) while any of them holds an object of
+// the PD, and once it succeeds every later creation is refused with
+// ErrClosed.
+func TestConcurrentPDObjects(t *testing.T) {
+	checkRoutines(t)
+	d := openDev(DeviceAttr{})
+	defer d.Close()
+	pd := d.AllocPD()
+	cq, err := d.CreateCQ(64)
+	require.NoError(t, err)
+	var live atomic.Int64 // objects created and not yet released: at most the PD's users
+	var gone atomic.Bool  // Dealloc succeeded
+	var started atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	creators := []func() (func() error, error){
+		func() (func() error, error) {
+			mr, err := pd.RegMR(make([]byte, 64), LocalWrite)
+			if err != nil {
+				return nil, err
+			}
+			return mr.Dereg, nil
+		},
+		func() (func() error, error) {
+			mr, err := pd.AllocMR()
+			if err != nil {
+				return nil, err
+			}
+			return mr.Dereg, nil
+		},
+		func() (func() error, error) {
+			qp, err := pd.CreateQP(QPConfig{SendCQ: cq, RecvCQ: cq, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			if err != nil {
+				return nil, err
+			}
+			return qp.Close, nil
+		},
+		func() (func() error, error) {
+			srq, err := pd.CreateSRQ(4, 1)
+			if err != nil {
+				return nil, err
+			}
+			return srq.Destroy, nil
+		},
+	}
+	for _, create := range creators {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 300 {
+				release, err := create()
+				if err != nil {
+					if !errors.Is(err, ErrClosed) { // only a deallocated PD refuses
+						errs <- err
+					}
+					return
+				}
+				live.Add(1)
+				started.Add(1)
+				runtime.Gosched() // held a while: Dealloc meets it
+				if gone.Load() {
+					errs <- errors.New("created after Dealloc succeeded")
+				}
+				live.Add(-1)
+				if err := release(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for started.Load() < 40 { // the creators are under way
+		time.Sleep(100 * time.Microsecond)
+	}
+	refused := 0
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := pd.Dealloc()
+		if err == nil {
+			// Each creator counts an object only after it exists and
+			// stops before releasing it: Dealloc found none, and none
+			// can be created now.
+			gone.Store(true)
+			require.Zero(t, live.Load(), "Dealloc succeeded while an object of the PD lived")
+			break
+		}
+		require.ErrorIs(t, err, ErrBusy)
+		refused++
+		require.True(t, time.Now().Before(deadline), "Dealloc never found the PD unused")
+		time.Sleep(50 * time.Microsecond)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.ErrorIs(t, pd.Dealloc(), ErrClosed, "deallocated already")
+	_, err = pd.RegMR(make([]byte, 8), 0)
+	require.ErrorIs(t, err, ErrClosed)
+	t.Logf("Dealloc refused %d times first", refused)
+}
