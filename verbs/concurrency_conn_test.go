@@ -82,9 +82,9 @@ func TestConcurrentDialAccept(t *testing.T) {
 }
 
 // Four goroutines in GetRequest while eight clients dial: each request goes
-// to exactly one of them, which answers it with Accept and Reject at once
-// (one of the two wins, and the client sees which); Close then releases
-// the four with ErrClosed.
+// to exactly one of them, which answers it with Accept and Reject at once,
+// or with two Accepts (two QPs): one of the two wins, and the client sees
+// which; Close then releases the four with ErrClosed.
 func TestConcurrentListenerRequests(t *testing.T) {
 	checkRoutines(t)
 	const getters, clients = 4, 8
@@ -93,8 +93,8 @@ func TestConcurrentListenerRequests(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	qps := make(chan *QP, clients)
-	for range clients {
+	qps := make(chan *QP, 2*clients)
+	for range 2 * clients {
 		qp, err := srv.pd.CreateQP(QPConfig{SendCQ: srv.scq, RecvCQ: srv.rcq})
 		require.NoError(t, err)
 		defer qp.Close()
@@ -116,15 +116,19 @@ func TestConcurrentListenerRequests(t *testing.T) {
 					return
 				}
 				took.Add(1)
-				qp := <-qps
+				qp, other := <-qps, <-qps
 				acc, rej := make(chan error, 1), make(chan error, 1)
 				go func() { acc <- r.Accept(ctx, qp, nil) }()
-				go func() { rej <- r.Reject(nil) }()
+				if r.PrivateData[0]%2 == 0 {
+					go func() { rej <- r.Reject(nil) }()
+				} else { // the same request accepted with two QPs
+					go func() { rej <- r.Accept(ctx, other, nil) }()
+				}
 				ae, re := <-acc, <-rej
 				if (ae == nil) == (re == nil) {
-					panic("Accept and Reject both answered, or neither")
+					panic("both answered the request, or neither")
 				}
-				answers <- answer{r.PrivateData[0], ae == nil}
+				answers <- answer{r.PrivateData[0], ae == nil || r.PrivateData[0]%2 == 1}
 			}
 		}()
 	}
@@ -159,13 +163,13 @@ func TestConcurrentListenerRequests(t *testing.T) {
 	}
 }
 
-// Every getter of a QP from two goroutines, before Dial, while it connects,
-// carries data and ends: State never goes back, once RTS it has its
+// Every getter of a QP from two goroutines, and of its peer from one,
+// before Dial and Accept, while they connect, carry data and end: State never goes back, once RTS it has its
 // addresses, MULPDU and the peer's private data, once Err is set it stays
 // set, and Done closes only in ERROR.
 func TestConcurrentGettersLifetime(t *testing.T) {
 	checkRoutines(t)
-	for range 8 { // the getters meet start's window in some rounds
+	for range 5 { // the getters meet start's window in some rounds
 		gettersLifetime(t)
 	}
 }
@@ -180,7 +184,10 @@ func gettersLifetime(t *testing.T) {
 	stop := make(chan struct{})
 	fails := make(chan string, 8)
 	var wg sync.WaitGroup
-	for range 2 {
+	for _, w := range []struct {
+		qp *QP
+		pd string // the peer's private data
+	}{{c.qp, "hello"}, {c.qp, "hello"}, {s.qp, ""}} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -191,29 +198,29 @@ func gettersLifetime(t *testing.T) {
 					return
 				default:
 				}
-				st := c.qp.State()
+				st := w.qp.State()
 				if st < last {
 					fails <- "State went from " + last.String() + " to " + st.String()
 				}
 				last = st
-				e := c.qp.Err()
+				e := w.qp.Err()
 				if errSeen && e == nil {
 					fails <- "Err unset again"
 				}
 				errSeen = errSeen || e != nil
 				select {
-				case <-c.qp.Done():
-					if c.qp.State() != StateError {
-						fails <- "Done closed in " + c.qp.State().String()
+				case <-w.qp.Done():
+					if w.qp.State() != StateError {
+						fails <- "Done closed in " + w.qp.State().String()
 					}
 				default:
 				}
-				m, pd, la, ra := c.qp.MULPDU(), c.qp.PeerPrivateData(), c.qp.LocalAddr(), c.qp.RemoteAddr()
-				if st == StateRTS && (m == 0 || string(pd) != "hello" || la == nil || ra == nil || c.qp.Params().IRD == 0) {
+				m, pd, la, ra := w.qp.MULPDU(), w.qp.PeerPrivateData(), w.qp.LocalAddr(), w.qp.RemoteAddr()
+				if st == StateRTS && (m == 0 || string(pd) != w.pd || la == nil || ra == nil || w.qp.Params().IRD == 0) {
 					fails <- "RTS without what connecting filled in"
 				}
-				_, _ = c.qp.TCPInfo()
-				_, _, _, _ = c.qp.Stats(), c.qp.Config(), c.qp.PD(), c.qp.TLS()
+				_, _ = w.qp.TCPInfo()
+				_, _, _, _ = w.qp.Stats(), w.qp.Config(), w.qp.PD(), w.qp.TLS()
 			}
 		}()
 	}
@@ -239,7 +246,7 @@ func gettersLifetime(t *testing.T) {
 }
 
 // Device.Close while two goroutines post Writes, two poll the send CQ,
-// one waits in GetRequest and one creates objects: every WR posted
+// one waits in GetRequest and one creates CQs, MRs and Listeners: every WR posted
 // completes exactly once (done or flushed), the pollers and GetRequest
 // return errors that are ErrClosed, and so does every creation after.
 func TestConcurrentDeviceClose(t *testing.T) {
@@ -312,6 +319,12 @@ func TestConcurrentDeviceClose(t *testing.T) {
 			cq, err := c.dev.CreateCQ(4)
 			if err == nil {
 				_, err = c.pd.RegMR(make([]byte, 8), 0)
+			}
+			if err == nil {
+				var l *Listener
+				if l, err = c.dev.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{}); err == nil {
+					err = l.Close()
+				}
 			}
 			if err != nil {
 				errs <- err

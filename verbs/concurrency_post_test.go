@@ -20,7 +20,7 @@ import (
 func batchID(p, b, i int) uint64 { return uint64(p)<<32 | uint64(b)<<8 | uint64(i) }
 
 // Four goroutines post receives, then four post Sends, each call a batch
-// of five WRs: a QP takes receives, and sends, in queue order, so the
+// of five WRs that the poster reuses for its next call: a QP takes receives, and sends, in queue order, so the
 // receives complete in batches of five consecutive, and each receive
 // holds a Send of a batch of five consecutive, each poster's batches in
 // the order it posted them.
@@ -36,11 +36,14 @@ func TestConcurrentPostBatches(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			wrs := make([]RecvWR, k) // reused: posting copies the WRs
+			for i := range wrs {
+				wrs[i].SGL = make([]SGE, 1)
+			}
 			for b := range batches {
-				wrs := make([]RecvWR, k)
 				for i := range wrs {
 					n := int(slot.Add(1) - 1)
-					wrs[i] = RecvWR{ID: batchID(p, b, i)<<16 | uint64(n), SGL: []SGE{rb.SGE(8*n, 8)}}
+					wrs[i].ID, wrs[i].SGL[0] = batchID(p, b, i)<<16|uint64(n), rb.SGE(8*n, 8)
 				}
 				if n, err := s.qp.PostRecv(wrs...); err != nil || n != k {
 					panic(err)
@@ -53,11 +56,11 @@ func TestConcurrentPostBatches(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			wrs := make([]SendWR, k) // reused, InlineData too: posting copies it
 			for b := range batches {
-				wrs := make([]SendWR, k)
 				for i := range wrs {
 					wrs[i] = SendWR{ID: batchID(p, b, i), Opcode: OpSend, Flags: Inline | Signaled,
-						InlineData: binary.BigEndian.AppendUint64(nil, batchID(p, b, i))}
+						InlineData: binary.BigEndian.AppendUint64(wrs[i].InlineData[:0], batchID(p, b, i))}
 				}
 				if n, err := c.qp.PostSend(wrs...); err != nil || n != k {
 					panic(err)
@@ -285,6 +288,9 @@ func TestConcurrentEndingAllPosts(t *testing.T) {
 		cancel()
 		wg.Wait()
 		waitDone(t, c.qp, peerTimeout)
+		err = c.qp.Err()
+		require.True(t, errors.Is(err, ErrDisconnected) || errors.Is(err, ErrClosed) || errors.Is(err, ErrAborted),
+			"round %d: the first ending call decides Err: %v", round, err)
 		for _, q := range []struct {
 			cq     *CQ
 			posted int64
