@@ -91,6 +91,7 @@ func TestConcurrentListenerRequests(t *testing.T) {
 	srv := newSide(t, pairOpts{})
 	ln, err := srv.dev.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{})
 	require.NoError(t, err)
+	defer ln.Close() // the getters end if the test fails early
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	qps := make(chan *QP, 2*clients)
@@ -164,9 +165,10 @@ func TestConcurrentListenerRequests(t *testing.T) {
 }
 
 // Every getter of a QP from two goroutines, and of its peer from one,
-// before Dial and Accept, while they connect, carry data and end: State never goes back, once RTS it has its
-// addresses, MULPDU and the peer's private data, once Err is set it stays
-// set, and Done closes only in ERROR.
+// before Dial and Accept, while they connect, carry data and end: State
+// never goes back, once RTS it has its addresses, MULPDU and the peer's
+// private data, once Err is set it stays set, and Done closes only in
+// ERROR.
 func TestConcurrentGettersLifetime(t *testing.T) {
 	checkRoutines(t)
 	for range 5 { // the getters meet start's window in some rounds
@@ -181,7 +183,7 @@ func gettersLifetime(t *testing.T) {
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	stop := make(chan struct{})
+	stop, halt := halter(t)
 	fails := make(chan string, 8)
 	var wg sync.WaitGroup
 	for _, w := range []struct {
@@ -200,42 +202,46 @@ func gettersLifetime(t *testing.T) {
 				}
 				st := w.qp.State()
 				if st < last {
-					fails <- "State went from " + last.String() + " to " + st.String()
+					note(fails, "State went from "+last.String()+" to "+st.String())
 				}
 				last = st
 				e := w.qp.Err()
 				if errSeen && e == nil {
-					fails <- "Err unset again"
+					note(fails, "Err unset again")
 				}
 				errSeen = errSeen || e != nil
 				select {
 				case <-w.qp.Done():
 					if w.qp.State() != StateError {
-						fails <- "Done closed in " + w.qp.State().String()
+						note(fails, "Done closed in "+w.qp.State().String())
 					}
 				default:
 				}
 				m, pd, la, ra := w.qp.MULPDU(), w.qp.PeerPrivateData(), w.qp.LocalAddr(), w.qp.RemoteAddr()
 				if st == StateRTS && (m == 0 || string(pd) != w.pd || la == nil || ra == nil || w.qp.Params().IRD == 0) {
-					fails <- "RTS without what connecting filled in"
+					note(fails, "RTS without what connecting filled in")
 				}
 				_, _ = w.qp.TCPInfo()
 				_, _, _, _ = w.qp.Stats(), w.qp.Config(), w.qp.PD(), w.qp.TLS()
 			}
 		}()
 	}
+	accepted := make(chan error, 1)
 	go func() {
-		if req, err := ln.GetRequest(ctx); err == nil {
-			req.Accept(ctx, s.qp, []byte("hello"))
+		req, err := ln.GetRequest(ctx)
+		if err == nil {
+			err = req.Accept(ctx, s.qp, []byte("hello"))
 		}
+		accepted <- err
 	}()
 	time.Sleep(time.Millisecond)
 	require.NoError(t, c.qp.Dial(ctx, "tcp", ln.Addr().String(), ConnConfig{}))
+	require.NoError(t, <-accepted)
 	barrier(t, s, c)
 	require.NoError(t, c.qp.Disconnect(ctx))
 	waitDone(t, c.qp, peerTimeout)
 	time.Sleep(time.Millisecond)
-	close(stop)
+	halt()
 	wg.Wait()
 	close(fails)
 	for f := range fails {
@@ -253,6 +259,7 @@ func TestConcurrentDeviceClose(t *testing.T) {
 	checkRoutines(t)
 	c, s := connect(t, pairOpts{})
 	defer s.dev.Close()
+	defer c.dev.Close() // what runs until it closes ends if the test fails early
 	src := c.regMR(t, 256, LocalWrite)
 	dst := s.regMR(t, 256, LocalWrite|RemoteWrite)
 	ln, err := c.dev.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{})

@@ -66,7 +66,7 @@ func TestConcurrentCQConsumers(t *testing.T) {
 	seen := map[uint64]int{}
 	by := [4]int{} // completions polled by each kind
 	var got atomic.Int64
-	stop := make(chan struct{})
+	stop, halt := halter(t)
 	take := func(kind int, wcs []WC) {
 		mu.Lock()
 		for _, wc := range wcs {
@@ -134,7 +134,7 @@ func TestConcurrentCQConsumers(t *testing.T) {
 		require.Eventually(t, func() bool { return got.Load() >= int64((r+1)*per) }, 10*time.Second,
 			time.Millisecond, "round %d: %d of %d completions polled", r, got.Load(), (r+1)*per)
 	}
-	close(stop)
+	halt()
 	cancel() // the waiters return
 	wg.Wait()
 	require.EqualValues(t, rounds*per, got.Load(), "no completion polled twice")
@@ -207,7 +207,7 @@ func TestConcurrentCQModeration(t *testing.T) {
 	c, s := connect(t, pairOpts{})
 	const rounds, per = 8, 200
 	rb := s.regMR(t, 8*rounds*per, LocalWrite)
-	stop := make(chan struct{})
+	stop, halt := halter(t)
 	var settings atomic.Int64
 	done := make(chan struct{})
 	go func() {
@@ -243,7 +243,7 @@ func TestConcurrentCQModeration(t *testing.T) {
 		}
 		wait(t, c.scq)
 	}
-	close(stop)
+	halt()
 	<-done
 	require.Len(t, all, rounds*per)
 	for id, n := range all {

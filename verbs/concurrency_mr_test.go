@@ -43,7 +43,7 @@ func TestConcurrentMRGettersWhileRebound(t *testing.T) {
 	}
 	var mu sync.Mutex
 	bound := map[binding]bool{{stag: fmr.RKey()}: true}
-	stop := make(chan struct{})
+	stop, halt := halter(t)
 	views := make(chan []mrView, 2)
 	for range 2 {
 		go func() {
@@ -110,7 +110,7 @@ func TestConcurrentMRGettersWhileRebound(t *testing.T) {
 	}
 	wg.Wait()
 	require.True(t, bound[binding{fmr.RKey(), addrOf(fmr.Buf()), fmr.Len()}], "a registration posted is in force")
-	close(stop)
+	halt()
 	var all []mrView
 	for range 2 {
 		all = append(all, <-views...)
@@ -140,7 +140,7 @@ func TestConcurrentMRGettersWhileDereg(t *testing.T) {
 	dst := s.regMR(t, n, LocalWrite|RemoteWrite)
 	stag, addr := dst.RKey(), dst.Addr()
 	src := c.regFilled(t, n, 0, 11)
-	stop := make(chan struct{})
+	stop, halt := halter(t)
 	fails := make(chan string, 4)
 	var wg sync.WaitGroup
 	for range 2 {
@@ -161,17 +161,17 @@ func TestConcurrentMRGettersWhileDereg(t *testing.T) {
 				l, b := dst.Len(), dst.Buf()
 				switch {
 				case p < placed:
-					fails <- "Placed went back"
+					note(fails, "Placed went back")
 				case dst.LKey() != stag || dst.RKey() != stag || rb.RKey != stag:
-					fails <- "the STag changed"
+					note(fails, "the STag changed")
 				case dst.Addr() != addr || rb.Addr != addr || dst.SGE(0, 1).Addr != addr:
-					fails <- "the address changed"
+					note(fails, "the address changed")
 				case rb.Len != n && rb.Len != 0, l != n && l != 0, b != nil && len(b) != n:
-					fails <- "a length other than the region's or 0"
+					note(fails, "a length other than the region's or 0")
 				case dead && valid:
-					fails <- "alive again after Dereg"
+					note(fails, "alive again after Dereg")
 				case dst.Access() != LocalWrite|RemoteWrite:
-					fails <- "the access changed"
+					note(fails, "the access changed")
 				}
 				placed, dead = p, !valid
 			}
@@ -193,7 +193,7 @@ func TestConcurrentMRGettersWhileDereg(t *testing.T) {
 	time.Sleep(2 * time.Millisecond) // the getters run on the live region
 	require.NoError(t, dst.Dereg())
 	time.Sleep(2 * time.Millisecond)
-	close(stop)
+	halt()
 	wg.Wait()
 	close(fails)
 	for f := range fails {

@@ -132,8 +132,11 @@ func TestConcurrentPostRegMR(t *testing.T) {
 		defer wg.Done()
 		for range total {
 			var wc [1]WC
-			if _, err := c.rcq.PollWait(ctx, wc[:]); err != nil || wc[0].Status != Success {
-				panic(err)
+			if _, err := c.rcq.PollWait(ctx, wc[:]); err != nil {
+				return // the test failed: it ends ctx
+			}
+			if wc[0].Status != Success {
+				panic(wc[0].String())
 			}
 			m := crb.Buf()[16*wc[0].ID:]
 			which, stag, addr := binary.BigEndian.Uint32(m), binary.BigEndian.Uint32(m[4:]), binary.BigEndian.Uint64(m[8:])
@@ -154,8 +157,11 @@ func TestConcurrentPostRegMR(t *testing.T) {
 		defer wg.Done()
 		for range total {
 			var wc [1]WC
-			if _, err := s.rcq.PollWait(ctx, wc[:]); err != nil || wc[0].Status != Success {
-				panic(err)
+			if _, err := s.rcq.PollWait(ctx, wc[:]); err != nil {
+				return
+			}
+			if wc[0].Status != Success {
+				panic(wc[0].String())
 			}
 			which := binary.BigEndian.Uint32(srb.Buf()[16*wc[0].ID:])
 			answers[which/rounds] <- struct{}{}

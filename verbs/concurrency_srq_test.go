@@ -42,13 +42,19 @@ func TestConcurrentSRQ(t *testing.T) {
 	for range depth {
 		slots <- struct{}{}
 	}
+	stop, halt := halter(t)
 	var next atomic.Int64 // the next receive's ID; its buffer is octets [8 ID, 8 ID + 8)
 	var wg sync.WaitGroup
 	for range 3 { // the stockers
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range slots {
+			for {
+				select {
+				case <-slots:
+				case <-stop:
+					return
+				}
 				id := next.Add(1) - 1
 				if id >= total {
 					return
@@ -65,7 +71,11 @@ func TestConcurrentSRQ(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < per; {
-				<-credits
+				select {
+				case <-credits:
+				case <-stop:
+					return
+				}
 				for {
 					_, err := c.qp.PostSend(SendWR{ID: uint64(j), Opcode: OpSend, Flags: Inline,
 						InlineData: binary.BigEndian.AppendUint64(nil, uint64(i)<<32|uint64(j))})
@@ -82,7 +92,7 @@ func TestConcurrentSRQ(t *testing.T) {
 			}
 		}()
 	}
-	stop, watched := make(chan struct{}), make(chan int)
+	watched := make(chan int, 1)
 	go func() { // the SRQ's other methods, at any time
 		fired := 0
 		var armed <-chan struct{}
@@ -143,9 +153,8 @@ func TestConcurrentSRQ(t *testing.T) {
 			slots <- struct{}{}
 		}
 	}
-	close(slots)
+	halt()
 	wg.Wait()
-	close(stop)
 	fired := <-watched
 	require.Len(t, seen, total)
 	require.Len(t, last, clients, "each client's QP")
