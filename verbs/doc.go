@@ -147,8 +147,8 @@
 //     loses the race completes with WRFlushErr (never a panic or a lost WR).
 //     Dial and Accept are one at a time: another while one runs, or on a
 //     connected QP, fails with ErrQPState. State, Err, Done, Stats,
-//     TCPInfo, Params, MULPDU, PeerPrivateData, LocalAddr, RemoteAddr,
-//     Config and PD at any time (zero values until connected).
+//     TCPInfo, TLS, Params, MULPDU, PeerPrivateData, LocalAddr,
+//     RemoteAddr, Config and PD at any time (zero values until connected).
 //     SetRxHandler at any time; the handler runs on the receive goroutine
 //     and must not block, Close or Disconnect the QP (see SetRxHandler).
 //   - SRQ: PostRecv from several goroutines, while its QPs take receives;

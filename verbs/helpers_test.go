@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,4 +175,25 @@ func barrier(t *testing.T, from, to *side) {
 	_, err = from.qp.PostSend(SendWR{Opcode: OpSend, Flags: Inline, InlineData: []byte("barrier")})
 	require.NoError(t, err)
 	waitOK(t, to.rcq, WCRecv)
+}
+
+// halter returns a channel for goroutines that run until it closes, and
+// halt, which closes it once; the test's end closes it too, so that they
+// end (and the leak check passes or names the real leak) when the test
+// fails early.
+func halter(t testing.TB) (stop <-chan struct{}, halt func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	halt = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(halt)
+	return ch, halt
+}
+
+// note reports msg on fails unless it is full, so that a goroutine that
+// keeps failing never blocks.
+func note(fails chan<- string, msg string) {
+	select {
+	case fails <- msg:
+	default:
+	}
 }

@@ -42,7 +42,11 @@ type readQueue struct {
 	count atomic.Int32
 }
 
+// init sizes the queue for a connection. It takes mu, which the loops do
+// not need yet, for QP.Stats, which reads the queue (ops) at any time.
 func (q *readQueue) init(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.size = max(n, 1)
 	q.chunks = make([]*[readChunk]readJob, (q.size+readChunk-1)/readChunk)
 	q.head, q.n = 0, 0

@@ -24,9 +24,12 @@ type RemoteBuffer struct {
 // RemoteBufferLen is the size of a RemoteBuffer on the wire.
 const RemoteBufferLen = 16
 
-// RemoteBuffer returns what a peer needs to reach the whole of mr.
+// RemoteBuffer returns what a peer needs to reach the whole of mr: the
+// address, RKey and length of one binding, also while a fast registration
+// binds the region anew.
 func (mr *MR) RemoteBuffer() RemoteBuffer {
-	return RemoteBuffer{Addr: mr.Addr(), RKey: mr.RKey(), Len: uint64(mr.Len())}
+	b := mr.b.Load()
+	return RemoteBuffer{Addr: b.addr, RKey: b.stag, Len: uint64(len(b.buf))}
 }
 
 // Append appends b's wire form to dst. rping's length field has 32 bits: a
