@@ -280,17 +280,7 @@ func TestConcurrentEndingAllPosts(t *testing.T) {
 		}
 		time.Sleep(time.Duration(round) * time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		ends := make(chan error, 3)
-		go func() { ends <- c.qp.Disconnect(ctx) }()
-		go func() { ends <- c.qp.Close() }()
-		go func() { ends <- c.qp.Abort() }()
-		for range 3 {
-			select {
-			case <-ends:
-			case <-time.After(15 * time.Second):
-				t.Fatalf("round %d: an ending call did not return", round)
-			}
-		}
+		endAtOnce(t, round, func() error { return c.qp.Disconnect(ctx) }, c.qp.Close, c.qp.Abort)
 		cancel()
 		wg.Wait()
 		waitDone(t, c.qp, peerTimeout)

@@ -207,18 +207,8 @@ func TestConcurrentEnding(t *testing.T) {
 			}()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		ends := make(chan error, 4)
-		go func() { ends <- c.qp.Disconnect(ctx) }()
-		go func() { ends <- c.qp.Disconnect(ctx) }()
-		go func() { ends <- c.qp.Close() }()
-		go func() { ends <- c.qp.Abort() }()
-		for range 4 {
-			select {
-			case <-ends:
-			case <-time.After(15 * time.Second):
-				t.Fatalf("round %d: an ending call did not return", round)
-			}
-		}
+		disconnect := func() error { return c.qp.Disconnect(ctx) }
+		endAtOnce(t, round, disconnect, disconnect, c.qp.Close, c.qp.Abort)
 		cancel()
 		wg.Wait()
 		waitDone(t, c.qp, peerTimeout)
@@ -367,5 +357,21 @@ func TestGettersDuringDial(t *testing.T) {
 		s.qp.Close()
 		ln.Close()
 		cancel()
+	}
+}
+
+// endAtOnce runs a QP's ending calls at once and waits for each to return.
+func endAtOnce(t *testing.T, round int, calls ...func() error) {
+	t.Helper()
+	ends := make(chan error, len(calls))
+	for _, f := range calls {
+		go func() { ends <- f() }()
+	}
+	for range calls {
+		select {
+		case <-ends:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("round %d: an ending call did not return", round)
+		}
 	}
 }
