@@ -289,9 +289,15 @@ func (q *queue) connect(r *request) (uint64, nvme.Status) {
 			return invalidParam(true, nvme.ConnectOffCntlID)
 		}
 		if sub != nil {
-			if err := awaitQuiet(t.done(), sub, cd.HostNQN, cd.HostID, nil); err != nil {
+			start := time.Now()
+			waited, err := awaitQuiet(t.done(), sub, cd.HostNQN, cd.HostID, nil)
+			if err != nil {
 				q.logf("host %s: %v: Controller Busy", cd.HostNQN, err)
 				return 0, nvme.StatusConnectCtrlBusy // no DNR: a reconnecting host tries again
+			}
+			if waited {
+				q.logf("host %s: Connect held %v until its ended controller's writes left the Backend",
+					cd.HostNQN, time.Since(start).Round(time.Millisecond))
 			}
 		}
 		c := &controller{t: t, sub: sub, hostNQN: cd.HostNQN, hostID: cd.HostID, admin: q, ioq: map[uint16]*queue{}}

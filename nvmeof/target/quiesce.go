@@ -121,8 +121,8 @@ var errNotQuiet = errors.New("a command of the host's ended controller is still 
 
 // awaitQuiet waits until host's ended controllers on sub, but self, have
 // no command that changes data in a Backend, for at most quiesceWait, or
-// until done closes (the target closing).
-func awaitQuiet(done <-chan struct{}, sub *Subsystem, hostNQN string, hostID [16]byte, self *controller) error {
+// until done closes (the target closing). waited says whether it had to.
+func awaitQuiet(done <-chan struct{}, sub *Subsystem, hostNQN string, hostID [16]byte, self *controller) (waited bool, err error) {
 	var ended []*controller
 	sub.mu.RLock()
 	for c := range sub.ending {
@@ -132,20 +132,26 @@ func awaitQuiet(done <-chan struct{}, sub *Subsystem, hostNQN string, hostID [16
 	}
 	sub.mu.RUnlock()
 	if len(ended) == 0 {
-		return nil
+		return false, nil
 	}
 	timer := time.NewTimer(quiesceTimeout())
 	defer timer.Stop()
 	for _, c := range ended {
 		select {
 		case <-c.quietCh():
+			continue
+		default:
+			waited = true
+		}
+		select {
+		case <-c.quietCh():
 		case <-timer.C:
-			return errNotQuiet
+			return true, errNotQuiet
 		case <-done:
-			return errNotQuiet
+			return true, errNotQuiet
 		}
 	}
-	return nil
+	return waited, nil
 }
 
 // awaitQuietWrite holds a command that changes data while the host has
@@ -154,7 +160,7 @@ func (c *controller) awaitQuietWrite() {
 	if c.sub == nil || c.sub.endingN.Load() == 0 {
 		return
 	}
-	if err := awaitQuiet(c.t.done(), c.sub, c.hostNQN, c.hostID, c); err != nil {
+	if _, err := awaitQuiet(c.t.done(), c.sub, c.hostNQN, c.hostID, c); err != nil {
 		c.t.logf("nvmeof: controller %d: %v after %v: running a write anyway", c.id, err, quiesceTimeout())
 	}
 }

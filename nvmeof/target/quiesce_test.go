@@ -2,6 +2,8 @@ package target
 
 import (
 	"bytes"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,9 +27,13 @@ type gateWriteBackend struct {
 // holds the first write at off, and opens it when the test ends (before
 // the target closes).
 func gatedTarget(t *testing.T, off int64) (*gateWriteBackend, *Target, string) {
+	return gatedTargetConfig(t, off, Config{})
+}
+
+func gatedTargetConfig(t *testing.T, off int64, cfg Config) (*gateWriteBackend, *Target, string) {
 	be := &gateWriteBackend{MemBackend: NewMemBackend(1 << 20), off: off,
 		entered: make(chan struct{}, 1), release: make(chan struct{})}
-	tg, _, addr := newBackendTarget(t, be, Config{})
+	tg, _, addr := newBackendTarget(t, be, cfg)
 	t.Cleanup(be.open)
 	return be, tg, addr
 }
@@ -106,7 +112,13 @@ func cutWhileWriting(t *testing.T, tg *Target, be *gateWriteBackend, c *host.Con
 func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 	checkRoutines(t)
 	ctx := testCtx(t)
-	be, tg, addr := gatedTarget(t, 4096)
+	var logMu sync.Mutex
+	var logged []string
+	be, tg, addr := gatedTargetConfig(t, 4096, Config{Logf: func(format string, args ...any) {
+		logMu.Lock()
+		logged = append(logged, fmt.Sprintf(format, args...))
+		logMu.Unlock()
+	}})
 	cfg := quiesceHost
 	cutWhileWriting(t, tg, be, connectHost(t, addr, testNQN, cfg), 4096)
 
@@ -125,6 +137,9 @@ func TestConnectWaitsForEndedControllersWrites(t *testing.T) {
 	require.NoError(t, r.err, "connected once the old write landed")
 	b := r.c
 	t.Cleanup(func() { b.Close() })
+	logMu.Lock()
+	require.Contains(t, strings.Join(logged, "\n"), "Connect held", "the wait is in the log")
+	logMu.Unlock()
 	nb, err := b.Namespace(ctx, 1)
 	require.NoError(t, err)
 	newer := bytes.Repeat([]byte{2}, 4096)
