@@ -101,3 +101,10 @@ func TestLimitIOQueuesGranted(t *testing.T) {
 	st, _ = connectIO(1)
 	require.Equal(t, nvme.StatusSuccess, st)
 }
+
+// queuesFull reports whether the target has MaxQueues queues.
+func (t *Target) queuesFull() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cfg.MaxQueues > 0 && len(t.queues) >= t.cfg.MaxQueues
+}

@@ -372,13 +372,6 @@ func (t *Target) room() bool {
 	return t.makeRoom()
 }
 
-// queuesFull reports whether the target has MaxQueues queues.
-func (t *Target) queuesFull() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.cfg.MaxQueues > 0 && len(t.queues) >= t.cfg.MaxQueues
-}
-
 // Close stops the listeners, disconnects every host, flushes every
 // namespace (a host cut off here got no shutdown to flush at) and returns
 // when all the target's goroutines are gone, with the first Flush error.
