@@ -417,26 +417,36 @@ var testRepostHook func()
 // window is how many Sends perftest's credits let q post now: the sender
 // keeps fewer than rx-depth Sends beyond the receiver's credit word.
 //
-// With --use-srq the receiver's rx-depth receives are shared by every QP
-// (perftest's server posts rx-depth/QPs of them for each into one SRQ),
-// so the bound is on the sum over the QPs: perftest's own client keeps
-// only the bound per QP and, with two QPs, overruns a slow receiver's SRQ
-// (siw then ends the connection: a run in the VM saw 308 of 600 Sends
-// arrive).
+// With --use-srq the receiver's receives are shared by every QP
+// (perftest's server posts rx-depth/QPs of them for each into one SRQ,
+// srqShare in all), so the bound is on the sum over the QPs: perftest's
+// own client keeps only the bound per QP and, with two QPs, overruns a
+// slow receiver's SRQ (siw then ends the connection: a run in the VM saw
+// 308 of 600 Sends arrive).
 func (r *bwRun) window(q *qpEnd) uint64 {
 	rx := uint64(r.e.p.RxDepth)
-	out := r.outstanding(q)
-	if r.e.p.UseSRQ {
-		out = 0
-		for _, o := range r.e.qps {
-			out += r.outstanding(o)
-		}
-	}
-	if out+1 >= rx {
+	own := r.outstanding(q)
+	if own+1 >= rx {
 		return 0
 	}
-	return min(rx-1-out, rx-1-r.outstanding(q))
+	w := rx - 1 - own
+	if r.e.p.UseSRQ {
+		all := uint64(0)
+		for _, o := range r.e.qps {
+			all += r.outstanding(o)
+		}
+		total := uint64(srqShare(r.e.p))
+		if all+1 >= total {
+			return 0
+		}
+		w = min(w, total-1-all)
+	}
+	return w
 }
+
+// srqShare is how many receives perftest's server puts into its SRQ: its
+// rx-depth divided among the QPs, rounded down, for each.
+func srqShare(p *Params) int { return p.RxDepth / max(p.QPs, 1) * max(p.QPs, 1) }
 
 // outstanding is how many of q's Sends the receiver has not yet credited.
 func (r *bwRun) outstanding(q *qpEnd) uint64 {

@@ -292,11 +292,16 @@ func ruleSend(p *Params) error {
 		// the sum below rx-depth (bw.go's window). With many QPs each can
 		// stop short of its next credit point while the sum is spent, and
 		// nothing moves again.
-		c := max(p.RxDepth/3, 1)
-		if list := max(p.PostList, 1); c > 1 && p.QPs*(c-1)+list >= p.RxDepth {
+		c, list := max(p.RxDepth/3, 1), max(p.PostList, 1)
+		stalls := func(qps int) bool { return c > 1 && qps*(c-1)+list >= p.RxDepth/qps*qps }
+		if stalls(p.QPs) {
+			most := p.QPs - 1
+			for most > 1 && stalls(most) {
+				most--
+			}
 			return fmt.Errorf("--use-srq with perftest's exchange (-R): %d QPs could stall with rx depth %d "+
 				"(the SRQ holds %d receives, each QP is credited every %d of its own); at most %d QPs",
-				p.QPs, p.RxDepth, p.RxDepth, c, max((p.RxDepth-list-1)/(c-1), 1))
+				p.QPs, p.RxDepth, srqShare(p), c, most)
 		}
 	}
 	return nil
