@@ -221,9 +221,12 @@ func (qp *QP) loopDone() {
 	qp.state.Store(int32(StateError))
 	qp.stopHold()
 	qp.stopRespWatch()
-	if ts, ok := qp.conn.(*tlsStream); ok && orderly(qp.Err()) {
-		// A Close without Disconnect is an orderly end too: the peer
-		// tells it from a truncation by the close_notify (tls_close.go).
+	if ts, ok := qp.conn.(*tlsStream); ok && (orderly(qp.Err()) || qp.peerFIN.Load()) {
+		// An orderly end of ours (a Close without Disconnect too), or
+		// our FIN answering the peer's orderly one, even when its FIN
+		// left Reads of ours unanswered (ErrUnanswered is our verdict,
+		// not the peer's): the peer tells these from a truncation by the
+		// close_notify (tls_close.go).
 		ts.closeNotify(tlsCloseNotifyWait)
 	}
 	qp.conn.Close()

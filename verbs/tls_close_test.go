@@ -3,6 +3,7 @@ package verbs
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestTLSBareFINIsTruncation(t *testing.T) {
 			if notify {
 				require.NoError(t, tp.tc.CloseWrite())
 			}
-			require.NoError(t, tp.tc.NetConn().(*net.TCPConn).CloseWrite())
+			require.NoError(t, tp.sock.Conn.(*net.TCPConn).CloseWrite())
 			select {
 			case <-tp.s.qp.Done():
 			case <-time.After(failFast):
@@ -82,4 +83,26 @@ func TestTLSOrderlyEndsSendCloseNotify(t *testing.T) {
 		<-s.qp.Done()
 		require.True(t, errors.Is(s.qp.Err(), ErrConnLost), "%v", s.qp.Err())
 	})
+}
+
+// Our FIN answering a peer's orderly one comes with close_notify even
+// when that FIN left Reads of ours unanswered (ErrUnanswered is our
+// verdict, not the peer's): a peer that disconnected in order must not
+// see a truncation, or its Disconnect fails where in cleartext it
+// succeeds.
+func TestTLSAnswerToOrderlyFINWithReadsOutstanding(t *testing.T) {
+	checkRoutines(t)
+	tp := dialTLSPeer(t, newTestPKI(t))
+	sink := tp.s.regMR(t, 64, LocalWrite)
+	_, err := tp.s.qp.PostSend(SendWR{ID: 1, Opcode: OpRDMARead, Flags: Signaled,
+		SGL: []SGE{sink.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x1234})
+	require.NoError(t, err)
+	require.NoError(t, tp.tc.CloseWrite()) // close_notify
+	require.NoError(t, tp.sock.Conn.(*net.TCPConn).CloseWrite())
+	<-tp.s.qp.Done()
+	require.ErrorIs(t, tp.s.qp.Err(), ErrUnanswered)
+	tp.tc.SetReadDeadline(time.Now().Add(failFast))
+	_, err = io.Copy(io.Discard, tp.tc)
+	require.NoError(t, err, "the stack's stream ends without an error")
+	require.False(t, tp.sock.eof.Load(), "the stack's FIN came after its close_notify")
 }

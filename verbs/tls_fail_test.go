@@ -419,8 +419,24 @@ func TestTLSRecordTamperedMidStream(t *testing.T) {
 // writes what a test makes it.
 type tlsPeer struct {
 	tc     *tls.Conn
+	sock   *eofConn // under tc: whether TCP's end reached it
 	params mpa.Params
 	s      *side // the stack's side, accepted
+}
+
+// eofConn notes when a read meets TCP's end of stream: under a tls.Conn,
+// which reads no further after a close_notify, that is a FIN without one.
+type eofConn struct {
+	net.Conn
+	eof atomic.Bool
+}
+
+func (c *eofConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err == io.EOF {
+		c.eof.Store(true)
+	}
+	return n, err
 }
 
 func dialTLSPeer(t *testing.T, p *testPKI) *tlsPeer {
@@ -440,11 +456,16 @@ func dialTLSPeer(t *testing.T, p *testPKI) *tlsPeer {
 		}
 		errc <- err
 	}()
-	tc, err := tls.Dial("tcp", ln.Addr().String(), p.clientConfig(t, "mallory"))
+	raw, err := net.DialTimeout("tcp", ln.Addr().String(), peerTimeout)
 	require.NoError(t, err)
+	sock := &eofConn{Conn: raw}
+	cfg := p.clientConfig(t, "mallory")
+	cfg.ServerName = "127.0.0.1"
+	tc := tls.Client(sock, cfg)
+	require.NoError(t, tc.Handshake())
 	t.Cleanup(func() { tc.Close() })
 	tc.SetDeadline(time.Now().Add(peerTimeout))
-	mc := mpa.Config{CRC: mpa.CRCOff, P2P: mpa.P2POff}
+	mc := mpa.Config{CRC: mpa.CRCOff, P2P: mpa.P2POff, IRD: 8, ORD: 8}
 	req, err := mpa.BuildRequest(mc, nil)
 	require.NoError(t, err)
 	b, _ := req.Append(nil)
@@ -456,7 +477,7 @@ func dialTLSPeer(t *testing.T, p *testPKI) *tlsPeer {
 	require.NoError(t, err)
 	require.NoError(t, <-errc)
 	t.Cleanup(func() { s.qp.Close() })
-	return &tlsPeer{tc: tc, params: params, s: s}
+	return &tlsPeer{tc: tc, sock: sock, params: params, s: s}
 }
 
 // encode frames ULPDUs as FPDUs.
