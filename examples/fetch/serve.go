@@ -108,12 +108,21 @@ func serve(ctx context.Context, path string, port, ird, clients int, tcp tcpx.Co
 				log.Printf("%v: %v", req.RemoteAddr(), err)
 				return
 			}
-			// Only a client that connects counts towards -n.
+			// Only a client that connects counts towards -n; one whose
+			// Accept finished as the n-th did is turned away.
 			mu.Lock()
-			if served++; served == clients {
-				stopTaking()
+			full := clients > 0 && served >= clients
+			if !full {
+				if served++; served == clients {
+					stopTaking()
+				}
 			}
 			mu.Unlock()
+			if full {
+				log.Printf("%v: -n %d clients served already", req.RemoteAddr(), clients)
+				qp.Close()
+				return
+			}
 			serveClient(ctx, req, qp)
 		})
 	}
