@@ -184,15 +184,10 @@ func (l *Listener) serve() {
 			l.err = err
 			return
 		}
-		if !held && !l.trySlot() {
-			// The slot of the start-up evicted comes back once its
-			// goroutine has aborted its QP.
-			l.starts.evict()
-			if !l.waitSlot() {
-				req.Reject(nil)
-				l.err = net.ErrClosed
-				return
-			}
+		if !held && !l.trySlot() && !l.evictForSlot() {
+			req.Reject(nil)
+			l.err = net.ErrClosed
+			return
 		}
 		s, ctx := l.starts.add(l.ctx)
 		l.wg.Go(func() {
@@ -219,6 +214,31 @@ func (l *Listener) trySlot() bool {
 	default:
 		return false
 	}
+}
+
+// evictWait is how long evictForSlot waits for an evicted start-up's slot
+// before it ends the next: one that had just finished keeps its slot for
+// its Conn until Accept.
+const evictWait = 100 * time.Millisecond
+
+// evictForSlot takes a slot by ending the oldest start-up, whose slot
+// comes back once its goroutine has aborted its QP, and the next while
+// that does not happen and start-ups remain; then it waits for Accept to
+// free one. False once the Listener is closing.
+func (l *Listener) evictForSlot() bool {
+	for l.starts.evict() {
+		t := time.NewTimer(evictWait)
+		select {
+		case l.slots <- struct{}{}:
+			t.Stop()
+			return true
+		case <-l.ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+	return l.waitSlot()
 }
 
 // waitSlot waits for a slot; false once the Listener is closing.
