@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -49,8 +48,9 @@ func TestTLSBareFINIsTruncation(t *testing.T) {
 }
 
 // Our own orderly ends inside TLS send close_notify, so the peer sees
-// them as orderly: Close without Disconnect, Disconnect, and the FIN that
-// answers the peer's.
+// them as orderly: Close without Disconnect here (Disconnect in
+// TestTLSPeerToPeerDisconnect, the FIN that answers the peer's in
+// TestTLSAnswerToOrderlyFINWithReadsOutstanding); Abort stays a reset.
 func TestTLSOrderlyEndsSendCloseNotify(t *testing.T) {
 	checkRoutines(t)
 	p := newTestPKI(t)
@@ -61,20 +61,6 @@ func TestTLSOrderlyEndsSendCloseNotify(t *testing.T) {
 		<-s.qp.Done()
 		require.ErrorIs(t, s.qp.Err(), ErrDisconnected)
 		require.NotErrorIs(t, s.qp.Err(), ErrConnLost)
-	})
-	t.Run("Disconnect", func(t *testing.T) {
-		c, s := connect(t, p.tlsOpts(t, "erin"))
-		barrier(t, c, s)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		errc := make(chan error, 1)
-		go func() { errc <- s.qp.Disconnect(ctx) }()
-		require.NoError(t, c.qp.Disconnect(ctx))
-		require.NoError(t, <-errc)
-		for _, qp := range []*QP{c.qp, s.qp} {
-			require.ErrorIs(t, qp.Err(), ErrDisconnected)
-			require.NotErrorIs(t, qp.Err(), ErrConnLost)
-		}
 	})
 	t.Run("Abort is a reset", func(t *testing.T) {
 		c, s := connect(t, p.tlsOpts(t, "erin"))
