@@ -56,6 +56,7 @@ type startups struct {
 	max    int
 	order  list.List // of *startup
 	closed bool
+	peak   int // most in progress at once, for Listener tests
 }
 
 // add enters conn and returns its startup, and the connection it evicts to
@@ -75,6 +76,7 @@ func (t *startups) add(conn *net.TCPConn, now time.Time) (s *startup, evict net.
 	}
 	s = &startup{TCPConn: conn, at: now}
 	s.elem = t.order.PushBack(s)
+	t.peak = max(t.peak, t.order.Len())
 	return s, evict
 }
 
@@ -144,6 +146,13 @@ func (t *startups) close() {
 		s.TCPConn.Close()
 	}
 	t.order.Init()
+}
+
+// high returns the most start-ups that were in progress at once.
+func (t *startups) high() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.peak
 }
 
 // len returns the start-ups in progress.

@@ -384,30 +384,6 @@ func TestHostileListenerOverload(t *testing.T) {
 	pending := func() int {
 		return s.ln.starts.len()
 	}
-	var peak int
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		tk := time.NewTicker(2 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			peak = max(peak, pending())
-			select {
-			case <-stopSampling:
-				return
-			case <-tk.C:
-			}
-		}
-	}()
-	defer func() {
-		select {
-		case <-stopSampling:
-		default:
-			close(stopSampling)
-		}
-		<-sampled
-	}()
 
 	const n = maxHandshakes + 44
 	start := time.Now()
@@ -427,9 +403,9 @@ func TestHostileListenerOverload(t *testing.T) {
 		wantPlainClose(t, o, false)
 	}
 	t.Logf("all closed after %v", time.Since(start).Round(time.Millisecond))
-	close(stopSampling)
-	<-sampled
-	require.Equal(t, maxHandshakes, peak, "start-ups in progress at once")
+	// The table's own high-water mark: a sampler missed the instant it was
+	// full on a loaded machine.
+	require.Equal(t, maxHandshakes, s.ln.starts.high(), "start-ups in progress at once")
 	require.Zero(t, pending())
 	s.wantNoRequest(t)
 }
