@@ -168,8 +168,12 @@ func (qp *QP) rxFailed(err error) {
 		// could answer): the socket is in CLOSE, not CLOSE-WAIT. The
 		// transmit side records its error before it releases txMu, so
 		// taking txMu once lets its errno win. (Only in RTS: once we have
-		// sent our own FIN, the socket reaches CLOSE through TIME-WAIT.)
-		if qp.sock != nil && tcpx.Reset(qp.sock) {
+		// sent our own FIN, the socket reaches CLOSE through LAST-ACK or
+		// TIME-WAIT. Disconnect leaves RTS before its FIN goes, so the
+		// state is asked again after the socket's: a Disconnect that ran
+		// between the two would otherwise pass for a reset.)
+		rxEOFHook(qp)
+		if qp.sock != nil && tcpx.Reset(qp.sock) && qp.State() == StateRTS {
 			qp.txMu.Lock()
 			qp.txMu.Unlock()
 			qp.connLost(closedCause(qp.sock))
@@ -196,6 +200,10 @@ func (qp *QP) rxFailed(err error) {
 		qp.rxFatal(err)
 	}
 }
+
+// rxEOFHook runs where rxFailed has seen end of stream in RTS; tests use it
+// to run a Disconnect in between.
+var rxEOFHook = func(*QP) {}
 
 // closedCause says why a socket that read end of stream is closed (TCP
 // state CLOSE): the peer's FIN came first, which a read reports before
