@@ -108,7 +108,7 @@ func nvmeVMShare(t *testing.T, extra vmShare, script string, fwds ...siw.Forward
 		require.NoError(t, err)
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "share", name), b, 0o755))
 	}
-	vm, err := siw.Start(ctx, siw.Config{Script: nvmeGuestSetup + script, Forwards: fwds, Timeout: 8 * time.Minute,
+	vm, err := siw.Start(ctx, siw.Config{Script: nvmeGuestSetup + script, Forwards: fwds, Timeout: vmLimit,
 		RunDir: dir, Log: t.Logf})
 	require.NoError(t, err, "the siw VM cannot run")
 	t.Cleanup(func() {

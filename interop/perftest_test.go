@@ -249,7 +249,7 @@ func ptVM(t *testing.T, script string, fwds ...siw.Forward) *siw.VM {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	vm, err := siw.Start(ctx, siw.Config{Script: script, Forwards: fwds, Timeout: 8 * time.Minute, Log: t.Logf})
+	vm, err := siw.Start(ctx, siw.Config{Script: script, Forwards: fwds, Timeout: vmLimit, Log: t.Logf})
 	require.NoError(t, err, "the siw VM cannot run")
 	t.Logf("siw VM: %s", vm.RunDir)
 	t.Cleanup(func() {
