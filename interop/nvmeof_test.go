@@ -44,7 +44,7 @@ const (
 HOSTNQN=` + nvmeHostNQN + `
 /usr/sbin/modprobe -d /host/mods nvme-core admin_timeout=10 io_timeout=10 || echo "MODPROBE FAILED nvme-core"
 /usr/sbin/modprobe -d /host/mods nvme-rdma || echo "MODPROBE FAILED nvme-rdma"
-waitdev() { for i in $(seq 80); do [ -b /dev/nvme0n1 ] && return 0; sleep 0.25; done; return 1; }
+waitdev() { for i in $(seq 360); do [ -b /dev/nvme0n1 ] && return 0; sleep 0.25; done; return 1; }
 `
 )
 
@@ -393,7 +393,7 @@ func TestNVMeKernelHostNamespaceChanges(t *testing.T) {
 waitdev && echo "DEVICE present"
 sleep 1
 echo "READY"
-for i in $(seq 120); do [ -b /dev/nvme0n2 ] && break; sleep 0.25; done
+for i in $(seq 360); do [ -b /dev/nvme0n2 ] && break; sleep 0.25; done
 [ -b /dev/nvme0n2 ] && echo "NS2 present"
 echo "NS2_SECTORS $(cat /sys/block/nvme0n2/size)"
 echo "NS2_BLOCK $(cat /sys/block/nvme0n2/queue/logical_block_size)"
@@ -404,11 +404,11 @@ dd if=/tmp/pat of=/dev/nvme0n2 bs=1M seek=1 oflag=direct 2>&1 | tail -1; echo "W
 dd if=/dev/nvme0n2 of=/tmp/back bs=1M skip=1 count=4 iflag=direct 2>&1 | tail -1
 echo "READBACK $(sha256sum /tmp/back | cut -d' ' -f1)"
 echo "REMOVE_READY"
-for i in $(seq 120); do [ -b /dev/nvme0n2 ] || break; sleep 0.25; done
+for i in $(seq 360); do [ -b /dev/nvme0n2 ] || break; sleep 0.25; done
 [ -b /dev/nvme0n2 ] || echo "NS2 gone"
 [ -b /dev/nvme0n1 ] && echo "NS1 still present"
 echo "READD_READY"
-for i in $(seq 120); do [ -b /dev/nvme0n2 ] && break; sleep 0.25; done
+for i in $(seq 360); do [ -b /dev/nvme0n2 ] && break; sleep 0.25; done
 [ -b /dev/nvme0n2 ] && echo "NS2 back"
 echo "NS2_NGUID_BACK $(cat /sys/block/nvme0n2/nguid)"
 dd if=/dev/nvme0n2 of=/tmp/back2 bs=1M skip=1 count=4 iflag=direct 2>&1 | tail -1

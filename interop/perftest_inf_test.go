@@ -47,7 +47,7 @@ func TestPerftestRunInfinitely(t *testing.T) {
 		ports[i] = p
 	}
 	for i := range tests {
-		fmt.Fprintf(&script, "waitport %d || exit 1\n", 7301+i)
+		fmt.Fprintf(&script, "waitport %d 120 || exit 1\n", 7301+i)
 	}
 	script.WriteString("echo LISTENING\n")
 	for i, tc := range tests {

@@ -312,7 +312,7 @@ func TestPerftestServerInGuest(t *testing.T) {
 			"  sed 's/^/%d: /' /tmp/s.%d; echo \"SERVER %d rc=$rc\" ) &\n", c.test, gp, c.flags, i, i, i, i)
 	}
 	for i := range ptCases {
-		fmt.Fprintf(&script, "waitport %d || exit 1\n", 7101+i)
+		fmt.Fprintf(&script, "waitport %d 120 || exit 1\n", 7101+i)
 	}
 	script.WriteString("echo LISTENING\nwait\n")
 	vm := ptVM(t, script.String(), fwds...)

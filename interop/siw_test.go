@@ -184,7 +184,7 @@ func TestSiwRpingServer(t *testing.T) {
 			"  cut -c1-160 %s | sed 's/^/rping -s %s %d: /'\n"+
 			"  echo \"%s %d rc=$rc pings=$(grep -c 'server ping data' %s)\" ) &\n",
 			gp, siwPings, size, flags, out, out, who, i, who, i, out)
-		fmt.Fprintf(&script, "waitport %d || exit 1\n", gp)
+		fmt.Fprintf(&script, "waitport %d 120 || exit 1\n", gp)
 		return fwds[len(fwds)-1].Host
 	}
 	ports := make([]int, len(cases))
