@@ -317,12 +317,11 @@ func TestPeerKilled(t *testing.T) {
 // Test 2: the peer resets the connection (RST) mid-transfer (QP.Abort:
 // SO_LINGER 0 and close on its socket).
 //
-// With the engine as it is, this fails now and then (2 to 11 runs in 40
-// here) with ErrDisconnected: the kernel hands ECONNRESET to one call
-// only, and when the transmit loop's writev takes it, the receive loop
-// reads a plain end of stream and may record it as an orderly close
-// first. README.md ("Engine issue found") has the fix; with it, 120 runs
-// passed.
+// The kernel hands ECONNRESET to one call only: when the transmit loop's
+// writev takes it, the receive loop reads a plain end of stream, which
+// the engine once recorded as an orderly close (ErrDisconnected) in 2 to
+// 11 runs of 40. It now asks the socket's TCP state (README.md, "Engine
+// issue found"), and this test guards that.
 func TestPeerReset(t *testing.T) {
 	for _, how := range []string{"Abort"} {
 		t.Run(how, func(t *testing.T) {
