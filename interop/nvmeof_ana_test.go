@@ -49,7 +49,7 @@ done
 waitdev && echo "DEVICE present"
 ctrl() { for c in /sys/class/nvme/nvme*; do a=$(cat $c/address); s=${a#*trsvcid=}; [ "${s%%%%,*}" = "$1" ] && echo ${c##*/}; done; }
 state() { cat /sys/class/nvme/$(ctrl $1)/nvme*c*n1/ana_state; }
-waitstate() { for i in $(seq 240); do [ "$(state $1)" = "$2" ] && return 0; sleep 0.25; done; return 1; }
+waitstate() { for i in $(seq 360); do [ "$(state $1)" = "$2" ] && return 0; sleep 0.25; done; return 1; }
 echo "STATES $(state %[1]d) $(state %[2]d)"
 for p in %[1]d %[2]d; do $NVME ana-log /dev/$(ctrl $p) | tr -s ' \t' ' ' | sed "s/^/ANALOG $p /"; done
 dd if=/dev/urandom of=/tmp/pat bs=1M count=4 2>/dev/null

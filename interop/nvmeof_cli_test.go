@@ -240,12 +240,12 @@ survey() {
   waitdev || echo "NO DEVICE $T"
   DEV=/dev/nvme0
 %s  $NVME disconnect -n $N; echo "DISCONNECT $T rc=$?"
-  for i in $(seq 40); do [ -e /dev/nvme0 ] || break; sleep 0.25; done
+  for i in $(seq 240); do [ -e /dev/nvme0 ] || break; sleep 0.25; done
   # The discovery controller, kept (persistent) as udev's connect-all does.
   $NVME discover -t rdma -a $2 -s $3 -q $HOSTNQN -p > /dev/null 2>&1; echo "DISCOVER $T rc=$?"
   DEV=/dev/nvme0
 %s  $NVME disconnect -n nqn.2014-08.org.nvmexpress.discovery > /dev/null; echo "DISCONNECT-DISC $T rc=$?"
-  for i in $(seq 40); do [ -e /dev/nvme0 ] || break; sleep 0.25; done
+  for i in $(seq 240); do [ -e /dev/nvme0 ] || break; sleep 0.25; done
 }
 survey kernel 10.0.2.15 4420
 survey ours 10.0.2.2 %d

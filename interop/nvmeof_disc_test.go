@@ -34,12 +34,12 @@ A="-t rdma -a 10.0.2.2 -s %d -q $HOSTNQN"
 $NVME discover $A -p > /tmp/disc 2>&1; echo "DISCOVER rc=$?"; sed 's/^/  disc: /' /tmp/disc
 echo "ENTRIES $(grep -c subnqn /tmp/disc)"
 echo "READY"
-for i in $(seq 120); do grep -q 'NVME_AEN=0x70f002' /tmp/uev.log 2>/dev/null && break; sleep 0.25; done
+for i in $(seq 360); do grep -q 'NVME_AEN=0x70f002' /tmp/uev.log 2>/dev/null && break; sleep 0.25; done
 echo "AENS $(grep -c 'NVME_AEN=0x70f002' /tmp/uev.log)"
 $NVME discover --device=/dev/nvme0 > /tmp/disc2 2>&1; echo "REDISCOVER rc=$?"; sed 's/^/  disc2: /' /tmp/disc2
 grep -q "subnqn: *%s" /tmp/disc2 && echo "LISTED added"
 echo "REMOVE_READY"
-for i in $(seq 120); do [ "$(grep -c 'NVME_AEN=0x70f002' /tmp/uev.log)" -ge 2 ] && break; sleep 0.25; done
+for i in $(seq 360); do [ "$(grep -c 'NVME_AEN=0x70f002' /tmp/uev.log)" -ge 2 ] && break; sleep 0.25; done
 echo "AENS2 $(grep -c 'NVME_AEN=0x70f002' /tmp/uev.log)"
 $NVME disconnect -d nvme0; echo "DISCONNECT rc=$?"
 kill $UEV

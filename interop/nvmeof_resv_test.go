@@ -55,7 +55,7 @@ dd if=/tmp/pat of=/dev/nvme0n1 bs=1M seek=2 oflag=direct 2>/tmp/err; echo "WRITE
 dd if=/dev/nvme0n1 of=/tmp/back bs=1M count=1 iflag=direct 2>/tmp/err; echo "READ2 rc=$?"
 echo "READBACK $(sha256sum /tmp/back | cut -d' ' -f1)"
 $NVME resv-report /dev/nvme0n1 -e | tr -s ' \t' ' ' | sed 's/^/REPORT2 /'
-for i in $(seq 120); do grep -q 'NVME_AEN=0x800006' /tmp/uev.log 2>/dev/null && break; sleep 0.25; done
+for i in $(seq 360); do grep -q 'NVME_AEN=0x800006' /tmp/uev.log 2>/dev/null && break; sleep 0.25; done
 echo "AENS $(grep -c 'NVME_AEN=0x800006' /tmp/uev.log)"
 $NVME resv-notif-log /dev/nvme0 2>&1 | tr -s ' \t' ' ' | sed 's/^/NOTIF1 /'
 echo "LOG2 $($NVME get-log /dev/nvme0 --log-id=0x80 --log-len=64 -b | od -An -tx1 -v | tr -s ' \n' ' ')"
@@ -68,7 +68,7 @@ waitfile fenced2 300
 $NVME resv-register /dev/nvme0n1 --nrkey=%d --rrega=0; echo "REGISTER3 rc=$?"
 echo "READY4"
 waitfile released 300
-for i in $(seq 120); do [ "$(grep -c 'NVME_AEN=0x800006' /tmp/uev.log)" -ge 2 ] && break; sleep 0.25; done
+for i in $(seq 360); do [ "$(grep -c 'NVME_AEN=0x800006' /tmp/uev.log)" -ge 2 ] && break; sleep 0.25; done
 echo "AENS2 $(grep -c 'NVME_AEN=0x800006' /tmp/uev.log)"
 echo "LOG3 $($NVME get-log /dev/nvme0 --log-id=0x80 --log-len=64 -b | od -An -tx1 -v | tr -s ' \n' ' ')"
 echo "LOG4 $($NVME get-log /dev/nvme0 --log-id=0x80 --log-len=64 -b | od -An -tx1 -v | tr -s ' \n' ' ')"
@@ -226,7 +226,7 @@ echo "PERSIST $($NVME get-feature /dev/nvme0 -f 0x83 -n 1 2>&1)"
 $NVME resv-report /dev/nvme0n1 -e | tr -s ' \t' ' ' | sed 's/^/REPORT1 /'
 echo "READY1"
 waitfile restarted 300
-for i in $(seq 240); do [ "$(cat /sys/class/nvme/nvme0/state)" = live ] && [ "$(cat /sys/class/nvme/nvme0/transport 2>/dev/null)" = rdma ] && break; sleep 0.25; done
+for i in $(seq 360); do [ "$(cat /sys/class/nvme/nvme0/state)" = live ] && [ "$(cat /sys/class/nvme/nvme0/transport 2>/dev/null)" = rdma ] && break; sleep 0.25; done
 echo "STATE $(cat /sys/class/nvme/nvme0/state)"
 $NVME resv-report /dev/nvme0n1 -e | tr -s ' \t' ' ' | sed 's/^/REPORT2 /'
 dd if=/dev/urandom of=/tmp/pat bs=1M count=1 2>/dev/null

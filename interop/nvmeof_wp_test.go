@@ -24,7 +24,7 @@ func TestNVMeKernelHostWriteProtect(t *testing.T) {
 	_, ports := serveTarget(t, target.Config{}, sub, 1)
 	script := fmt.Sprintf(`$NVME connect -t rdma -a 10.0.2.2 -s %d -q $HOSTNQN -n %s -i 1; echo "CONNECT rc=$?"
 waitdev && echo "DEVICE present"
-waitro() { for i in $(seq 80); do [ "$(cat /sys/block/nvme0n1/ro)" = $1 ] && return 0; sleep 0.25; done; return 1; }
+waitro() { for i in $(seq 360); do [ "$(cat /sys/block/nvme0n1/ro)" = $1 ] && return 0; sleep 0.25; done; return 1; }
 echo "RO0 $(cat /sys/block/nvme0n1/ro)"
 echo "NWPC $($NVME id-ctrl /dev/nvme0 | sed -n 's/^nwpc *: *//p')"
 $NVME set-feature /dev/nvme0 -n 1 -f 0x84 -v 1; echo "PROTECT rc=$?"

@@ -3,27 +3,33 @@
 package interop
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/goiwarp/iwarp/internal/perf"
 	"github.com/goiwarp/iwarp/interop/siw"
 )
 
 // --run_infinitely (-D 1: a row a second) with Linux perftest in both
-// roles. A run ends when its client is interrupted (SIGINT). Our client
-// then sends the end-of-test exchange, as perftest's does since 6.x:
-// against perftest's servers it runs 4 s, and perftest 6.06's server takes
-// the exchange, shows our report of the whole run (later perftests print
+// roles. A run ends when its client is interrupted (SIGINT), here once it
+// has printed two rows: how long that takes depends on the emulated
+// guest's start-up and the host's load, so the client is stopped by its
+// rows, not by a clock (a run with load 9 got one row in 4 s, and the
+// guest's client three in 8 s). Our client then sends the end-of-test
+// exchange, as perftest's does since 6.x: perftest 6.06's server takes the
+// exchange, shows our report of the whole run (later perftests print
 // "Client closed connection") and exits 0. perftest 6.06's client has no
-// handler for SIGINT and dies of it (exit 130, no exchange): against our
-// servers it runs 8 s, and ours end with it, as the peer ended the run,
-// and exit 0. The side that posts prints a row a second; ours are positive.
+// handler for SIGINT and dies of it (exit 130, no exchange): our servers
+// end with it, as the peer ended the run, and exit 0. The side that posts
+// prints a row a second; ours are positive.
 func TestPerftestRunInfinitely(t *testing.T) {
 	tests := []string{"write_bw", "read_bw"} // -R takes no infinite send_bw (see Params.finish)
 	var fwds []siw.Forward
@@ -34,20 +40,28 @@ func TestPerftestRunInfinitely(t *testing.T) {
 		hp, err := siw.FreePort()
 		require.NoError(t, err)
 		fwds = append(fwds, siw.Forward{Host: hp, Guest: gp})
-		fmt.Fprintf(&script, "( timeout 120 ib_%s -R -d siw0 -F -p %d --run_infinitely -D 1 -s 4096 > /tmp/s.%d 2>&1; rc=$?\n"+
+		fmt.Fprintf(&script, "( timeout 600 ib_%s -R -d siw0 -F -p %d --run_infinitely -D 1 -s 4096 > /tmp/s.%d 2>&1; rc=$?\n"+
 			"  sed 's/^/%d: /' /tmp/s.%d; echo; echo \"SERVER %d rc=$rc\" ) &\n", tc, gp, i, i, i, i)
 		p, err := siw.FreePort()
 		require.NoError(t, err)
 		ports[i] = p
 	}
 	for i := range tests {
-		fmt.Fprintf(&script, "waitport %d || exit 1\n", 7301+i)
+		fmt.Fprintf(&script, "waitport %d 120 || exit 1\n", 7301+i)
 	}
 	script.WriteString("echo LISTENING\n")
 	for i, tc := range tests {
-		fmt.Fprintf(&script, "waitfile go.%d 300 || exit 1\n"+
-			"timeout -s INT 8 ib_%s -R -d siw0 -F -p %d --run_infinitely -D 1 -s 4096 10.0.2.2 > /tmp/c.%d 2>&1; rc=$?\n"+
-			"sed 's/^/%d: /' /tmp/c.%d; echo; echo \"CLIENT %d rc=$rc\"\n", i, tc, ports[i], i, 10+i, i, i)
+		// The client runs in the foreground (a background job of this
+		// shell would ignore SIGINT) and a watcher sends it SIGINT once
+		// its output holds two rows, or after 120 s without them; it
+		// leaves a client that ended by itself alone.
+		fmt.Fprintf(&script, "waitfile go.%[1]d 300 || exit 1\n: > /tmp/c.%[1]d\n"+
+			"( n=0; while [ \"$(grep -c '^ *4096 ' /tmp/c.%[1]d)\" -lt 2 ] && [ $n -lt 1200 ]; do\n"+
+			"    [ -s /tmp/c.%[1]d.pid ] && ! kill -0 $(cat /tmp/c.%[1]d.pid) 2>/dev/null && exit 0\n"+
+			"    sleep 0.1; n=$((n+1)); done\n"+
+			"  kill -INT $(cat /tmp/c.%[1]d.pid) ) & w=$!\n"+
+			"sh -c 'echo $$ > /tmp/c.%[1]d.pid; exec timeout 300 ib_%[2]s -R -d siw0 -F -p %[3]d --run_infinitely -D 1 -s 4096 10.0.2.2' > /tmp/c.%[1]d 2>&1; rc=$?\n"+
+			"wait $w\nsed 's/^/%[4]d: /' /tmp/c.%[1]d; echo; echo \"CLIENT %[1]d rc=$rc\"\n", i, tc, ports[i], 10+i)
 	}
 	script.WriteString("wait\n")
 	vm := ptVM(t, script.String(), fwds...)
@@ -55,13 +69,12 @@ func TestPerftestRunInfinitely(t *testing.T) {
 
 	for i, tc := range tests {
 		t.Run("client/"+tc, func(t *testing.T) {
-			// Long enough for two rows a second apart after the start-up
-			// with the emulated guest, on a loaded host too (a run with
-			// load 9 got one row in 4 s).
-			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+			// Interrupted (ctx cancelled, as by SIGINT) at its second row;
+			// a run without two rows in 2 minutes ends there and fails.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			args := []string{tc, "-R", "--run_infinitely", "-D", "1", "-s", "4096", "-p", strconv.Itoa(fwds[i].Host), "127.0.0.1"}
-			code, out, errs := ptOurs(ctx, args)
+			code, out, errs := ptOursUntilRows(ctx, args, 2)
 			t.Logf("iwarp-perf %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
 			l := ptWait(t, vm, fmt.Sprintf("SERVER %d ", i), time.Minute)
 			t.Logf("perftest's server (%s):\n%s", l, strings.Join(ptGuestLines(vm, i), "\n"))
@@ -88,7 +101,8 @@ func TestPerftestRunInfinitely(t *testing.T) {
 	}
 	for i, tc := range tests {
 		t.Run("server/"+tc, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			// Beyond the guest's 120 s for two rows.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			args := []string{tc, "-R", "--run_infinitely", "-D", "1", "-s", "4096", "-p", strconv.Itoa(ports[i])}
 			done := ptServe(t, ctx, args, ports[i])
@@ -109,7 +123,44 @@ func TestPerftestRunInfinitely(t *testing.T) {
 				"perftest's client: stopped by SIGINT, with a handler (0) or without (130)")
 			rows, err := ptRows(lines)
 			require.NoError(t, err, "perftest's client's rows")
-			require.GreaterOrEqual(t, len(rows), 2, "a row a second for 8 s (the emulated guest starts slowly)")
+			require.GreaterOrEqual(t, len(rows), 2, "a row a second until the second row")
 		})
 	}
+}
+
+// ptOursUntilRows runs iwarp-perf with args as ptOurs does, and cancels
+// its context (an interrupt) once it has printed rows results rows.
+func ptOursUntilRows(ctx context.Context, args []string, rows int) (int, string, string) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := &rowWatch{rows: rows, reached: cancel}
+	var errb bytes.Buffer
+	code := perf.MainContext(ctx, args, out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// rowWatch is iwarp-perf's stdout: it keeps what is written and calls
+// reached once the complete lines hold rows results rows.
+type rowWatch struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	rows    int
+	reached func()
+}
+
+func (w *rowWatch) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	s := w.b.String()
+	if r, err := ptRows(strings.Split(s[:strings.LastIndexByte(s, '\n')+1], "\n")); err == nil && len(r) >= w.rows {
+		w.reached()
+	}
+	return len(p), nil
+}
+
+func (w *rowWatch) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

@@ -249,7 +249,7 @@ func ptVM(t *testing.T, script string, fwds ...siw.Forward) *siw.VM {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	vm, err := siw.Start(ctx, siw.Config{Script: script, Forwards: fwds, Timeout: 8 * time.Minute, Log: t.Logf})
+	vm, err := siw.Start(ctx, siw.Config{Script: script, Forwards: fwds, Timeout: vmLimit, Log: t.Logf})
 	require.NoError(t, err, "the siw VM cannot run")
 	t.Logf("siw VM: %s", vm.RunDir)
 	t.Cleanup(func() {
@@ -312,7 +312,7 @@ func TestPerftestServerInGuest(t *testing.T) {
 			"  sed 's/^/%d: /' /tmp/s.%d; echo \"SERVER %d rc=$rc\" ) &\n", c.test, gp, c.flags, i, i, i, i)
 	}
 	for i := range ptCases {
-		fmt.Fprintf(&script, "waitport %d || exit 1\n", 7101+i)
+		fmt.Fprintf(&script, "waitport %d 120 || exit 1\n", 7101+i)
 	}
 	script.WriteString("echo LISTENING\nwait\n")
 	vm := ptVM(t, script.String(), fwds...)

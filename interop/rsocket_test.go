@@ -124,7 +124,7 @@ func TestSiwRsocket(t *testing.T) {
 		fwds = append(fwds, siw.Forward{Host: freePort(t), Guest: gp})
 		srvPorts[i] = fwds[len(fwds)-1].Host
 		fmt.Fprintf(&script, "( timeout 600 rstream -b 10.0.2.15 -p %d %s > /tmp/rss.%d 2>&1; rc=$?\n"+
-			"  sed 's/^/rstream server %d: /' /tmp/rss.%d; echo \"RSERVER %d rc=$rc\" ) &\nwaitport %d || exit 1\n",
+			"  sed 's/^/rstream server %d: /' /tmp/rss.%d; echo \"RSERVER %d rc=$rc\" ) &\nwaitport %d 120 || exit 1\n",
 			gp, c.args(), i, i, i, i, gp)
 	}
 	// A socket program under librspreload.so as a server: it sends
@@ -138,7 +138,7 @@ func TestSiwRsocket(t *testing.T) {
 	fmt.Fprintf(&script, "waitfile ncserver 300 || exit 1\n"+
 		"( LD_PRELOAD=%s timeout 600 sockcat -l 10.0.2.15 %d < /host/to-go.bin > /tmp/from-go.bin 2>/tmp/ncs.err; rc=$?\n"+
 		"  sed 's/^/sockcat server: /' /tmp/ncs.err; cmp /tmp/from-go.bin /host/to-nc.bin && same=same\n"+
-		"  echo \"NCSERVER rc=$rc $same\" ) &\nwaitport %d || exit 1\n", rspreload, ncPort, ncPort)
+		"  echo \"NCSERVER rc=$rc $same\" ) &\nwaitport %d 120 || exit 1\n", rspreload, ncPort, ncPort)
 	script.WriteString("echo LISTENING\n")
 	// rstream clients, one after the other, each when the host says.
 	for i, c := range rstreamCases {

@@ -145,10 +145,12 @@ func TestSiwRdmaClient(t *testing.T) {
 	}
 }
 
-// waitListening waits until something accepts on 127.0.0.1:port.
+// waitListening waits until something accepts on 127.0.0.1:port: a
+// process just started, which a loaded machine may take seconds to run
+// (the wait ends when it listens; its bound is a minute).
 func waitListening(t *testing.T, port int) {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		if ln, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
 			ln.Close()
 			return

@@ -44,6 +44,12 @@ const siwFirstFPDUDelay = 100 * time.Millisecond
 
 const siwPings = 3 // rping -C
 
+// vmLimit is the hard time limit of a test's VM, boot included: a
+// backstop for a guest that never ends, since every step a test waits for
+// has its own deadline. A test's cases all run in its one VM, for
+// minutes on a loaded host: the limit must be far beyond a slow run.
+const vmLimit = 20 * time.Minute
+
 // siwVM boots a VM running script for the duration of t. If t fails, the
 // VM's logs are printed and its run directory kept; QEMU is killed when t
 // ends in any case.
@@ -52,7 +58,7 @@ func siwVM(t *testing.T, script string, fwds ...siw.Forward) *siw.VM {
 	// Setup may have to download and build (once): allow for it.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	vm, err := siw.Start(ctx, siw.Config{Script: script, Forwards: fwds, Timeout: 5 * time.Minute})
+	vm, err := siw.Start(ctx, siw.Config{Script: script, Forwards: fwds, Timeout: vmLimit})
 	require.NoError(t, err, "the siw VM cannot run")
 	t.Logf("siw VM: %s", vm.RunDir)
 	t.Cleanup(func() {
@@ -178,7 +184,7 @@ func TestSiwRpingServer(t *testing.T) {
 			"  cut -c1-160 %s | sed 's/^/rping -s %s %d: /'\n"+
 			"  echo \"%s %d rc=$rc pings=$(grep -c 'server ping data' %s)\" ) &\n",
 			gp, siwPings, size, flags, out, out, who, i, who, i, out)
-		fmt.Fprintf(&script, "waitport %d || exit 1\n", gp)
+		fmt.Fprintf(&script, "waitport %d 120 || exit 1\n", gp)
 		return fwds[len(fwds)-1].Host
 	}
 	ports := make([]int, len(cases))

@@ -46,6 +46,13 @@ type Config struct {
 	Max     int           // largest I/O in octets (default 2 MiB)
 	Align   int           // every I/O's offset and length a multiple of it: a multiple of Sector (default Sector)
 	Seed    uint64
+	// Least, if set, makes the random phase go on after Time until each of
+	// its I/O counts (Writes, Reads, Zeroes, Flushes, Big, MidPage) is
+	// reached, for at most Limit in all (default 10 × Time): a judge that
+	// wants so many of each kind gets them from a slow device too, and
+	// from a fast one no more than Time's worth.
+	Least Counts
+	Limit time.Duration
 }
 
 // Counts is what a run did.
@@ -80,6 +87,12 @@ type counts struct {
 	written, read                                atomic.Int64
 }
 
+// reached reports whether every I/O count is at least least's.
+func (c *counts) reached(least Counts) bool {
+	return c.writes.Load() >= least.Writes && c.reads.Load() >= least.Reads && c.zeroes.Load() >= least.Zeroes &&
+		c.flushes.Load() >= least.Flushes && c.big.Load() >= least.Big && c.midPage.Load() >= least.MidPage
+}
+
 // Run stresses d as cfg says and checks every sector at the end.
 func Run(d Device, cfg Config) (Counts, error) {
 	if cfg.Workers <= 0 {
@@ -87,6 +100,9 @@ func Run(d Device, cfg Config) (Counts, error) {
 	}
 	if cfg.Time <= 0 {
 		cfg.Time = 20 * time.Second
+	}
+	if cfg.Limit <= 0 {
+		cfg.Limit = 10 * cfg.Time
 	}
 	if cfg.Max <= 0 {
 		cfg.Max = 2 << 20
@@ -105,7 +121,12 @@ func Run(d Device, cfg Config) (Counts, error) {
 	var wg sync.WaitGroup
 	var failed atomic.Pointer[error]
 	fail := func(err error) { failed.CompareAndSwap(nil, &err) }
-	deadline := time.Now().Add(cfg.Time)
+	start := time.Now()
+	deadline, limit := start.Add(cfg.Time), start.Add(max(cfg.Limit, cfg.Time))
+	more := func() bool {
+		now := time.Now()
+		return now.Before(deadline) || now.Before(limit) && !c.reached(cfg.Least)
+	}
 	ws := make([]*worker, cfg.Workers)
 	for i := range ws {
 		ws[i] = &worker{id: uint32(i + 1), d: d, base: stripe * int64(i), n: stripe / Sector,
@@ -115,7 +136,7 @@ func Run(d Device, cfg Config) (Counts, error) {
 		wg.Add(1)
 		go func(w *worker) {
 			defer wg.Done()
-			for time.Now().Before(deadline) && failed.Load() == nil {
+			for more() && failed.Load() == nil {
 				if err := w.step(); err != nil {
 					fail(err)
 				}

@@ -130,3 +130,62 @@ func (d *alignDev) Zero(off, n int64) error {
 	d.check(int(n), off)
 	return d.memDev.Zero(off, n)
 }
+
+// slowDev is a memDev whose every operation takes a while.
+type slowDev struct {
+	memDev
+	d time.Duration
+}
+
+func (s *slowDev) ReadAt(p []byte, off int64) (int, error) {
+	time.Sleep(s.d)
+	return s.memDev.ReadAt(p, off)
+}
+
+func (s *slowDev) WriteAt(p []byte, off int64) (int, error) {
+	time.Sleep(s.d)
+	return s.memDev.WriteAt(p, off)
+}
+
+func (s *slowDev) Zero(off, n int64) error {
+	time.Sleep(s.d)
+	return s.memDev.Zero(off, n)
+}
+
+func (s *slowDev) Flush() error {
+	time.Sleep(s.d)
+	return nil
+}
+
+// With Least, a device too slow for Time gets the I/Os asked for all the
+// same; Time alone would stop it after a few.
+func TestRunLeast(t *testing.T) {
+	d := &slowDev{memDev: memDev{b: make([]byte, 1<<20)}, d: 5 * time.Millisecond}
+	least := Counts{Writes: 40, Reads: 30, Zeroes: 2, Flushes: 2, MidPage: 20}
+	cfg := Config{Workers: 4, Time: 10 * time.Millisecond, Max: 64 << 10, Seed: 2, Least: least, Limit: time.Minute}
+	start := time.Now()
+	c, err := Run(d, cfg)
+	require.NoError(t, err)
+	t.Logf("%v in %v", c, time.Since(start).Round(time.Millisecond))
+	require.GreaterOrEqual(t, c.Writes, least.Writes)
+	require.GreaterOrEqual(t, c.Reads, least.Reads)
+	require.GreaterOrEqual(t, c.Zeroes, least.Zeroes)
+	require.GreaterOrEqual(t, c.Flushes, least.Flushes)
+	require.GreaterOrEqual(t, c.MidPage, least.MidPage)
+	require.Less(t, time.Since(start), time.Minute, "ended once Least was reached")
+	require.Equal(t, int64(1<<20/Sector), c.Sectors, "every sector checked at the end")
+}
+
+// Limit ends a run that does not reach Least, without an error: the
+// caller judges the counts.
+func TestRunLeastLimit(t *testing.T) {
+	d := &slowDev{memDev: memDev{b: make([]byte, 1<<20)}, d: time.Millisecond}
+	cfg := Config{Workers: 2, Time: 20 * time.Millisecond, Max: 64 << 10, Seed: 3, Least: Counts{Writes: 1 << 40}, Limit: 300 * time.Millisecond}
+	start := time.Now()
+	c, err := Run(d, cfg)
+	took := time.Since(start)
+	require.NoError(t, err)
+	require.Less(t, c.Writes, int64(1<<40))
+	require.GreaterOrEqual(t, took, 300*time.Millisecond, "ran to Limit")
+	require.Less(t, took, 30*time.Second, "and stopped there")
+}

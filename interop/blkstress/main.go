@@ -5,6 +5,10 @@
 // Write Zeroes; flushing with fdatasync): in the siw VM, on the block
 // device the kernel's NVMe host makes of our target.
 //
+// With -least (counts as the STRESS line prints them, "writes=50
+// flushes=2 ..."), the random phase goes on after -time until the counts
+// are reached, for at most -limit.
+//
 // Output, one line each: "MISMATCH ..." and exit status 1 on the first
 // wrong sector; "IOERR ..." and exit status 2 on an I/O error; at the end
 // "STRESS ..." (the counts), "VERIFY ok sectors=N" and "SHA256 <hex>" of
@@ -17,6 +21,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -63,7 +69,13 @@ func main() {
 	dur := flag.Duration("time", 20*time.Second, "how long the random phase runs")
 	maxIO := flag.Int("max", 2<<20, "largest I/O in octets")
 	seed := flag.Uint64("seed", uint64(time.Now().UnixNano()), "random seed")
+	leastFlag := flag.String("least", "", `least I/O counts of the random phase, as "writes=50 reads=50 flushes=2"`)
+	limit := flag.Duration("limit", 0, "the random phase's bound with -least (default 10 × -time)")
 	flag.Parse()
+	least, err := parseCounts(*leastFlag)
+	if err != nil {
+		fail(2, "-least: %v", err)
+	}
 	fd, err := syscall.Open(*dev, syscall.O_RDWR|syscall.O_DIRECT, 0)
 	if err != nil {
 		fail(2, "IOERR open %s: %v", *dev, err)
@@ -74,7 +86,7 @@ func main() {
 	}
 	d := &blockDev{fd: fd, size: size}
 	fmt.Printf("DEVICE %s %d octets, %d workers, seed %d\n", *dev, size, *workers, *seed)
-	c, err := blkstress.Run(d, blkstress.Config{Workers: *workers, Time: *dur, Max: *maxIO, Seed: *seed})
+	c, err := blkstress.Run(d, blkstress.Config{Workers: *workers, Time: *dur, Max: *maxIO, Seed: *seed, Least: least, Limit: *limit})
 	fmt.Printf("STRESS %v\n", c)
 	var me *blkstress.MismatchError
 	switch {
@@ -89,6 +101,26 @@ func main() {
 		fail(2, "IOERR %v", err)
 	}
 	fmt.Printf("SHA256 %s\n", hex.EncodeToString(sum[:]))
+}
+
+// parseCounts reads I/O counts written as blkstress.Counts prints them.
+func parseCounts(s string) (blkstress.Counts, error) {
+	var c blkstress.Counts
+	fields := map[string]*int64{"writes": &c.Writes, "reads": &c.Reads, "zeroes": &c.Zeroes, "flushes": &c.Flushes,
+		"big": &c.Big, "midpage": &c.MidPage}
+	for _, f := range strings.Fields(s) {
+		k, v, _ := strings.Cut(f, "=")
+		p, ok := fields[k]
+		if !ok {
+			return c, fmt.Errorf("%q: no such count", f)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("%q: not a count", f)
+		}
+		*p = n
+	}
+	return c, nil
 }
 
 func fail(code int, format string, args ...any) {

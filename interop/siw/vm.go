@@ -293,7 +293,9 @@ func (vm *VM) Context(parent context.Context) (context.Context, context.CancelFu
 func (vm *VM) Done() <-chan struct{} { return vm.done }
 
 // Close kills the VM if it still runs, and waits until it and every
-// process siwvm.sh started are gone (for a few seconds at most).
+// process siwvm.sh started are gone (for 30 s at most: a killed QEMU
+// gives back its guest's memory as it exits, which a loaded machine does
+// slowly).
 func (vm *VM) Close() {
 	pgid := vm.cmd.Process.Pid
 	select {
@@ -302,7 +304,7 @@ func (vm *VM) Close() {
 		syscall.Kill(-pgid, syscall.SIGKILL)
 		<-vm.done
 	}
-	for i := 0; i < 50 && len(vm.Leftovers()) > 0; i++ {
+	for i := 0; i < 300 && len(vm.Leftovers()) > 0; i++ {
 		syscall.Kill(-pgid, syscall.SIGKILL)
 		time.Sleep(100 * time.Millisecond)
 	}

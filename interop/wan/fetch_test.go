@@ -74,7 +74,7 @@ func testFetch(t *testing.T, withTLS bool) {
 	require.Eventually(t, func() bool {
 		out, _ := n.B.Exec("ss", "-Htln", "sport = :7472")
 		return strings.Contains(out, "7472")
-	}, 10*time.Second, 10*time.Millisecond, "server listening")
+	}, time.Minute, 10*time.Millisecond, "server listening") // a process start on a loaded machine
 
 	t0 := time.Now()
 	cli, err := exec.CommandContext(ctx, "ip", slices.Concat([]string{"netns", "exec", n.A.Name, bin, "get", "-o", dst}, cliTLS, []string{n.AddrB})...).CombinedOutput()

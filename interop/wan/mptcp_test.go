@@ -60,11 +60,14 @@ const mpSubflows = 3
 // mpConfig is the ConnConfig of both sides of the multipath tests.
 var mpConfig = verbs.ConnConfig{TCP: tcpx.Config{MultipathTCP: true}}
 
-// waitSubflows waits up to 5 s for the QP's connection to run n subflows.
+// waitSubflows waits for the QP's connection to run n subflows. The path
+// managers join them from kernel workers, which a loaded machine runs
+// late; the wait ends as soon as they are there, so its bound (1 minute)
+// costs nothing.
 func waitSubflows(t *testing.T, qp *verbs.QP, n int) tcpx.Stats {
 	t.Helper()
 	var st tcpx.Stats
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		var err error
 		st, err = qp.TCPInfo()
@@ -240,9 +243,10 @@ func hasFlow(flows []string, local, peer string) bool {
 // WAN_MP_BYTES (default 32 MiB) each way, the same transfer as
 // TestMultipathFailover. The figure is a measurement for BENCHMARKS.md. The
 // ideal gain is 2; measured here it is 1.3–1.9, and once below 1, when the
-// kernel's scheduler left the second path nearly idle. So the two-path run
-// gets mpAttempts tries, and the bound (mpMinGain) only catches a second
-// path that never carries its share.
+// kernel's scheduler left the second path nearly idle. So the test gets
+// mpAttempts tries, each timing one path and then two back to back (the
+// machine's load in the one is the load in the other), and the bound
+// (mpMinGain) only catches a second path that never carries its share.
 func TestMultipathRate(t *testing.T) {
 	checkRoutines(t)
 	const rate = 100e6
@@ -256,25 +260,24 @@ func TestMultipathRate(t *testing.T) {
 		ird: 16, ord: 16, cqe: 1024}
 	mbits := func(el time.Duration) float64 { return float64(2*size) * 8 / el.Seconds() / 1e6 }
 
-	c1, s1 := p.pair(t, o, verbs.ConnConfig{}, verbs.ConnConfig{})
-	st, err := c1.qp.TCPInfo()
-	require.NoError(t, err)
-	require.False(t, st.Multipath)
-	one := transfer(t, c1, s1, newMPBuffers(t, c1, s1, size), size, chunk, nil)
-	c1.qp.Close()
-	s1.qp.Close()
-	t.Logf("paths of %s each; 2 × %s (Writes A→B and Reads B→A at once): one path (TCP) %v = %.1f Mbit/s",
-		bits(rate), mib(uint64(size)), one.Round(time.Millisecond), mbits(one))
-
 	best := 0.0
 	for attempt := 1; attempt <= mpAttempts && best < 1.5; attempt++ {
+		c1, s1 := p.pair(t, o, verbs.ConnConfig{}, verbs.ConnConfig{})
+		st, err := c1.qp.TCPInfo()
+		require.NoError(t, err)
+		require.False(t, st.Multipath)
+		one := transfer(t, c1, s1, newMPBuffers(t, c1, s1, size), size, chunk, nil)
+		c1.qp.Close()
+		s1.qp.Close()
+
 		c2, s2 := p.pair(t, o, mpConfig, mpConfig)
 		waitSubflows(t, c2.qp, mpSubflows)
 		two := transfer(t, c2, s2, newMPBuffers(t, c2, s2, size), size, chunk, nil)
 		gain := one.Seconds() / two.Seconds()
 		best = max(best, gain)
-		t.Logf("attempt %d: two paths (MPTCP) %v = %.1f Mbit/s; gain %.2f×; QP: %v", attempt,
-			two.Round(time.Millisecond), mbits(two), gain, c2.qp.Stats().TCP)
+		t.Logf("attempt %d: paths of %s each; 2 × %s (Writes A→B and Reads B→A at once): one path (TCP) %v = %.1f Mbit/s, "+
+			"two paths (MPTCP) %v = %.1f Mbit/s; gain %.2f×; QP: %v", attempt, bits(rate), mib(uint64(size)),
+			one.Round(time.Millisecond), mbits(one), two.Round(time.Millisecond), mbits(two), gain, c2.qp.Stats().TCP)
 		if gain < 1.5 {
 			out, _ := p.A.Exec("ss", "-Htni", "state", "established")
 			t.Logf("subflows in A:\n%s", out)
@@ -289,5 +292,5 @@ func TestMultipathRate(t *testing.T) {
 // accepts, in the best of mpAttempts.
 const (
 	mpMinGain  = 1.2
-	mpAttempts = 2
+	mpAttempts = 3
 )

@@ -377,7 +377,7 @@ func perfOnBoth(tb testing.TB, n *Net, bin, test string, args ...string) (client
 	require.Eventually(tb, func() bool {
 		out, _ := n.A.Exec("ss", "-Htln", "sport = :"+port)
 		return strings.Contains(out, port)
-	}, 10*time.Second, 10*time.Millisecond, "server listening")
+	}, time.Minute, 10*time.Millisecond, "server listening") // a process start on a loaded machine
 	cli := exec.CommandContext(ctx, "ip", inNS(n.B.Name, append(append([]string{bin, test, "-p", port}, args...), n.AddrA)...)...)
 	out, err := cli.CombinedOutput()
 	if err != nil {
