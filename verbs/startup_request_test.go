@@ -84,8 +84,12 @@ func TestHostileRequestClosed(t *testing.T) {
 				timeout = hostileTimeout
 			}
 			s := newStackSide(t, ConnConfig{RequestTimeout: timeout})
-			c := rawConnect(t, s.ln.Addr().String())
+			// Before the connect: the deadline is set when the Listener
+			// accepts the connection, which may come before rawConnect
+			// returns, so no delay of this goroutine can make it look
+			// shorter.
 			start := time.Now()
+			c := rawConnect(t, s.ln.Addr().String())
 			switch {
 			case k.trickle:
 				stop := trickle(c, k.send)
@@ -108,9 +112,7 @@ func TestHostileRequestClosed(t *testing.T) {
 			took := o.at.Sub(start)
 			t.Logf("closed after %v", took.Round(time.Millisecond))
 			if k.stalls {
-				// The deadline is set when the connection is accepted, which
-				// is after rawConnect returned.
-				require.GreaterOrEqual(t, took, hostileTimeout-10*time.Millisecond, "closed before RequestTimeout")
+				require.GreaterOrEqual(t, took, hostileTimeout, "closed before RequestTimeout")
 			}
 			require.Less(t, took, limit)
 			s.wantNoRequest(t)
