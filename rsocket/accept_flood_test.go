@@ -70,7 +70,10 @@ func TestAcceptStallFlood(t *testing.T) {
 
 	f := flood.StartWith(ln.Addr().String(), 10*time.Millisecond, stalledRequest(t))
 	defer f.Close()
-	time.Sleep(time.Second) // several times acceptBacklog stalled start-ups
+	// Several times acceptBacklog stalled start-ups (a pause of a second
+	// is not that on a slow machine).
+	require.Eventually(t, func() bool { return f.Count() > 3*acceptBacklog }, time.Minute, time.Millisecond,
+		"the flood's first %d stalled clients", 3*acceptBacklog)
 	var d Dialer
 	for i := range 5 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
