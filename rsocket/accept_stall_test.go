@@ -41,7 +41,11 @@ func TestAcceptNotHeldByStalledClient(t *testing.T) {
 	require.NoError(t, err)
 	_, err = stalled.Write(req)
 	require.NoError(t, err)
-	time.Sleep(200 * time.Millisecond) // the Listener has the stalled request first
+	// The Listener has answered the stalled request and waits for its RTR
+	// (a pause here did not ensure that on a loaded machine, and the good
+	// client then came first and proved nothing).
+	require.Eventually(t, func() bool { return ln.starts.len() == 1 }, 5*time.Second, time.Millisecond,
+		"the stalled start-up under way")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()

@@ -20,7 +20,9 @@ func TestPendingErrorAfterFINThenReset(t *testing.T) {
 	require.NoError(t, a.CloseWrite())
 	require.NoError(t, a.SetLinger(0))
 	require.NoError(t, a.Close())
-	time.Sleep(50 * time.Millisecond)
+	// The FIN, then the RST, reach d: TCP's state is CLOSE (a pause did
+	// not ensure it where loopback's delivery was deferred).
+	require.Eventually(t, func() bool { return Reset(d) }, 5*time.Second, time.Millisecond, "the reset reached d")
 	d.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err := d.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF)

@@ -265,6 +265,10 @@ func TestConcurrentDeviceClose(t *testing.T) {
 	ln, err := c.dev.Listen(context.Background(), "tcp", "127.0.0.1:0", ConnConfig{})
 	require.NoError(t, err)
 	var posted atomic.Int64
+	// Completions posted and not yet polled: at most what the CQ holds,
+	// as an application must keep them (the pollers fell behind on a
+	// loaded machine, and the CQ overran).
+	var unpolled atomic.Int64
 	var mu sync.Mutex
 	seen := map[uint64]int{}
 	var wg sync.WaitGroup
@@ -274,9 +278,20 @@ func TestConcurrentDeviceClose(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 3000 {
+				if unpolled.Add(1) > int64(c.scq.Cap()) {
+					unpolled.Add(-1)
+					select {
+					case <-c.qp.Done():
+						return
+					default:
+						time.Sleep(100 * time.Microsecond) // the CQ is full
+						continue
+					}
+				}
 				n, err := c.qp.PostSend(SendWR{ID: uint64(p)<<32 | uint64(i), Opcode: OpRDMAWrite, Flags: Signaled,
 					SGL: []SGE{src.SGE(0, 256)}, RemoteAddr: dst.Addr(), RKey: dst.RKey()})
 				posted.Add(int64(n))
+				unpolled.Add(int64(n - 1))
 				if err != nil && !errors.Is(err, ErrQueueFull) {
 					errs <- err
 					return
@@ -299,6 +314,7 @@ func TestConcurrentDeviceClose(t *testing.T) {
 			wcs := make([]WC, 16)
 			for {
 				n, err := c.scq.PollWait(context.Background(), wcs)
+				unpolled.Add(-int64(n))
 				mu.Lock()
 				for _, wc := range wcs[:n] {
 					seen[wc.ID]++

@@ -10,6 +10,7 @@ import (
 
 	"github.com/goiwarp/iwarp/mpa"
 	"github.com/goiwarp/iwarp/rdmap"
+	"github.com/goiwarp/iwarp/tcpx"
 	"github.com/stretchr/testify/require"
 )
 
@@ -43,7 +44,10 @@ func TestFINThenResetSaysSo(t *testing.T) {
 	rp.closeWrite(t)
 	require.NoError(t, rp.conn.SetLinger(0))
 	rp.close()
-	time.Sleep(100 * time.Millisecond) // the FIN, then the RST, reach our socket
+	// The FIN, then the RST, reach our socket: TCP's state is CLOSE (a
+	// pause did not ensure it where loopback's delivery was deferred).
+	require.Eventually(t, func() bool { return tcpx.Reset(s.qp.sock) }, peerTimeout, time.Millisecond,
+		"the reset reached the stack's socket")
 	close(release)
 	waitDone(t, s.qp, peerTimeout)
 	qerr := s.qp.Err()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/goiwarp/iwarp/ddp"
 	"github.com/goiwarp/iwarp/mpa"
@@ -51,9 +52,13 @@ import (
 // hostileDialCfg is the ConnConfig of every qp.Dial in this file, so that a
 // change of defaults (peer-to-peer mode and its RTR, say) is made in one
 // place. ext turns on the RFC 7306 extensions, which MPA cannot negotiate:
-// the raw server speaks them whenever a case asks.
+// the raw server speaks them whenever a case asks. The raw server answers
+// a Read RTR (takeRTR) or keeps it on purpose, so only that answer may
+// release the held WRs: FirstFPDUHold's default fallback (100 ms) could
+// fire first on a loaded machine and put its nudge in front of what a case
+// reads next.
 func hostileDialCfg(ext bool) ConnConfig {
-	return ConnConfig{RFC7306: ext}
+	return ConnConfig{RFC7306: ext, FirstFPDUHold: time.Minute}
 }
 
 // hostileRespCfg is the start-up policy the raw server answers every Request

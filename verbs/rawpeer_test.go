@@ -75,6 +75,13 @@ func dialPeerWith(t testing.TB, d net.Dialer, addr string, c mpa.Config) *rawPee
 // policy c.
 func answerDial(t testing.TB, qp *QP, cfg ConnConfig, c mpa.Config) *rawPeer {
 	t.Helper()
+	if cfg.FirstFPDUHold == 0 {
+		// The Read RTR is answered below, so only that answer may release
+		// the held WRs: the default fallback (100 ms) could fire first on a
+		// loaded machine and put its nudge in front of what the test reads
+		// next.
+		cfg.FirstFPDUHold = time.Minute
+	}
 	rp := answerDialNoRTR(t, qp, cfg, c)
 	if rp.params.P2P && rp.params.RTR == mpa.RTRRead {
 		// The stack's Read RTR (its default, P2PAuto), answered with the

@@ -84,12 +84,14 @@ func TestResponseTimeoutSlowPeerLives(t *testing.T) {
 		SGL: []SGE{sink.SGE(0, 400)}, RemoteAddr: 0x1000, RKey: 0x77})
 	require.NoError(t, err)
 	rr := rp.wantReadRequest(t, 2)
-	const pieces = 4
+	// A piece every quarter of the timeout: a pause of this goroutine
+	// must exceed three quarters of it (300 ms) to look like silence.
+	const pieces = 8
 	for i := range pieces {
-		time.Sleep(limit / 2)
+		time.Sleep(limit / 4)
 		require.NoError(t, s.qp.Err(), "piece %d", i)
-		u := ddp.AppendTagged(nil, i == pieces-1, rdmap.Ctrl(rdmap.OpReadResponse), rr.SinkSTag(), rr.SinkTO()+uint64(i*100))
-		rp.send(t, append(u, make([]byte, 100)...))
+		u := ddp.AppendTagged(nil, i == pieces-1, rdmap.Ctrl(rdmap.OpReadResponse), rr.SinkSTag(), rr.SinkTO()+uint64(i*50))
+		rp.send(t, append(u, make([]byte, 50)...))
 	}
 	wc := waitWC(t, s.scq)
 	require.Equal(t, wcString(1, WCRDMARead, Success), wcOf(wc))

@@ -38,7 +38,7 @@ func TestQPStatsDuringStream(t *testing.T) {
 	p.conn.SetReadDeadline(time.Now().Add(peerTimeout))
 	_, err = io.CopyN(io.Discard, p.conn, read)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return q.qp.Stats().OctetsSent >= start+read-txBatch }, 2*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return q.qp.Stats().OctetsSent >= start+read-txBatch }, 10*time.Second, time.Millisecond,
 		"OctetsSent %d after the peer read %d", q.qp.Stats().OctetsSent-start, read)
 	s := q.qp.Stats()
 	require.Less(t, s.OctetsSent-start, uint64(n*msg), "the stream is not over")

@@ -130,14 +130,14 @@ func TestStoppedPeerReadTimesOut(t *testing.T) {
 	readRound(t, c, srv, sink, 4096) // the server answers while it runs
 
 	require.NoError(t, srv.cmd.Process.Signal(syscall.SIGSTOP))
-	time.Sleep(50 * time.Millisecond)
+	waitStopped(t, srv.cmd.Process.Pid)
 	start := time.Now()
 	for i := range 4 {
 		_, err := c.qp.PostSend(SendWR{ID: uint64(i), Opcode: OpRDMARead, Flags: Signaled,
 			SGL: []SGE{sink.SGE(i*4096, 4096)}, RemoteAddr: srv.region.Addr, RKey: srv.region.RKey})
 		require.NoError(t, err)
 	}
-	waitDone(t, c.qp, 3*limit)
+	waitDone(t, c.qp, 10*limit)
 	elapsed := time.Since(start)
 	require.GreaterOrEqual(t, elapsed, limit)
 	require.ErrorIs(t, c.qp.Err(), ErrResponseTimeout)
@@ -148,6 +148,30 @@ func TestStoppedPeerReadTimesOut(t *testing.T) {
 		require.Equal(t, WRFlushErr, wc.Status, "%v", wc)
 	}
 	t.Logf("stopped peer: QP ended after %v (ResponseTimeout %v): %v", elapsed, limit, c.qp.Err())
+}
+
+// waitStopped waits until every thread of process pid has stopped (state
+// T in /proc): a signal's stop is not done when kill returns, and a thread
+// still running could answer a Read.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	require.NoError(t, err)
+	stopped := func() bool {
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				continue // a thread that has exited
+			}
+			// pid (comm) state ...: comm may hold spaces and parentheses.
+			f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+			if len(f) == 0 || (f[0] != "T" && f[0] != "t") {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, stopped, 10*time.Second, time.Millisecond, "process %d stopped", pid)
 }
 
 // A server killed with Reads outstanding: its kernel resets the connection

@@ -97,7 +97,7 @@ func TestTLSSockWritesDuringFlush(t *testing.T) {
 	require.NoError(t, err)
 	flushed := make(chan error, 1)
 	go func() { flushed <- s.flush() }()
-	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.flushing }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.flushing }, 10*time.Second, time.Millisecond)
 	alert := bytes.Repeat([]byte{0x15}, 24)
 	var want bytes.Buffer
 	want.WriteString("batch")

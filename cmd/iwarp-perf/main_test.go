@@ -295,9 +295,10 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
-// waitListening waits until something listens on port.
+// waitListening waits until something listens on port: up to 10 s, for
+// a server goroutine that a loaded machine may not run for a while.
 func waitListening(t *testing.T, port string) {
-	for i := 0; i < 200; i++ {
+	for i := 0; i < 1000; i++ {
 		c, err := net.Dial("tcp", "127.0.0.1:"+port)
 		if err == nil {
 			c.Close()

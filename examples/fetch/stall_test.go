@@ -47,7 +47,12 @@ func TestFetchStalledClient(t *testing.T) {
 	exited := time.Since(begin)
 	t.Logf("the client was served in %v, the server exited after %v:\n%s", took, exited, srvOut)
 	requireFile(t, filepath.Join(dir, "copy"), data)
-	require.Less(t, took, 2*time.Second, "the client waited behind the stalled one:\n%s", srvOut)
-	require.Less(t, exited, 3*time.Second, "the stalled start-up held the server:\n%s", srvOut)
+	// Held behind the stalled start-up, the client would have its file,
+	// and the server exit, only after RequestTimeout (5 s) from the
+	// stall: 4.8 s after begin. Served at once, the client (a process
+	// built with -race when the test runs with it) took 1.6 s under -race
+	// beside two CPU hogs.
+	require.Less(t, took, 3500*time.Millisecond, "the client waited behind the stalled one:\n%s", srvOut)
+	require.Less(t, exited, 4*time.Second, "the stalled start-up held the server:\n%s", srvOut)
 	require.Equal(t, 1, strings.Count(srvOut, ": left after"), "server:\n%s", srvOut)
 }

@@ -43,6 +43,7 @@ type Device interface {
 type Config struct {
 	Workers int           // each with its own stripe (default 16)
 	Time    time.Duration // of the random phase (default 20 s)
+	Steps   int           // each worker's least steps, even past Time: what a run covers on a slow machine too
 	Max     int           // largest I/O in octets (default 2 MiB)
 	Align   int           // every I/O's offset and length a multiple of it: a multiple of Sector (default Sector)
 	Seed    uint64
@@ -136,7 +137,7 @@ func Run(d Device, cfg Config) (Counts, error) {
 		wg.Add(1)
 		go func(w *worker) {
 			defer wg.Done()
-			for more() && failed.Load() == nil {
+			for i := 0; (i < cfg.Steps || more()) && failed.Load() == nil; i++ {
 				if err := w.step(); err != nil {
 					fail(err)
 				}

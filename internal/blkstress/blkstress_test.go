@@ -51,7 +51,9 @@ func (d *memDev) Flush() error { return nil }
 
 func (d *memDev) Alloc(n int) []byte { return make([]byte, n) }
 
-var quick = Config{Workers: 4, Time: 200 * time.Millisecond, Max: 256 << 10, Seed: 1}
+// quick runs 200 ms, and 100 steps a worker however slow the machine:
+// with its seed, enough for every kind of step the tests count.
+var quick = Config{Workers: 4, Time: 200 * time.Millisecond, Steps: 100, Max: 256 << 10, Seed: 1}
 
 func TestRunPasses(t *testing.T) {
 	d := &memDev{b: make([]byte, 8<<20)}

@@ -199,17 +199,28 @@ func TestMargin(t *testing.T) {
 		{[]string{"tcp_bw", "-D", "3", "-f", "1"}, 1},
 		{[]string{"write_bw", "-D", "3"}, 3}, // a quarter of 3 s is 0 in whole seconds, as perftest's
 	} {
-		var out, errb bytes.Buffer
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		code := MainContext(ctx, append(tc.args, "--loopback", "-s", "4096"), &out, &errb)
-		cancel()
-		require.Equal(t, 0, code, "%v: %s", tc.args, errb.String())
-		m := regexp.MustCompile(`(?m)^\s*4096\s+(\d+)\s+[\d.]+\s+([\d.]+)`).FindStringSubmatch(out.String())
-		require.NotNil(t, m, "%v: no row in\n%s", tc.args, out.String())
-		iters, _ := strconv.ParseFloat(m[1], 64)
-		avg, _ := strconv.ParseFloat(m[2], 64)
-		require.Positive(t, avg)
-		require.InDelta(t, tc.window, iters*4096/(1<<20)/avg, 0.05*tc.window, "%v: the measured window", tc.args)
+		// A window in which (almost) nothing completed is a row of zeros, by design
+		// (a loaded machine stalled a run that long): it shows no window,
+		// so such a run is tried again.
+		var iters, avg float64 // avg: MB/s
+		for try := 0; avg == 0; try++ {
+			require.Less(t, try, 3, "%v: too little completed in the window, three times", tc.args)
+			var out, errb bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			code := MainContext(ctx, append(tc.args, "--loopback", "-s", "4096"), &out, &errb)
+			cancel()
+			require.Equal(t, 0, code, "%v: %s", tc.args, errb.String())
+			m := regexp.MustCompile(`(?m)^\s*4096\s+(\d+)\s+[\d.]+\s+([\d.]+)`).FindStringSubmatch(out.String())
+			require.NotNil(t, m, "%v: no row in\n%s", tc.args, out.String())
+			iters, _ = strconv.ParseFloat(m[1], 64)
+			avg, _ = strconv.ParseFloat(m[2], 64)
+			if avg == 0 {
+				t.Logf("%v: too little completed in the window to show it:\n%s", tc.args, out.String())
+			}
+		}
+		// The average is printed to 0.01 MB/s, which is more than the 5 %
+		// where a loaded machine moved little.
+		require.InDelta(t, tc.window, iters*4096/(1<<20)/avg, 0.05*tc.window+tc.window*0.005/avg, "%v: the measured window", tc.args)
 	}
 }
 

@@ -150,7 +150,11 @@ func TestHostCommandTimeout(t *testing.T) {
 		entered: make(chan struct{}, 1), release: make(chan struct{})}
 	_, _, addr := newBackendTarget(t, be, target.Config{})
 	t.Cleanup(be.open) // before the target's Close, which waits for the read
-	c := connectHost(t, addr, testNQN, Config{IOQueues: 2, KATO: 200 * time.Millisecond, IOTimeout: 500 * time.Millisecond})
+	// Keep Alive goes every KATO/2 and the target ends a controller that
+	// hears nothing for KATO: a KATO of a second leaves room for a loaded
+	// machine, and IOTimeout spans several of them.
+	const kato, ioTimeout = time.Second, 2500 * time.Millisecond
+	c := connectHost(t, addr, testNQN, Config{IOQueues: 2, KATO: kato, IOTimeout: ioTimeout})
 	ns, err := c.Namespace(testCtx(t), 1)
 	require.NoError(t, err)
 	start := time.Now()
@@ -159,8 +163,8 @@ func TestHostCommandTimeout(t *testing.T) {
 	require.ErrorIs(t, err, ErrCommandTimeout)
 	require.ErrorIs(t, err, ErrQueueDead)
 	require.NotErrorIs(t, err, context.DeadlineExceeded)
-	require.GreaterOrEqual(t, took, 500*time.Millisecond)
-	require.Less(t, took, 5*time.Second)
+	require.GreaterOrEqual(t, took, ioTimeout)
+	require.Less(t, took, 3*ioTimeout)
 	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
 	require.ErrorIs(t, c.Err(), ErrCommandTimeout)
 	_, err = ns.ReadAt(make([]byte, 4096), 4096)

@@ -81,7 +81,10 @@ func TestMaxTransfer(t *testing.T) {
 			ns, err := h.Namespace(ctx, 1)
 			require.NoError(t, err)
 			most.Store(0)
-			counts, err := blkstress.Run(hostDev{ctx, ns}, blkstress.Config{Workers: c.workers, Time: time.Second,
+			// A step is an I/O over 1 MiB one time in ten: 25 steps a
+			// worker at least, whatever the machine's speed, make a run
+			// without one as likely as 0.9^100.
+			counts, err := blkstress.Run(hostDev{ctx, ns}, blkstress.Config{Workers: c.workers, Time: time.Second, Steps: 25,
 				Max: 2 << 20, Seed: uint64(time.Now().UnixNano())})
 			require.NoError(t, err)
 			t.Logf("%v", counts)

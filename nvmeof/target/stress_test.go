@@ -101,8 +101,9 @@ func TestHostCloseUnderIO(t *testing.T) {
 	const workers = 8
 	var wg sync.WaitGroup
 	done := make(chan struct{})
-	oks := make([]int, workers)    // calls that returned their data
-	errs := make([]error, workers) // the call that ended each worker
+	oks := make([]int, workers)      // calls that returned their data
+	errs := make([]error, workers)   // the call that ended each worker
+	going := make(chan int, workers) // each worker, once a call returned its data
 	for w := range workers {
 		wg.Add(1)
 		go func() {
@@ -120,7 +121,9 @@ func TestHostCloseUnderIO(t *testing.T) {
 					errs[w] = err
 					return
 				}
-				oks[w]++
+				if oks[w]++; oks[w] == 1 {
+					going <- w
+				}
 				select {
 				case <-done:
 					return
@@ -129,7 +132,18 @@ func TestHostCloseUnderIO(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Every worker under way before the Close (a pause of 100 ms left
+	// one without a call done on a loaded machine).
+	for range workers {
+		select {
+		case <-going:
+		case <-time.After(20 * time.Second):
+			c.Close()
+			close(done)
+			wg.Wait()
+			t.Fatal("a worker had no call done after 20 s")
+		}
+	}
 	require.NoError(t, c.Close())
 	close(done)
 	waited := make(chan struct{})
